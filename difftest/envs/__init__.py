@@ -1,0 +1,1 @@
+"""Environments: one compiled vLLM base, and one thin overlay interpreter per branch."""

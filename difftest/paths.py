@@ -1,0 +1,52 @@
+"""Where difftest keeps what it builds: one cache folder, overridable.
+
+`DIFFTEST_HOME` wins; otherwise `$XDG_CACHE_HOME/difftest` (default
+`~/.cache/difftest`). Everything expensive (base environments, branch
+environments, fixture repositories, the tiny model) lives below it, so deleting
+that folder is always a safe reset.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def difftest_home() -> Path:
+    """The cache root, created on first use."""
+    explicit = os.environ.get("DIFFTEST_HOME")
+    if explicit:
+        root = Path(explicit).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        root = Path(xdg) / "difftest"
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
+
+
+def envs_dir() -> Path:
+    return _sub("envs")
+
+
+def repos_dir() -> Path:
+    return _sub("repos")
+
+
+def locks_dir() -> Path:
+    return _sub("locks")
+
+
+def vllm_cache_dir() -> Path:
+    """`VLLM_CACHE_ROOT` and `HF_HOME` of every probe: shared across branches on purpose
+    (vLLM keys its model-inspection cache by the model file's hash)."""
+    return _sub("vllm-cache")
+
+
+def models_dir() -> Path:
+    return _sub("models")
+
+
+def _sub(name: str) -> Path:
+    path = difftest_home() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
