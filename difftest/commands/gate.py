@@ -1,0 +1,64 @@
+"""`difftest gate --base REF --head REF`: the CI gate for changes to the stats path.
+
+Skips (exit 0, saying why) when the head changes no configured stats-path file
+relative to the base, unless `--always`; otherwise measures both, and fails when
+the head is broken anywhere or worse than the base anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from difftest.commands.run import compare
+from difftest.config import Config
+from difftest.envs.base import Log, ensure_base
+from difftest.errors import EXIT_OK
+from difftest.gate import compare_for_gate, gate_exit_code, render_gate_markdown
+from difftest.refs import changed_files, resolve_branch, touches
+from difftest.reports import write_reports
+from difftest.workspace import branch_spec, open_source_repo
+
+
+def stats_path_changes(config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log) -> list[str]:
+    """The head's changed files (relative to the base) that lie on the stats path."""
+    repo = open_source_repo(config, ensure_base(config.base, log), do_fetch, log)
+    base = resolve_branch(repo, branch_spec(config, base_name))
+    head = resolve_branch(repo, branch_spec(config, head_name))
+    return touches(changed_files(repo, base.sha, head.sha), config.stats_paths)
+
+
+def gate_command(config: Config, args: argparse.Namespace, log: Log) -> int:
+    base_name = branch_spec(config, args.base).name
+    head_name = branch_spec(config, args.head).name
+    hits = stats_path_changes(config, args.base, args.head, args.fetch, log)
+    if not hits and not args.always:
+        message = (
+            f"difftest gate: skipped: {head_name} changes none of the stats-path files relative to {base_name} "
+            f"({', '.join(config.stats_paths)}); pass --always to run anyway"
+        )
+        print(message)
+        _step_summary(message + "\n")
+        return EXIT_OK
+    if hits:
+        log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
+    out = Path(args.out)
+    _, evidence = compare(config, [args.base, args.head], args.tier, None, args.reading, out, None, False, log)
+    base_results = [r for r in evidence.results if r.branch == base_name]
+    head_results = [r for r in evidence.results if r.branch == head_name]
+    outcome = compare_for_gate(base_results, head_results)
+    summary = render_gate_markdown(outcome, base_name, head_name)
+    write_reports(evidence, out)
+    (out / "gate.md").write_text(summary)
+    print(summary)
+    _step_summary(summary)
+    return gate_exit_code(outcome, head_results)
+
+
+def _step_summary(markdown: str) -> None:
+    """Append to the CI job summary when running under GitHub Actions."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(markdown + "\n")

@@ -1,0 +1,94 @@
+"""`difftest verify evidence.json`: re-run what an evidence file records and compare.
+
+Refuses (exit 2, naming the mismatch) when the same environment cannot be
+rebuilt: a different base wheel or lock, another Python or platform, a branch
+that now resolves to another commit, a scenario file whose bytes changed.
+Otherwise re-runs exactly the recorded branches and scenarios and exits 0 when
+every result is identical, 1 when any differs (each difference is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from difftest.commands.run import compare
+from difftest.config import Config
+from difftest.envs.base import Log, ensure_base
+from difftest.errors import EXIT_FAILED, EXIT_OK, ConfigError
+from difftest.evidence import Evidence, read_evidence
+from difftest.pipeline import select_scenarios
+from difftest.refs import resolve_branch
+from difftest.results import Result
+from difftest.workspace import branch_spec, open_source_repo
+
+_BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
+
+
+def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
+    """Raise ConfigError naming the first thing that makes an identical re-run impossible."""
+    base = ensure_base(config.base, log)
+    for key in _BASE_KEYS:
+        then, now = recorded.base.fingerprint.get(key), base.fingerprint.get(key)
+        if then != now:
+            raise ConfigError(
+                f"base {key} differs: the evidence used {then!r}, this machine has {now!r}",
+                "verify with the branches.yaml (base.requirement, Python, torch source) that produced the evidence",
+            )
+    scenarios = {s.name: s for tier in select_scenarios(config, "all", None).values() for s in tier}
+    for name, then in recorded.scenarios.items():
+        now = scenarios.get(name)
+        if now is None or now.sha256 != then.sha256:
+            raise ConfigError(
+                f"scenario {name!r} ({then.file}) is missing or its file changed "
+                f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
+                "check out the scenario files the evidence was produced with",
+            )
+    repo = open_source_repo(config, base)
+    for name, then in recorded.branches.items():
+        now = resolve_branch(repo, branch_spec(config, name) if config.branch(name) else branch_spec(config, then.ref))
+        if now.sha != then.sha:
+            raise ConfigError(
+                f"branch {name!r} now resolves to {now.sha[:12]}, the evidence recorded {str(then.sha)[:12]}",
+                "check out the commit/patches the evidence names (see its `branches` section), or fetch them",
+            )
+
+
+def result_key(result: Result) -> tuple[str, str, str]:
+    return (result.branch, result.scenario, result.order)
+
+
+def differences(recorded: list[Result], rerun: list[Result]) -> list[str]:
+    """Every (branch, scenario, order) whose verdict or measured totals changed."""
+    before = {result_key(r): r for r in recorded}
+    after = {result_key(r): r for r in rerun}
+    found = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        where = "/".join(key)
+        if old is None or new is None:
+            found.append(f"{where}: {'not in the evidence' if old is None else 'not re-run'}")
+        elif old.verdict != new.verdict:
+            found.append(f"{where}: verdict {old.verdict} -> {new.verdict}")
+        elif old.measured != new.measured:
+            found.append(f"{where}: measured totals differ: {old.measured} -> {new.measured}")
+    return found
+
+
+def verify_command(config: Config, args: argparse.Namespace, log: Log) -> int:
+    recorded = read_evidence(args.evidence)
+    check_reproducible(config, recorded, log)
+    names = [name if config.branch(name) else then.ref for name, then in recorded.branches.items()]
+    tiers = {s.tier for s in recorded.scenarios.values()}
+    tier = tiers.pop() if len(tiers) == 1 else "all"
+    select_names = set(recorded.scenarios)
+    _, evidence = compare(config, names, tier, None, recorded.reading, Path(args.out), None, False, log)
+    rerun = [r for r in evidence.results if r.scenario in select_names]
+    found = differences(recorded.results, rerun)
+    if found:
+        print(f"difftest verify: {len(found)} result(s) differ from {args.evidence}:")
+        for line in found:
+            print(f"  {line}")
+        return EXIT_FAILED
+    print(f"difftest verify: all {len(rerun)} results identical to {args.evidence}")
+    return EXIT_OK

@@ -1,0 +1,49 @@
+"""The HTML report: one self-contained file (inline CSS, no scripts, no external assets).
+
+Rendered by Jinja2 with autoescape forced on for every template and string,
+because branch names, error text and violation details come from code under
+test and must never become markup.
+"""
+
+from __future__ import annotations
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from difftest.evidence import Evidence
+from difftest.reports import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
+from difftest.verdicts import SUMMARY_ORDER, format_value, summarize
+
+TEMPLATE = "report.html.j2"
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("difftest.reports", "templates"),
+        autoescape=True,  # not select_autoescape: the template's name ends in .j2
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["value"] = format_value
+    return env
+
+
+def render_html(evidence: Evidence) -> str:
+    views = scenario_views(evidence)
+    summary = summarize(evidence.results)
+    branches = branch_names(evidence)
+    nonpass = {
+        (view.name, branch): [r for r in results_for(evidence, view.name, branch) if r.verdict != "pass"]
+        for view in views
+        for branch in branches
+    }
+    return _environment().get_template(TEMPLATE).render(
+        evidence=evidence,
+        created=timestamp(evidence),
+        views=views,
+        branches=branches,
+        summary={b: summary.get(b) for b in branches},
+        verdicts=SUMMARY_ORDER,
+        words=VERDICT_WORDS,
+        nonpass=nonpass,
+    )

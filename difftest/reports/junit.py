@@ -1,0 +1,83 @@
+"""The JUnit XML report, for CI systems that show test results natively.
+
+One testcase per (branch, scenario, order): classname = branch, name =
+`scenario[order]`. diverge/broken become `<failure>` (message = the first
+violation or difference), error becomes `<error>`. The tree is built with
+ElementTree so quoting is right; characters XML 1.0 cannot hold at all (NUL,
+ANSI escape codes in a captured traceback, ...) are replaced first, otherwise
+the file would not parse.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from difftest.evidence import Evidence
+from difftest.reports import branch_names
+from difftest.results import Result
+from difftest.verdicts import first_reason, format_value
+
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: object) -> str:
+    """`text` with every character XML 1.0 forbids replaced by U+FFFD."""
+    return _NOT_XML.sub("\ufffd", str(text))
+
+
+def render_junit(evidence: Evidence) -> str:
+    root = ET.Element("testsuites", name="difftest")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for branch in branch_names(evidence):
+        results = [r for r in evidence.results if r.branch == branch]
+        suite = ET.SubElement(root, "testsuite", name=xml_text(branch))
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="reading", value=xml_text(evidence.reading))
+        info = evidence.branches.get(branch)
+        if info:
+            ET.SubElement(props, "property", name="ref", value=xml_text(info.ref))
+            ET.SubElement(props, "property", name="sha", value=xml_text(info.sha or ""))
+        counts = {
+            "tests": len(results),
+            "failures": sum(r.verdict in ("diverge", "broken") for r in results),
+            "errors": sum(r.verdict == "error" for r in results),
+        }
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+        suite.set("skipped", "0")
+        for result in results:
+            _testcase(suite, result)
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _testcase(suite: ET.Element, result: Result) -> None:
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        classname=xml_text(result.branch),
+        name=xml_text(f"{result.scenario}[{result.order}]"),
+    )
+    if result.verdict == "pass":
+        return
+    tag = "error" if result.verdict == "error" else "failure"
+    outcome = ET.SubElement(case, tag, message=xml_text(first_reason(result)), type=result.verdict)
+    outcome.text = xml_text(_body(result))
+
+
+def _body(result: Result) -> str:
+    lines = [f"{result.verdict} (reading: {result.reading})"]
+    if result.explanation:
+        lines.append(f"scenario: {result.explanation}")
+    if result.error:
+        lines += ["", result.error]
+    for v in result.violations:
+        counter = f" [{v.counter}: measured {format_value(v.measured)}, expected {format_value(v.expected)}]" if v.counter else ""
+        lines.append(f"violation {v.invariant}: {v.detail}{counter}")
+    for d in result.differences:
+        lines.append(f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)} - {d.explanation}")
+    return "\n".join(lines)

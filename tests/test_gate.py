@@ -1,0 +1,160 @@
+"""The PR gate: is the head worse than the base? From hand-built `Result`s.
+
+The gate compares verdict records, so the records are written by hand; each
+case is the smallest pair of results that should (or should not) fail a PR.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from difftest.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
+from difftest.gate import compare_for_gate, distance, gate_exit_code, render_gate_markdown
+from difftest.results import Difference, Result, Totals, Violation
+
+ORACLE = Totals(
+    num_drafts=4,
+    num_draft_tokens=12,
+    num_accepted_tokens=9,
+    num_accepted_tokens_per_pos=[4, 3, 2],
+    num_draft_tokens_per_pos=[4, 4, 4],
+    num_emitted_tokens=11,
+)
+
+
+def result(verdict: str = "pass", order: str = "r1", scenario: str = "eos", reading: str = "strict", **measured) -> Result:
+    """A result whose verdict is given; `measured` overrides oracle values."""
+    totals = None if verdict == "error" else ORACLE.model_copy(update=measured)
+    diffs = [Difference(counter=k, measured=v, expected=getattr(ORACLE, k)) for k, v in measured.items() if k != "mean_acceptance_length"]
+    violations = [Violation(invariant="order_independence", label=order, detail="stats of request a lost")] if verdict == "broken" else []
+    return Result(
+        branch="x",
+        scenario=scenario,
+        tier="scheduler",
+        order=order,
+        verdict=verdict,
+        reading=reading,
+        measured=totals,
+        expected=ORACLE,
+        differences=diffs,
+        violations=violations,
+        error="ImportError: boom\ntraceback" if verdict == "error" else None,
+    )
+
+
+def test_identical_passing_runs_are_not_worse() -> None:
+    outcome = compare_for_gate([result()], [result()])
+    assert not outcome.worse and outcome.reasons == [] and outcome.compared == 1
+    assert gate_exit_code(outcome, [result()]) == EXIT_OK
+
+
+def test_head_broken_anywhere_is_worse_even_if_base_is_broken() -> None:
+    outcome = compare_for_gate([result("broken", num_drafts=2)], [result("broken", num_drafts=2)])
+    assert outcome.worse
+    assert any("head is broken (base broken)" in r and "request a lost" in r for r in outcome.reasons)
+    assert gate_exit_code(outcome, []) == EXIT_FAILED
+
+
+@pytest.mark.parametrize("verdict", ["diverge", "broken"])
+def test_pass_turning_bad_is_worse(verdict: str) -> None:
+    head = result(verdict, num_emitted_tokens=13)
+    outcome = compare_for_gate([result()], [head])
+    assert outcome.worse
+    assert any(f.kind == ("broken" if verdict == "broken" else "regressed") and "base pass" in f.text for f in outcome.findings)
+    assert any(f.kind == "further" and f.counter == "num_emitted_tokens" and (f.base, f.head, f.expected) == (11, 13, 11) for f in outcome.findings)
+
+
+def test_diverging_less_than_base_is_not_worse_and_is_reported_as_better() -> None:
+    base = result("diverge", num_emitted_tokens=13, mean_acceptance_length=3.25)
+    head = result("diverge", num_emitted_tokens=12, mean_acceptance_length=3.0)
+    outcome = compare_for_gate([base], [head])
+    assert not outcome.worse
+    assert {f.counter for f in outcome.improved} == {"num_emitted_tokens"}  # MAL is derived: not repeated
+    assert gate_exit_code(outcome, [head]) == EXIT_OK
+
+
+def test_same_divergence_is_not_worse() -> None:
+    outcome = compare_for_gate([result("diverge", num_emitted_tokens=13)], [result("diverge", num_emitted_tokens=13)])
+    assert not outcome.worse and outcome.findings == []
+
+
+def test_counter_further_from_oracle_is_worse() -> None:
+    outcome = compare_for_gate([result("diverge", num_emitted_tokens=12)], [result("diverge", num_emitted_tokens=14)])
+    assert outcome.worse
+    (reason,) = outcome.reasons
+    assert "num_emitted_tokens" in reason and "1 on base, 3 on head" in reason
+
+
+def test_per_position_distance_is_elementwise_sum() -> None:
+    assert distance([4, 3, 2], [4, 3, 2]) == 0
+    assert distance([5, 3, 0], [4, 3, 2]) == 3
+    assert distance([4, 3], [4, 3, 2]) == 2  # a missing position counts as 0
+    assert distance(None, None) == 0 and math.isinf(distance(None, 2.0))
+    base = result("diverge", num_accepted_tokens_per_pos=[4, 3, 1])  # distance 1
+    head = result("diverge", num_accepted_tokens_per_pos=[5, 3, 3])  # distance 2
+    outcome = compare_for_gate([base], [head])
+    assert outcome.worse and "num_accepted_tokens_per_pos" in outcome.reasons[0]
+
+
+def test_mal_further_is_worse_beyond_tolerance_only() -> None:
+    assert not compare_for_gate([result()], [result(mean_acceptance_length=2.75 + 1e-9)]).worse
+    worse = compare_for_gate([result()], [result("diverge", mean_acceptance_length=3.0)])
+    assert worse.worse and any(f.counter == "mean_acceptance_length" for f in worse.findings if f.kind == "further")
+
+
+def test_head_error_is_unmeasured_not_worse() -> None:
+    head = [result("error")]
+    outcome = compare_for_gate([result()], head)
+    assert not outcome.worse
+    (finding,) = outcome.unmeasured
+    assert "base pass" in finding.text and "ImportError: boom" in finding.text
+    assert gate_exit_code(outcome, head) == EXIT_UNMEASURED
+
+
+def test_worse_wins_over_unmeasured() -> None:
+    head = [result("error", order="r1"), result("diverge", order="r2", num_drafts=3)]
+    outcome = compare_for_gate([result(order="r1"), result(order="r2")], head)
+    assert outcome.worse and outcome.unmeasured
+    assert gate_exit_code(outcome, head) == EXIT_FAILED
+
+
+def test_base_error_gives_nothing_to_compare() -> None:
+    outcome = compare_for_gate([result("error")], [result("diverge", num_drafts=3)])
+    assert not outcome.worse and outcome.compared == 0
+
+
+def test_scenario_missing_on_head_is_unmeasured() -> None:
+    head = [result(order="r1")]
+    outcome = compare_for_gate([result(order="r1"), result(order="r2")], head)
+    assert not outcome.worse
+    assert [f.order for f in outcome.unmeasured] == ["r2"]
+    assert gate_exit_code(outcome, head) == EXIT_UNMEASURED
+
+
+def test_no_head_results_is_unmeasured() -> None:
+    outcome = compare_for_gate([], [])
+    assert gate_exit_code(outcome, []) == EXIT_UNMEASURED
+
+
+def test_mixed_readings_are_refused() -> None:
+    with pytest.raises(ValueError, match="readings"):
+        compare_for_gate([result(reading="strict")], [result(reading="lenient")])
+
+
+def test_markdown_explains_why() -> None:
+    outcome = compare_for_gate([result("diverge", num_emitted_tokens=12)], [result("diverge", num_emitted_tokens=14)])
+    md = render_gate_markdown(outcome, "main", "pr|<b>")
+    assert "is worse than main" in md
+    assert "pr\\|&lt;b&gt;" in md and "<b>" not in md
+    assert "**strict**" in md
+    row = next(line for line in md.splitlines() if line.startswith("| eos |"))
+    assert "| r1 | num\\_emitted\\_tokens | 12 | 14 | 11 |" in row
+
+
+def test_markdown_when_not_worse_and_unmeasured() -> None:
+    ok = render_gate_markdown(compare_for_gate([result()], [result()]), "main", "head")
+    assert "is not worse than main" in ok
+    unmeasured = render_gate_markdown(compare_for_gate([result()], [result("error")]), "main", "head")
+    assert "could not measure" in unmeasured.lower() and "ImportError: boom" in unmeasured
