@@ -43,6 +43,9 @@ class BranchRun:
     error: str | None = None
     timed_out: bool = False
     duration_s: float = 0.0
+    #: Wall-clock start and end (epoch seconds): shows which branches overlapped.
+    started_at: float = 0.0
+    ended_at: float = 0.0
     log_path: Path | None = None
 
 
@@ -83,7 +86,7 @@ def run_probe(
     log_path = work_dir / f"{branch}-{tier}-probe.log"
     job_path.write_text(json.dumps(job, indent=1))
     out_path.unlink(missing_ok=True)
-    result = BranchRun(branch=branch, tier=tier, log_path=log_path)
+    result = BranchRun(branch=branch, tier=tier, log_path=log_path, started_at=time.time())
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -105,6 +108,7 @@ def run_probe(
             time.sleep(0.2)
         _report_progress(out_path, branch, seen, expected_runs, progress)
     result.duration_s = round(time.monotonic() - started, 2)
+    result.ended_at = time.time()
     result.header, result.runs = read_runs(out_path)
     if result.timed_out:
         result.error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"

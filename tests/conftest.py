@@ -7,10 +7,13 @@ worker waits on the same file lock, then reuses it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import git
 import pytest
+from filelock import FileLock
 
 from difftest.config import Config, load_config
 from difftest.envs.base import BaseEnv, ensure_base
@@ -48,3 +51,64 @@ def branch_python(workspace):
         return env.python
 
     return python
+
+
+@pytest.fixture(scope="session")
+def scheduler_scenarios(shipped_config):
+    from difftest.scenarios import load_scenarios
+
+    return load_scenarios(shipped_config.scenarios_dir, "scheduler")
+
+
+@pytest.fixture(scope="session")
+def probe_job(tmp_path_factory):
+    """probe_job(scenarios, work_dir) -> path of a JOB.json for those scenarios."""
+    from difftest.scenarios import probe_job as make_job
+
+    def write(scenarios, work_dir: Path | None = None) -> Path:
+        from difftest import paths
+
+        job = make_job(list(scenarios), work_dir or paths.models_dir())
+        path = tmp_path_factory.mktemp("job") / "job.json"
+        path.write_text(json.dumps(job))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def scheduler_runs(workspace, scheduler_scenarios):
+    """scheduler_runs(branch) -> the parsed RUNS.jsonl records of every shipped scheduler scenario.
+
+    One probe process per branch per machine state: results are cached on disk
+    under the environment's key and the job's hash, behind a lock, so xdist
+    workers and later sessions share one run instead of paying vLLM's import
+    again.
+    """
+    from difftest import paths
+    from difftest.runner import run_probe
+    from difftest.scenarios import probe_job as make_job
+
+    job = make_job(scheduler_scenarios, paths.models_dir())
+    job_hash = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
+    expected = sum(len(s.runs()) for s in scheduler_scenarios)
+    memo: dict[str, list[dict]] = {}
+
+    def runs(branch: str) -> list[dict]:
+        if branch in memo:
+            return memo[branch]
+        env = workspace.branch(branch).env
+        assert env is not None, workspace.branch(branch).error
+        cache = paths.difftest_home() / "test-probe-cache" / f"{env.fingerprint['key']}-{job_hash}"
+        cache.mkdir(parents=True, exist_ok=True)
+        done = cache / f"{branch}-scheduler-runs.jsonl"
+        with FileLock(str(cache / "lock")):
+            if not (cache / "complete").exists():
+                result = run_probe(branch, env.python, job, cache, 900, expected)
+                assert result.error is None, result.error
+                (cache / "complete").write_text("")
+        records = [json.loads(line) for line in done.read_text().splitlines()]
+        memo[branch] = [r for r in records if r.get("kind") == "run"]
+        return memo[branch]
+
+    return runs

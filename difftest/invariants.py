@@ -1,0 +1,201 @@
+"""Invariants a correct stats path keeps, whatever the reading of the oracle.
+
+A branch that differs from the oracle may just count differently ("diverge");
+a branch that breaks one of these is "broken": it loses or invents stats, or
+depends on batch order. Checked on the runs the probe recorded:
+- per step and in total: accepted <= draft tokens; per-position sums = totals;
+- per step, where the branch has its own emitted counter: rows <= emitted <= accepted + rows
+  (i.e. 1 <= emitted <= accepted + 1 per row);
+- stats silently lost: a step verified real drafts of N requests but reports fewer rows;
+- order independence: every batch order has the same totals;
+- additivity: a batch's totals equal the sum of its requests run alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from difftest.results import ProbeRun, Totals, Violation
+
+if TYPE_CHECKING:
+    from difftest.scenarios import Scenario
+
+#: The counters compared across runs (the logged mean is derived from them).
+COMPARED = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_accepted_tokens_per_pos",
+    "num_draft_tokens_per_pos",
+    "num_emitted_tokens",
+)
+
+
+def check_invariants(scenario: "Scenario | None", runs: list[ProbeRun]) -> dict[str, list[Violation]]:
+    """Violations per run label (every ok run gets a key, possibly with an empty list)."""
+    ok = [r for r in runs if r.status == "ok" and r.totals is not None]
+    found: dict[str, list[Violation]] = {r.label: [] for r in ok}
+    for run in ok:
+        found[run.label] += _step_checks(run) + _total_checks(run)
+    batches = [r for r in ok if not r.label.startswith("alone:")]
+    alone = {r.order[0]: r for r in ok if r.label.startswith("alone:")}
+    reference = _reference(batches, alone)
+    for run in batches:
+        found[run.label] += _order_check(run, reference)
+        found[run.label] += _additivity_check(run, alone)
+    return found
+
+
+def _vec(totals: Totals) -> dict[str, Any]:
+    return {c: getattr(totals, c) for c in COMPARED}
+
+
+def _step_checks(run: ProbeRun) -> list[Violation]:
+    out: list[Violation] = []
+    own_emitted = run.totals is not None and run.totals.emitted_source.startswith("counter:")
+    emitted_field = run.totals.emitted_source.split(":", 1)[1] if own_emitted else None
+    for step in run.steps:
+        where = f"step {step.step}"
+        verified = [
+            rid
+            for rid, drafts in step.drafts.items()
+            if len(drafts) - step.invalid.get(rid, 0) > 0 and step.sampled.get(rid)
+        ]
+        stats = step.stats
+        rows = (stats or {}).get("num_drafts", 0)
+        if len(verified) > rows:
+            lost = "no spec stats at all" if stats is None else f"{rows} row(s)"
+            out.append(
+                Violation(
+                    invariant="stats-lost",
+                    label=run.label,
+                    detail=f"{where}: {len(verified)} request(s) had real drafts verified ({', '.join(verified)}) "
+                    f"but the step reports {lost}",
+                    counter="num_drafts",
+                    measured=rows,
+                    expected=len(verified),
+                )
+            )
+        if stats is None:
+            continue
+        out += _consistency(stats, run.label, where)
+        if emitted_field and emitted_field in stats:
+            emitted, accepted = stats[emitted_field], stats.get("num_accepted_tokens", 0)
+            if not rows <= emitted <= accepted + rows:
+                out.append(
+                    Violation(
+                        invariant="emitted-bounds",
+                        label=run.label,
+                        detail=f"{where}: {emitted_field}={emitted} outside [rows={rows}, accepted+rows={accepted + rows}]",
+                        counter="num_emitted_tokens",
+                        measured=emitted,
+                        expected=[rows, accepted + rows],
+                    )
+                )
+    return out
+
+
+def _consistency(values: dict[str, Any], label: str, where: str) -> list[Violation]:
+    out = []
+    drafts, accepted = values.get("num_draft_tokens", 0), values.get("num_accepted_tokens", 0)
+    if accepted > drafts:
+        out.append(
+            Violation(
+                invariant="accepted-le-drafts",
+                label=label,
+                detail=f"{where}: accepted {accepted} > draft tokens {drafts}",
+                counter="num_accepted_tokens",
+                measured=accepted,
+                expected=f"<= {drafts}",
+            )
+        )
+    for per_pos, total in (("num_accepted_tokens_per_pos", "num_accepted_tokens"), ("num_draft_tokens_per_pos", "num_draft_tokens")):
+        if per_pos in values and sum(values[per_pos]) != values.get(total, 0):
+            out.append(
+                Violation(
+                    invariant="per-pos-sum",
+                    label=label,
+                    detail=f"{where}: sum({per_pos})={sum(values[per_pos])} != {total}={values.get(total, 0)}",
+                    counter=per_pos,
+                    measured=sum(values[per_pos]),
+                    expected=values.get(total, 0),
+                )
+            )
+    return out
+
+
+def _total_checks(run: ProbeRun) -> list[Violation]:
+    assert run.totals is not None
+    return _consistency(run.totals.model_dump(), run.label, "totals")
+
+
+def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] | None:
+    if not all(rid in alone for rid in order):
+        return None
+    total: dict[str, Any] = {}
+    for rid in order:
+        for name, value in _vec(alone[rid].totals).items():  # type: ignore[arg-type]
+            if isinstance(value, list):
+                prev = total.get(name) or [0] * len(value)
+                total[name] = [a + b for a, b in zip(prev, value)]
+            else:
+                total[name] = total.get(name, 0) + value
+    return total
+
+
+def _reference(batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> tuple[str, dict[str, Any]] | None:
+    """What the batch orders should agree on: the totals equal to the requests' sum alone if an order has
+    them, else the most common totals (ties: the first listed order)."""
+    if len(batches) < 2:
+        return None
+    vectors = [(r.label, _vec(r.totals)) for r in batches]  # type: ignore[arg-type]
+    summed = _sum_alone(alone, batches[0].order)
+    if summed is not None:
+        for label, vec in vectors:
+            if vec == summed:
+                return ("the sum of the requests run alone", summed)
+    counts = Counter(repr(v) for _, v in vectors)
+    best = max(vectors, key=lambda lv: counts[repr(lv[1])])
+    n = counts[repr(best[1])]
+    return (f"{best[0]} ({n} of {len(vectors)} orders agree)", best[1])
+
+
+def _diff(vec: dict[str, Any], ref: dict[str, Any]) -> list[str]:
+    return [c for c in COMPARED if vec.get(c) != ref.get(c)]
+
+
+def _order_check(run: ProbeRun, reference: tuple[str, dict[str, Any]] | None) -> list[Violation]:
+    if reference is None:
+        return []
+    name, ref = reference
+    vec = _vec(run.totals)  # type: ignore[arg-type]
+    return [
+        Violation(
+            invariant="order-independence",
+            label=run.label,
+            detail=f"batch order {','.join(run.order)} changes {counter}: {vec[counter]} here, {ref[counter]} in {name}",
+            counter=counter,
+            measured=vec[counter],
+            expected=ref[counter],
+        )
+        for counter in _diff(vec, ref)
+    ]
+
+
+def _additivity_check(run: ProbeRun, alone: dict[str, ProbeRun]) -> list[Violation]:
+    summed = _sum_alone(alone, run.order)
+    if summed is None or len(run.order) < 2:
+        return []
+    vec = _vec(run.totals)  # type: ignore[arg-type]
+    return [
+        Violation(
+            invariant="additivity",
+            label=run.label,
+            detail=f"batch {','.join(run.order)}: {counter}={vec[counter]}, but its requests run alone sum to {summed[counter]}",
+            counter=counter,
+            measured=vec[counter],
+            expected=summed[counter],
+        )
+        for counter in _diff(vec, summed)
+    ]

@@ -1,0 +1,1 @@
+"""Runs inside a branch environment: stdlib + vLLM only (see __main__)."""

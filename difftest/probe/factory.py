@@ -1,0 +1,118 @@
+"""Builds the REAL vLLM scheduler for a scenario, as vLLM's own CPU tests do.
+
+One `VllmConfig` + `StructuredOutputManager` per (k, draft path) is cached:
+they hold the tokenizer and xgrammar's compiler, the expensive part. Each run
+gets a fresh `Scheduler` (sync path) or `AsyncScheduler` (async path), so no
+state leaks between runs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.structured_output.utils import choice_as_grammar
+
+from . import script
+from .model_dir import MAX_MODEL_LEN
+
+BLOCK_SIZE = 16
+NUM_BLOCKS = 4096
+GRAMMAR_TIMEOUT_S = 60.0
+
+
+class SchedulerFactory:
+    """Configs are built once per (k, path); schedulers once per run."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.model_dir = model_dir
+        self._model_config: ModelConfig | None = None
+        self._cache: dict[tuple[int, str], tuple[VllmConfig, StructuredOutputManager]] = {}
+
+    def model_config(self) -> ModelConfig:
+        if self._model_config is None:
+            self._model_config = ModelConfig(
+                model=str(self.model_dir), tokenizer=str(self.model_dir), dtype="float32", seed=0,
+                max_model_len=MAX_MODEL_LEN,
+            )
+        return self._model_config
+
+    def _configs(self, k: int, path: str) -> tuple[VllmConfig, StructuredOutputManager]:
+        key = (k, path)
+        if key not in self._cache:
+            vllm_config = VllmConfig(
+                model_config=self.model_config(),
+                scheduler_config=SchedulerConfig(
+                    max_num_seqs=64,
+                    max_num_batched_tokens=MAX_MODEL_LEN,
+                    max_model_len=MAX_MODEL_LEN,
+                    enable_chunked_prefill=True,
+                    is_encoder_decoder=False,
+                ),
+                cache_config=CacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=False),
+                speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=k),
+            )
+            vllm_config.cache_config.num_gpu_blocks = NUM_BLOCKS
+            self._cache[key] = (vllm_config, StructuredOutputManager(vllm_config))
+        return self._cache[key]
+
+    def scheduler(self, k: int, path: str) -> Scheduler:
+        vllm_config, manager = self._configs(k, path)
+        kv_cache_config = KVCacheConfig(
+            num_blocks=NUM_BLOCKS,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer"], FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32)
+                )
+            ],
+        )
+        cls = AsyncScheduler if path == "async" else Scheduler
+        return cls(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=manager,
+            block_size=BLOCK_SIZE,
+            log_stats=True,
+        )
+
+    def request(self, scheduler: Scheduler, req: dict[str, Any]) -> Request:
+        """A vLLM Request with EOS, stop tokens and (optionally) a compiled xgrammar grammar."""
+        eos_id = script.token(req.get("eos") or "<eos>")
+        stop_ids = [script.token(s) for s in req.get("stop") or []]
+        structured = None
+        if req.get("grammar"):
+            # The frontend turns `choice` into an EBNF grammar before the engine sees it; do the same.
+            structured = StructuredOutputsParams(grammar=choice_as_grammar(list(req["grammar"]["choice"])))
+            structured._backend = "xgrammar"
+        params = SamplingParams(
+            max_tokens=req["max_tokens"], temperature=0.0, stop_token_ids=stop_ids, structured_outputs=structured
+        )
+        params.update_from_generation_config({}, eos_id)
+        request = Request(
+            request_id=req["id"],
+            prompt_token_ids=script.tokens(req["prompt"]),
+            sampling_params=params,
+            pooling_params=None,
+        )
+        if structured is not None:
+            scheduler.structured_output_manager.grammar_init(request)
+            deadline = time.monotonic() + GRAMMAR_TIMEOUT_S
+            so_req = request.structured_output_request
+            assert so_req is not None
+            while not so_req.is_grammar_ready:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"grammar for {req['id']} not compiled after {GRAMMAR_TIMEOUT_S}s")
+                time.sleep(0.001)
+            if isinstance(so_req.grammar, Exception):
+                raise RuntimeError(f"grammar for {req['id']} failed to compile") from so_req.grammar
+        return request

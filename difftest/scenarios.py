@@ -1,0 +1,302 @@
+"""Scenario files (`scenarios/<tier>/*.yaml`): schema, loading, run plan, probe job.
+
+A scenario is data, readable in review: k, the draft path, the requests with
+their scripted target stream and drafter, the batch orders, and a one-line
+statement of what it probes. Loading validates the schema with pydantic and
+then plays the script once (the oracle's simulation), so a target stream that
+runs out or breaks its own grammar is a ConfigError naming the file, the key
+and the fix before any branch is probed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from difftest.errors import ConfigError
+from difftest.probe import script
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_HINTS = {
+    "k": "an integer from 1 to 8 (num_speculative_tokens)",
+    "draft_path": "`sync` (update_draft_token_ids) or `async` (AsyncScheduler + update_draft_token_ids_in_output)",
+    "orders": "`listed`, `all` (every permutation) or a list of id lists",
+    "requests": "a list of `{id, prompt, max_tokens, target, drafter}` mappings",
+    "drafter": "`{kind: scripted, steps: [TOKENS...], then: none|perfect}` or `{kind: random, acceptance: 0.0-1.0}`",
+    "target": "a token string such as `ab<eos>` or `{random: {length: N, alphabet: abc}}`",
+    "grammar": "`{choice: [STRING, ...]}`",
+    "statement": "one line saying what the scenario probes",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScriptedDrafter(_Strict):
+    kind: Literal["scripted"]
+    #: Drafts for the request's 1st, 2nd, ... verification step; empty = no drafts that step.
+    steps: list[str | None] = Field(default_factory=list)
+    #: After the listed steps: `none` (no drafts) or `perfect` (the next k target tokens).
+    then: Literal["none", "perfect"] = "none"
+
+
+class RandomDrafter(_Strict):
+    kind: Literal["random"]
+    #: Probability that each draft token equals the target's (seeded per seed/request/position).
+    acceptance: float = Field(ge=0.0, le=1.0)
+
+
+class RandomTarget(_Strict):
+    length: int = Field(gt=0, le=100_000)
+    alphabet: str = "abcdefghijklmnopqrstuvwxyz"
+
+
+class RandomTargetSpec(_Strict):
+    random: RandomTarget
+
+
+class ChoiceGrammarSpec(_Strict):
+    choice: list[str] = Field(min_length=1)
+
+
+class RequestSpec(_Strict):
+    id: str
+    prompt: str
+    max_tokens: int = Field(gt=0)
+    eos: str = "<eos>"
+    stop: list[str] = Field(default_factory=list)
+    grammar: ChoiceGrammarSpec | None = None
+    target: str | RandomTargetSpec
+    drafter: ScriptedDrafter | RandomDrafter = Field(discriminator="kind")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError("use letters, digits, '_' or '-' (it appears in run labels)")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, value: str) -> str:
+        ids = _tokens(value)
+        if len(ids) < 2:
+            # A 1-token prompt meets the scheduler's -1 padding of new decodes (#50518): not this tier's subject.
+            raise ValueError("needs at least 2 tokens (a 1-token prompt gets scheduler -1 padding, #50518)")
+        return value
+
+    @field_validator("eos")
+    @classmethod
+    def _one_token(cls, value: str) -> str:
+        _one(value)
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: list[str]) -> list[str]:
+        for v in value:
+            _one(v)
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            _tokens(value)
+        else:
+            _tokens(value.random.alphabet)
+        return value
+
+    @field_validator("drafter")
+    @classmethod
+    def _drafts(cls, value: Any) -> Any:
+        if isinstance(value, ScriptedDrafter):
+            for s in value.steps:
+                _tokens(s or "")
+        return value
+
+
+class Scenario(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str
+    statement: str = Field(min_length=1)
+    tier: Literal["scheduler"] = "scheduler"
+    k: int = Field(ge=1, le=8)
+    draft_path: Literal["sync", "async"] = "sync"
+    seed: int = 0
+    #: YAML key `orders`: `listed`, `all` (every permutation) or explicit id lists.
+    batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
+    #: Run each request alone too (needed by the additivity invariant); default: when there are several.
+    alone: bool | None = None
+    requests: list[RequestSpec] = Field(min_length=1)
+    #: Set by the loader, not written in the file.
+    file: str = ""
+    sha256: str = ""
+
+    @field_validator("statement")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\n" in value.strip():
+            raise ValueError("must be one line")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        ids = [r.id for r in self.requests]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"requests: duplicate id(s) {dupes}")
+        if isinstance(self.batch_orders, list):
+            for order in self.batch_orders:
+                if sorted(order) != sorted(ids):
+                    raise ValueError(f"orders: {order} is not a permutation of the request ids {ids}")
+        if self.draft_path == "async":
+            for r in self.requests:
+                if isinstance(r.drafter, ScriptedDrafter):
+                    short = [s for s in r.drafter.steps if len(_tokens(s or "")) != self.k]
+                    if short:
+                        raise ValueError(
+                            f"requests.{r.id}.drafter.steps: on the async path a drafter proposes exactly k={self.k} "
+                            f"tokens per step (fewer become -1 placeholders, #44056); got {short}"
+                        )
+                    if r.drafter.then == "none":
+                        raise ValueError(
+                            f"requests.{r.id}.drafter.then: `none` is not possible on the async path "
+                            "(k placeholders are always scheduled); use `perfect`"
+                        )
+        return self
+
+    @property
+    def request_ids(self) -> list[str]:
+        return [r.id for r in self.requests]
+
+    def orders(self) -> list[list[str]]:
+        """The batch orders to run: the listed order, every permutation, or the explicit list."""
+        ids = self.request_ids
+        if self.batch_orders == "all":
+            return [list(p) for p in itertools.permutations(ids)]
+        if self.batch_orders == "listed":
+            return [ids]
+        return [list(o) for o in self.batch_orders]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run of the probe: each batch order, then each request alone."""
+        runs = [{"label": order_label(o), "order": o} for o in self.orders()]
+        alone = self.alone if self.alone is not None else len(self.requests) > 1
+        if alone:
+            runs += [{"label": f"alone:{rid}", "order": [rid]} for rid in self.request_ids]
+        return runs
+
+    def probe_data(self) -> dict[str, Any]:
+        """The plain dict the probe plays (`data` in the job), with the planned runs."""
+        data = self.model_dump(mode="json", by_alias=True)
+        data["runs"] = self.runs()
+        return data
+
+    def request(self, rid: str) -> RequestSpec:
+        return next(r for r in self.requests if r.id == rid)
+
+
+def order_label(order: list[str]) -> str:
+    return "order:" + ",".join(order)
+
+
+def _tokens(value: str) -> list[int]:
+    try:
+        return script.tokens(value)
+    except script.ScriptError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _one(value: str) -> int:
+    try:
+        return script.token(value)
+    except script.ScriptError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate one file, or raise ConfigError naming file, key, value and fix."""
+    raw_bytes = path.read_bytes()
+    try:
+        raw = yaml.safe_load(raw_bytes)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping", "see scenarios/README.md for the format")
+    raw.setdefault("name", path.stem)
+    try:
+        scenario = Scenario.model_validate({**raw, "file": path.name, "sha256": hashlib.sha256(raw_bytes).hexdigest()})
+    except ValidationError as exc:
+        raise _scenario_error(exc, path) from None
+    _check_playable(scenario, path)
+    return scenario
+
+
+def load_scenarios(directory: Path, tier: str = "scheduler") -> list[Scenario]:
+    """Every `*.yaml` under `<directory>/<tier>/` (or `directory` itself if it holds the files), sorted by name."""
+    directory = Path(directory)
+    folder = directory / tier if (directory / tier).is_dir() else directory
+    if not folder.is_dir():
+        raise ConfigError(f"scenario folder {str(folder)!r} does not exist", "point scenarios_dir at the scenarios/ folder")
+    files = sorted(folder.glob("*.yaml"))
+    if not files:
+        raise ConfigError(f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)")
+    scenarios = [load_scenario(f) for f in files]
+    seen: dict[str, str] = {}
+    for s in scenarios:
+        if s.tier != tier:
+            raise ConfigError(f"{s.file}: tier {s.tier!r} found in the {tier!r} folder", f"move it or set `tier: {tier}`")
+        if s.name in seen:
+            raise ConfigError(f"{s.file}: name {s.name!r} already used by {seen[s.name]}", "give every scenario its own name")
+        seen[s.name] = s.file
+    return scenarios
+
+
+def probe_job(scenarios: list[Scenario], work_dir: Path, tier: str = "scheduler") -> dict[str, Any]:
+    """The JOB.json mapping the probe reads."""
+    return {
+        "tier": tier,
+        "work_dir": str(work_dir),
+        "scenarios": [{"name": s.name, "file": s.file, "data": s.probe_data()} for s in scenarios],
+    }
+
+
+def _scenario_error(exc: ValidationError, path: Path) -> ConfigError:
+    lines, hints = [], []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))) or "(top level)"
+        shown = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            hints.append(f"remove `{key}` or check its spelling")
+        lines.append(f"  {key}: {msg} ({shown})")
+        for part in reversed(key.split(".")):
+            if part in _HINTS:
+                hints.append(f"{part}: {_HINTS[part]}")
+                break
+    hint = "; ".join(dict.fromkeys(hints)) or "compare with scenarios/README.md"
+    return ConfigError(f"{path}: invalid scenario\n" + "\n".join(lines), hint)
+
+
+def _check_playable(scenario: Scenario, path: Path) -> None:
+    """Play every request once; a script that cannot be played is the author's error, not a branch's."""
+    from difftest import oracle
+
+    for req in scenario.requests:
+        try:
+            oracle.simulate_request(scenario, req.id)
+        except (script.ScriptError, oracle.ScriptViolation) as exc:
+            raise ConfigError(
+                f"{path}: requests.{req.id}: {exc}",
+                "make the target stream long enough to reach a stop (or max_tokens) and keep it inside its grammar",
+            ) from None

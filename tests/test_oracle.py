@@ -1,0 +1,81 @@
+"""The oracle on hand-computed truncation examples and on every shipped scenario (pure, fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from difftest.oracle import expected_totals, simulate_request
+from difftest.scenarios import Scenario, load_scenarios
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def _one(target: str, steps: list[str], k: int = 3, path: str = "sync", **req: object) -> Scenario:
+    then = "perfect" if path == "async" else "none"
+    request = {"id": "r", "prompt": "hi", "max_tokens": 20, "target": target,
+               "drafter": {"kind": "scripted", "steps": steps, "then": then}, **req}
+    return Scenario.model_validate({"name": "t", "statement": "s", "k": k, "draft_path": path, "requests": [request]})
+
+
+def test_eos_inside_accepted_drafts_emits_two() -> None:
+    # drafts [a, EOS, c] all accepted + bonus d: the request emits [a, EOS]
+    totals = expected_totals(_one("xa<eos>cd", ["a<eos>c"]), ["r"])
+    assert (totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens) == (1, 3, 3)
+    assert totals.num_accepted_tokens_per_pos == [1, 1, 1]
+    assert totals.num_emitted_tokens == 2
+    assert totals.mean_acceptance_length == 2.0
+    assert totals.emitted_source == "oracle"
+
+
+def test_stop_token_first_accepted_draft_emits_one() -> None:
+    totals = expected_totals(_one("x.bcd", [".bc"], stop=["."]), ["r"])
+    assert (totals.num_drafts, totals.num_accepted_tokens, totals.num_emitted_tokens) == (1, 3, 1)
+
+
+def test_max_tokens_mid_block() -> None:
+    totals = expected_totals(_one("abcdefgh", ["bcde"], k=4, max_tokens=4), ["r"])
+    assert (totals.num_drafts, totals.num_accepted_tokens, totals.num_emitted_tokens) == (1, 4, 3)
+
+
+def test_eos_on_bonus_counts_accepted_plus_one() -> None:
+    totals = expected_totals(_one("xabc<eos>", ["abc"]), ["r"])
+    assert totals.num_emitted_tokens == totals.num_accepted_tokens + totals.num_drafts == 4
+
+
+def test_rejection_keeps_verifier_semantics() -> None:
+    # 'a' accepted, 'z' rejected, 'c' never reached; bonus 'b'
+    totals = expected_totals(_one("xab<eos>", ["azc"]), ["r"])
+    assert totals.num_accepted_tokens_per_pos == [1, 0, 0]
+    assert totals.num_draft_tokens_per_pos == [1, 1, 1]
+    assert totals.num_emitted_tokens == 2
+
+
+def test_all_invalid_async_request_depends_on_reading() -> None:
+    scenario = _one("yes<eos>", ["zzz", "zzz", "zzz"], path="async", grammar={"choice": ["yes", "no"]})
+    strict = expected_totals(scenario, ["r"], "strict")
+    lenient = expected_totals(scenario, ["r"], "lenient")
+    assert (strict.num_drafts, strict.num_emitted_tokens, strict.mean_acceptance_length) == (0, 0, None)
+    assert (lenient.num_drafts, lenient.num_draft_tokens, lenient.num_emitted_tokens) == (3, 0, 3)
+
+
+def test_sync_grammar_trims_before_counting() -> None:
+    scenario = _one("green<eos>", ["rzz", "enz"], grammar={"choice": ["red", "green", "blue"]})
+    rows = simulate_request(scenario, "r").steps
+    assert [(r.real_drafts, r.scheduled_drafts, r.accepted, r.emitted) for r in rows] == [(1, 1, 1, 2), (2, 2, 2, 3)]
+
+
+@pytest.mark.parametrize("scenario", load_scenarios(SCENARIOS), ids=lambda s: s.name)
+def test_every_shipped_scenario_has_consistent_oracle(scenario: Scenario) -> None:
+    for reading in ("strict", "lenient"):
+        per_order = {repr(expected_totals(scenario, o, reading)) for o in scenario.orders()}
+        assert len(per_order) == 1  # the correct answer never depends on batch order
+        alone = [expected_totals(scenario, [rid], reading) for rid in scenario.request_ids]
+        batch = expected_totals(scenario, scenario.request_ids, reading)
+        assert batch.num_drafts == sum(a.num_drafts for a in alone)
+        assert batch.num_emitted_tokens == sum(a.num_emitted_tokens for a in alone)
+        assert batch.num_accepted_tokens <= batch.num_draft_tokens
+        assert sum(batch.num_accepted_tokens_per_pos) == batch.num_accepted_tokens
+        assert sum(batch.num_draft_tokens_per_pos) == batch.num_draft_tokens
+        assert batch.num_drafts <= batch.num_emitted_tokens <= batch.num_accepted_tokens + batch.num_drafts

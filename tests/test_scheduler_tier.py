@@ -1,0 +1,126 @@
+"""The scheduler tier on the three shipped branches, in their real environments (slow).
+
+Encodes what the tier must show: main overcounts emitted tokens on truncation
+and passes the controls; pr-56137-style matches the oracle on truncation, its
+residual (an all-invalid request still counted as a draft row) shows under the
+strict reading only; pr-56195-style matches on truncation but, in the mixed
+batch, loses the other requests' stats depending on where the invalid request
+sits, which the invariants flag.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from difftest.invariants import COMPARED, check_invariants
+from difftest.oracle import expected_totals
+from difftest.results import ProbeRun
+from difftest.scenarios import Scenario, load_scenarios
+
+pytestmark = pytest.mark.slow
+
+SCENARIOS = {s.name: s for s in load_scenarios(Path(__file__).resolve().parents[1] / "scenarios")}
+TRUNCATION = ("eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block")
+CONTROLS = ("eos-on-bonus", "grammar-trim-sync", "partial-invalid-async")
+MIXED = "mixed-batch-invalid-async"
+
+
+@pytest.fixture(scope="module")
+def runs_of(scheduler_runs):
+    cache: dict[str, dict[str, list[ProbeRun]]] = {}
+
+    def get(branch: str) -> dict[str, list[ProbeRun]]:
+        if branch not in cache:
+            by_scenario: dict[str, list[ProbeRun]] = {}
+            for line in scheduler_runs(branch):
+                if line.get("kind") == "run":
+                    record = {k: v for k, v in line.items() if k != "kind"}
+                    by_scenario.setdefault(record["scenario"], []).append(ProbeRun.model_validate(record))
+            cache[branch] = by_scenario
+        return cache[branch]
+
+    return get
+
+
+def _matches(scenario: Scenario, run: ProbeRun, reading: str) -> list[str]:
+    expected = expected_totals(scenario, run.order, reading)  # type: ignore[arg-type]
+    return [c for c in COMPARED if getattr(run.totals, c) != getattr(expected, c)]
+
+
+def _batch(runs: list[ProbeRun]) -> list[ProbeRun]:
+    return [r for r in runs if not r.label.startswith("alone:")]
+
+
+@pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style"])
+def test_every_run_ok_and_outputs_follow_the_script(runs_of, branch: str) -> None:
+    from difftest.oracle import expected_outputs
+
+    runs = runs_of(branch)
+    assert set(SCENARIOS) <= set(runs)
+    for name, scenario_runs in runs.items():
+        for run in scenario_runs:
+            assert run.status == "ok", run.error
+            assert run.outputs == expected_outputs(SCENARIOS[name], run.order), run.label
+
+
+@pytest.mark.parametrize("name", TRUNCATION)
+def test_main_overcounts_emitted_on_truncation(runs_of, name: str) -> None:
+    for run in _batch(runs_of("main")[name]):
+        expected = expected_totals(SCENARIOS[name], run.order)
+        assert run.totals.emitted_source == "implied"
+        assert run.totals.num_emitted_tokens > expected.num_emitted_tokens
+        assert _matches(SCENARIOS[name], run, "strict") == ["num_emitted_tokens"]
+
+
+@pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style"])
+@pytest.mark.parametrize("name", CONTROLS)
+def test_controls_pass_everywhere(runs_of, branch: str, name: str) -> None:
+    for run in runs_of(branch)[name]:
+        assert _matches(SCENARIOS[name], run, "strict") == []
+
+
+@pytest.mark.parametrize("branch", ["main", "pr-56137-style"])
+def test_order_independent_and_no_violations(runs_of, branch: str) -> None:
+    for name, runs in runs_of(branch).items():
+        assert all(v == [] for v in check_invariants(SCENARIOS[name], runs).values()), name
+
+
+@pytest.mark.parametrize("branch", ["pr-56137-style", "pr-56195-style"])
+@pytest.mark.parametrize("name", TRUNCATION + ("long-random-k1", "long-random-k3", "long-random-k5"))
+def test_fixes_match_oracle_on_truncation(runs_of, branch: str, name: str) -> None:
+    for run in runs_of(branch)[name]:
+        assert run.totals.emitted_source.startswith("counter:")
+        assert _matches(SCENARIOS[name], run, "strict") == []
+        assert run.totals.mean_acceptance_length == pytest.approx(
+            expected_totals(SCENARIOS[name], run.order).mean_acceptance_length, abs=1e-9
+        )
+
+
+def test_56137_residual_strict_only(runs_of) -> None:
+    for name in ("grammar-all-invalid-async", MIXED):
+        for run in runs_of("pr-56137-style")[name]:
+            if run.label in ("alone:plain1", "alone:plain2"):
+                continue
+            assert _matches(SCENARIOS[name], run, "lenient") == []
+            assert "num_drafts" in _matches(SCENARIOS[name], run, "strict")
+
+
+def test_56195_loses_stats_by_order(runs_of) -> None:
+    runs = runs_of("pr-56195-style")[MIXED]
+    violations = check_invariants(SCENARIOS[MIXED], runs)
+    for run in _batch(runs):
+        position = run.order.index("grammar")
+        kinds = {v.invariant for v in violations[run.label]}
+        if position == 0:  # invalid request first: nothing lost
+            assert _matches(SCENARIOS[MIXED], run, "strict") == []
+            assert kinds == set()
+        else:
+            assert {"stats-lost", "order-independence", "additivity"} <= kinds
+        if position == len(run.order) - 1:  # last: the step reports no spec stats at all
+            first_decode = next(s for s in run.steps if s.drafts)
+            assert first_decode.stats is None
+        if position == 1:  # middle: the earlier request is lost, the later one kept
+            first_decode = next(s for s in run.steps if s.drafts)
+            assert first_decode.stats is not None and first_decode.stats["num_drafts"] == 1
