@@ -16,11 +16,10 @@ from pathlib import Path
 from difftest import paths
 from difftest.config import Config
 from difftest.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
-from difftest.invariants import check_invariants
-from difftest.oracle import expected_totals
-from difftest.results import ProbeRun, Reading, Result, Tier
+from difftest.results import ProbeRun, Reading, Result, Tier, Violation
 from difftest.runner import BranchRun, Progress, run_branches
 from difftest.scenarios import Scenario, load_scenarios, probe_job
+from difftest.tiers import TierRules, rules_for
 from difftest.verdicts import judge, unmeasured
 from difftest.workspace import PreparedBranch, Workspace
 
@@ -73,29 +72,48 @@ def measure_tier(
 
 def judge_all(workspace: Workspace, measurement: Measurement, reading: Reading) -> list[Result]:
     results: list[Result] = []
+    names = [b.name for b in workspace.branches]
+    baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
     for tier, tier_scenarios in measurement.scenarios.items():
-        for branch in workspace.branches:
-            delivered = measurement.runs.get(tier, {}).get(branch.name)
-            for scenario in tier_scenarios:
-                results += _judge_scenario(branch, scenario, delivered, reading)
+        rules = rules_for(tier)
+        delivered = measurement.runs.get(tier, {})
+        for scenario in tier_scenarios:
+            runs = {
+                name: [r for r in delivered[name].runs if r.scenario == scenario.name]
+                for name in names
+                if name in delivered
+            }
+            across = rules.across_branches(scenario, runs, baseline) if rules.across_branches else {}
+            for branch in workspace.branches:
+                results += _judge_scenario(
+                    branch, scenario, delivered.get(branch.name), runs.get(branch.name, []),
+                    across.get(branch.name, {}), rules, reading,
+                )
     return results
 
 
 def _judge_scenario(
-    branch: PreparedBranch, scenario: Scenario, delivered: BranchRun | None, reading: Reading
+    branch: PreparedBranch,
+    scenario: Scenario,
+    delivered: BranchRun | None,
+    runs: list[ProbeRun],
+    across: dict[str, list[Violation]],
+    rules: TierRules,
+    reading: Reading,
 ) -> list[Result]:
-    planned = scenario.runs()
-    labels = [p["label"] for p in planned]
+    labels = [p["label"] for p in scenario.runs()]
     if delivered is None:
         why = branch.error or "no probe was run for this branch"
         return unmeasured(branch.name, scenario.name, scenario.tier, scenario.statement, labels, why, reading)
-    runs = [r for r in delivered.runs if r.scenario == scenario.name]
     got = {r.label for r in runs}
     missing = [label for label in labels if label not in got]
     results: list[Result] = []
+    measured = [r for r in runs if r.status == "ok"]
     if runs:
-        expected = {p["label"]: expected_totals(scenario, p["order"], reading) for p in planned}
-        violations = check_invariants(scenario, runs)
+        expected = {r.label: rules.expected(scenario, r, reading) for r in measured}
+        violations = rules.invariants(scenario, measured) if measured else {}
+        for label, extra in across.items():
+            violations.setdefault(label, []).extend(extra)
         results += judge(branch.name, scenario.name, scenario.tier, scenario.statement, runs, expected, violations, reading)
     if missing:
         why = delivered.error or "the probe did not report this run"
@@ -122,10 +140,12 @@ def make_evidence(
         for tier, tier_scenarios in measurement.scenarios.items()
         for s in tier_scenarios
     }
+    # Per-step records stay in the probe's JSONL next to the reports; the evidence keeps each
+    # run's totals, outputs and notes, which is what re-checking a verdict needs.
     runs: dict[str, list[ProbeRun]] = {}
     for per_branch in measurement.runs.values():
         for name, delivered in per_branch.items():
-            runs.setdefault(name, []).extend(delivered.runs)
+            runs.setdefault(name, []).extend(r.model_copy(update={"steps": []}) for r in delivered.runs)
     return Evidence(
         command=sys.argv[:],
         reading=reading,

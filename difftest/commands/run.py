@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -57,6 +58,6 @@ def run_command(config: Config, args: argparse.Namespace, log: Log) -> int:
         config, args.branches or None, args.tier, args.select, args.reading, out, args.jobs, args.fetch, log
     )
     written = write_reports(evidence, out)
-    render_terminal(evidence, Console())
+    render_terminal(evidence, Console(width=None if sys.stdout.isatty() else 140))
     log("wrote " + ", ".join(str(p) for p in written.values()))
     return exit_code(evidence.results)
