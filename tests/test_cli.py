@@ -1,0 +1,214 @@
+"""The commands end to end: `run`, `verify`, `gate`, exit codes, broken and hanging branches.
+
+Everything here runs the real probes in the real branch environments (the
+scheduler tier, to keep the suite short); configs written to tmp_path reuse the
+shipped patches and scenarios through absolute paths.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from difftest.cli import main
+from difftest.config import load_config
+from difftest.pipeline import measure_tier, select_scenarios
+from difftest.refs import read_blob
+from difftest.workspace import prepare
+from tests.patching import make_patch
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+CONTROL = "eos-on-bonus"
+
+
+def write_config(tmp_path: Path, branches: list[dict], **extra) -> Path:
+    raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
+    raw["branches"] = branches
+    raw["scenarios_dir"] = str(ROOT / "scenarios")
+    raw.update(extra)
+    path = tmp_path / "branches.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def shipped(name: str) -> dict:
+    patches = {"main": [], "pr-56137-style": ["pr-56137-style.patch"], "pr-56195-style": ["pr-56195-style.patch"]}
+    return {"name": name, "ref": "main", "patches": [str(ROOT / "patches" / p) for p in patches[name]]}
+
+
+def scheduler_patch(tmp_path: Path, fixture_repo, name: str, first_line: str) -> str:
+    """A patch that puts `first_line` at the top of the branch's scheduler module."""
+    old = read_blob(fixture_repo, "v0.32.0", SCHEDULER).decode()
+    return str(make_patch(tmp_path / f"{name}.patch", SCHEDULER, old, first_line + "\n" + old))
+
+
+def results_of(out: Path) -> list[dict]:
+    return json.loads((out / "evidence.json").read_text())["results"]
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """`difftest run` on the shipped branches.yaml (scheduler tier), once for this module."""
+    out = tmp_path_factory.mktemp("run") / "out"
+    code = main(["run", "-c", str(ROOT / "branches.yaml"), "--tier", "scheduler", "--out", str(out)])
+    return code, out
+
+
+def test_run_tells_the_known_story_and_writes_every_file(default_run):
+    code, out = default_run
+    assert code == 1
+    for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
+        assert (out / name).stat().st_size > 0
+    evidence = json.loads((out / "evidence.json").read_text())
+    assert evidence["schema_version"] == "1" and evidence["reading"] == "strict"
+    for name, branch in evidence["branches"].items():
+        assert len(branch["sha"]) == 40 and branch["fingerprint"]["sha"] == branch["sha"]
+        assert branch["fingerprint"]["base"]["wheel_hash"] == evidence["base"]["fingerprint"]["wheel_hash"]
+    assert evidence["branches"]["pr-56195-style"]["patches"]["pr-56195-style.patch"]
+    assert all(len(s["sha256"]) == 64 for s in evidence["scenarios"].values())
+
+    verdicts: dict[tuple[str, str], set[str]] = {}
+    for r in evidence["results"]:
+        if r["order"].startswith("order:"):  # the batches (alone runs of a plain request may pass)
+            verdicts.setdefault((r["branch"], r["scenario"]), set()).add(r["verdict"])
+    for truncation in ("eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block"):
+        assert verdicts[("main", truncation)] == {"diverge"}
+        main_counters = {
+            d["counter"] for r in evidence["results"] if (r["branch"], r["scenario"]) == ("main", truncation)
+            for d in r["differences"]
+        }
+        assert "num_emitted_tokens" in main_counters and "num_accepted_tokens" not in main_counters
+        assert verdicts[("pr-56137-style", truncation)] == {"pass"}
+        assert verdicts[("pr-56195-style", truncation)] == {"pass"}
+    assert "broken" in verdicts[("pr-56195-style", "mixed-batch-invalid-async")]
+    assert "broken" not in {v for (b, _), vs in verdicts.items() if b != "pr-56195-style" for v in vs}
+    # The #56137-style residual under the strict reading: the all-invalid request still counts a draft.
+    residual = [r for r in evidence["results"] if r["branch"] == "pr-56137-style" and r["verdict"] != "pass"]
+    assert residual and {d["counter"] for r in residual for d in r["differences"]} >= {"num_drafts"}
+    assert {r["scenario"] for r in residual} == {"grammar-all-invalid-async", "mixed-batch-invalid-async"}
+
+
+def test_run_prints_the_verdict_table(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["run", "-c", str(ROOT / "branches.yaml"), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0  # the control passes on every branch
+    assert CONTROL in printed and "oracle" in printed and "summary" in printed
+    assert all(name in printed for name in ("main", "pr-56137", "pr-56195"))
+
+
+def test_verify_reproduces_the_evidence(default_run, tmp_path):
+    _, out = default_run
+    assert main(["verify", "-c", str(ROOT / "branches.yaml"), str(out / "evidence.json"), "--out", str(tmp_path)]) == 0
+
+
+def test_verify_catches_a_tampered_result(default_run, tmp_path, capsys):
+    _, out = default_run
+    evidence = json.loads((out / "evidence.json").read_text())
+    victim = next(r for r in evidence["results"] if r["branch"] == "main" and r["scenario"] == CONTROL)
+    victim["measured"]["num_accepted_tokens"] += 1
+    tampered = tmp_path / "evidence.json"
+    tampered.write_text(json.dumps(evidence))
+    assert main(["verify", "-c", str(ROOT / "branches.yaml"), str(tampered), "--out", str(tmp_path / "o")]) == 1
+    assert f"main/{CONTROL}/{victim['order']}: measured totals differ" in capsys.readouterr().out
+
+
+def test_verify_refuses_a_changed_scenario_file(default_run, tmp_path, capsys):
+    _, out = default_run
+    scenarios = tmp_path / "scenarios"
+    shutil.copytree(ROOT / "scenarios", scenarios)
+    target = scenarios / "scheduler" / f"{CONTROL}.yaml"
+    target.write_text(target.read_text() + "\n# edited\n")
+    config = write_config(tmp_path, [shipped(n) for n in ("main", "pr-56137-style", "pr-56195-style")])
+    raw = yaml.safe_load(config.read_text())
+    raw["scenarios_dir"] = str(scenarios)
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["verify", "-c", str(config), str(out / "evidence.json")]) == 2
+    err = capsys.readouterr().err
+    assert CONTROL in err and "file changed" in err
+
+
+def test_a_branch_that_fails_to_import_reads_error_and_keeps_the_others(tmp_path, fixture_repo):
+    broken = scheduler_patch(tmp_path, fixture_repo, "broken", 'raise ImportError("difftest: planted import failure")')
+    config = write_config(tmp_path, [shipped("main"), {"name": "broken", "ref": "main", "patches": [broken]}])
+    out = tmp_path / "out"
+    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)]) == 3
+    results = results_of(out)
+    assert {r["verdict"] for r in results if r["branch"] == "main"} == {"pass"}
+    errors = [r for r in results if r["branch"] == "broken"]
+    assert errors and all(r["verdict"] == "error" for r in errors)
+    assert all("planted import failure" in r["error"] for r in errors)
+    junit = (out / "junit.xml").read_text()
+    assert "<error" in junit and "planted import failure" in junit
+
+
+def test_a_hanging_probe_is_killed_and_reported(tmp_path, fixture_repo):
+    hang = scheduler_patch(tmp_path, fixture_repo, "hang", "import time; time.sleep(3600)")
+    config = write_config(
+        tmp_path, [shipped("main"), {"name": "hang", "ref": "main", "patches": [hang]}], timeouts={"probe_s": 60}
+    )
+    out = tmp_path / "out"
+    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)]) == 3
+    results = results_of(out)
+    assert {r["verdict"] for r in results if r["branch"] == "main"} == {"pass"}
+    hung = [r for r in results if r["branch"] == "hang"]
+    assert hung and all(r["verdict"] == "error" and "timed out after 60 s" in r["error"] for r in hung)
+
+
+@pytest.mark.parametrize("jobs, overlap", [(None, True), (1, False)])
+def test_branches_run_in_parallel_unless_jobs_is_one(tmp_path, jobs, overlap):
+    config = load_config(ROOT / "branches.yaml")
+    workspace = prepare(config, ["main", "pr-56137-style"])
+    scenarios = select_scenarios(config, "scheduler", CONTROL)["scheduler"]
+    runs = measure_tier(workspace, "scheduler", scenarios, tmp_path, jobs)
+    (a, b) = runs.values()
+    assert a.error is None and b.error is None and a.runs and b.runs
+    overlapped = max(a.started_at, b.started_at) < min(a.ended_at, b.ended_at)
+    assert overlapped is overlap
+
+
+def test_gate_fails_on_the_56195_style_head(tmp_path, capsys):
+    code = main(["gate", "-c", str(ROOT / "branches.yaml"), "--base", "main", "--head", "pr-56195-style",
+                 "--tier", "scheduler", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "mixed-batch-invalid-async" in printed and "broken" in printed.lower()
+
+
+@pytest.mark.parametrize("reading", ["strict", "lenient"])
+def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, capsys, reading):
+    code = main(["gate", "-c", str(ROOT / "branches.yaml"), "--base", "main", "--head", "pr-56137-style",
+                 "--tier", "scheduler", "--reading", reading, "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    # Not worse than main under either reading: it fixes truncation, and the strict-reading
+    # residual (the all-invalid request counted as a draft) is one main has too.
+    assert code == 0, printed
+    assert reading in printed
+    assert "eos-in-accepted-drafts" in printed  # listed among the improvements
+
+
+def test_gate_skips_when_no_stats_path_file_changes(tmp_path, fixture_repo, capsys):
+    old = read_blob(fixture_repo, "v0.32.0", "vllm/version.py").decode()
+    unrelated = make_patch(tmp_path / "docs.patch", "vllm/version.py", old, old + "\n# unrelated change\n")
+    config = write_config(tmp_path, [shipped("main"), {"name": "docs-only", "ref": "main", "patches": [str(unrelated)]}])
+    assert main(["gate", "-c", str(config), "--base", "main", "--head", "docs-only", "--out", str(tmp_path)]) == 0
+    assert "skipped" in capsys.readouterr().out
+
+
+def test_unknown_ref_and_bad_patch_exit_2_before_any_probe(tmp_path, fixture_repo, capsys):
+    config = write_config(tmp_path, [shipped("main"), {"name": "ghost", "ref": "no-such-branch"}])
+    assert main(["run", "-c", str(config), "--out", str(tmp_path / "a")]) == 2
+    assert "no-such-branch" in capsys.readouterr().err
+    bad = make_patch(tmp_path / "bad.patch", SCHEDULER, "this line is not in the file\n", "neither is this\n")
+    config = write_config(tmp_path, [shipped("main"), {"name": "bad", "ref": "main", "patches": [str(bad)]}])
+    assert main(["run", "-c", str(config), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.patch" in err and "fix:" in err
+    assert not (tmp_path / "a" / "probe").exists() and not (tmp_path / "b" / "probe").exists()
