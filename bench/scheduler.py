@@ -1,0 +1,71 @@
+"""Benchmark: the scheduler tier, one probe process per branch, against one process per scenario.
+
+Prints, from one run: per branch, vLLM's import time, the sum of scenario run
+times and the process's wall time (all scenarios in ONE process); the median
+and worst single run; then, for the baseline branch, the naive alternative
+measured now: one probe process per scenario file. The ratio shows why difftest
+keeps interpreter starts to one per branch and tier.
+
+    uv run python bench/scheduler.py [--skip-naive]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from difftest import paths  # noqa: E402
+from difftest.config import load_config  # noqa: E402
+from difftest.runner import run_branches, run_probe  # noqa: E402
+from difftest.scenarios import load_scenarios, probe_job  # noqa: E402
+from difftest.workspace import prepare  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--skip-naive", action="store_true")
+    args = parser.parse_args()
+    config = load_config(ROOT / "branches.yaml")
+    workspace = prepare(config)
+    scenarios = load_scenarios(config.scenarios_dir, "scheduler")
+    expected = sum(len(s.runs()) for s in scenarios)
+    job = probe_job(scenarios, paths.models_dir())
+    targets = [(b.name, b.env.python) for b in workspace.branches if b.env]
+    with tempfile.TemporaryDirectory() as work:
+        started = time.perf_counter()
+        runs = run_branches(targets, job, Path(work), config.timeouts.probe_s, expected, len(targets))
+        all_wall = time.perf_counter() - started
+        naive_s = None
+        if not args.skip_naive:
+            name, python = targets[0]
+            started = time.perf_counter()
+            for scenario in scenarios:
+                single = probe_job([scenario], paths.models_dir())
+                run_probe(name, python, single, Path(work) / "naive", config.timeouts.probe_s, len(scenario.runs()))
+            naive_s = time.perf_counter() - started
+
+    print(f"{len(scenarios)} scenarios, {expected} runs per branch, {len(targets)} branches in parallel\n")
+    print(f"{'branch':<18}{'import s':>10}{'runs s':>10}{'process s':>11}{'median run ms':>15}{'worst run ms':>14}")
+    for name, delivered in runs.items():
+        durations = [r.duration_s for r in delivered.runs]
+        header = delivered.header or {}
+        print(
+            f"{name:<18}{header.get('import_s', float('nan')):>10.1f}{sum(durations):>10.2f}"
+            f"{delivered.duration_s:>11.1f}{statistics.median(durations) * 1e3:>15.1f}{max(durations) * 1e3:>14.1f}"
+        )
+    print(f"\nall branches, wall: {all_wall:.1f} s")
+    if naive_s is not None:
+        one = runs[targets[0][0]].duration_s
+        print(f"{targets[0][0]}: one process for all scenarios {one:.1f} s; one process per scenario {naive_s:.1f} s "
+              f"(x{naive_s / one:.1f})")
+
+
+if __name__ == "__main__":
+    main()
