@@ -16,20 +16,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from difftest.results import ProbeRun, Totals, Violation
+from difftest.results import COUNTERS, ProbeRun, Totals, Violation
 
 if TYPE_CHECKING:
     from difftest.scenarios import Scenario
 
 #: The counters compared across runs (the logged mean is derived from them).
-COMPARED = (
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-    "num_accepted_tokens_per_pos",
-    "num_draft_tokens_per_pos",
-    "num_emitted_tokens",
-)
+COMPARED = COUNTERS
 
 
 def check_invariants(scenario: "Scenario | None", runs: list[ProbeRun]) -> dict[str, list[Violation]]:

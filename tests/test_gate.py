@@ -13,15 +13,8 @@ import pytest
 from difftest.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
 from difftest.gate import compare_for_gate, distance, gate_exit_code, render_gate_markdown
 from difftest.results import Difference, Result, Totals, Violation
+from tests.factories import ORACLE
 
-ORACLE = Totals(
-    num_drafts=4,
-    num_draft_tokens=12,
-    num_accepted_tokens=9,
-    num_accepted_tokens_per_pos=[4, 3, 2],
-    num_draft_tokens_per_pos=[4, 4, 4],
-    num_emitted_tokens=11,
-)
 
 
 def result(verdict: str = "pass", order: str = "r1", scenario: str = "eos", reading: str = "strict", **measured) -> Result:

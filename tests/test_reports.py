@@ -23,19 +23,12 @@ from difftest.reports.terminal import render_terminal
 from difftest.results import Result, Totals, Violation
 from difftest.verdicts import judge, unmeasured
 from difftest.results import ProbeRun
+from tests.factories import ORACLE
 
 XSS = "<script>alert(1)</script>"
 QUOTES = "\"'&"
 EVIL = f"evil|{XSS}{QUOTES}"
 EVIL_ERROR = f"ImportError: {XSS} | col ` tick\nsecond line {QUOTES}\x1b[31m red \x00 nul"
-ORACLE = Totals(
-    num_drafts=4,
-    num_draft_tokens=12,
-    num_accepted_tokens=9,
-    num_accepted_tokens_per_pos=[4, 3, 2],
-    num_draft_tokens_per_pos=[4, 4, 4],
-    num_emitted_tokens=11,
-)
 
 
 def measured(**overrides) -> Totals:

@@ -13,6 +13,7 @@ import pytest
 
 from difftest.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
 from difftest.results import ProbeRun, Result, Totals, Violation
+from tests.factories import ORACLE
 from difftest.verdicts import (
     MAL,
     counter_differences,
@@ -32,16 +33,7 @@ STATEMENT = "EOS inside accepted drafts: emitted < accepted + 1"
 
 def totals(**overrides) -> Totals:
     """Four rows, k=3, 9 accepted, EOS cut: 11 emitted (oracle MAL 2.75)."""
-    base = dict(
-        num_drafts=4,
-        num_draft_tokens=12,
-        num_accepted_tokens=9,
-        num_accepted_tokens_per_pos=[4, 3, 2],
-        num_draft_tokens_per_pos=[4, 4, 4],
-        num_emitted_tokens=11,
-        emitted_source="num_emitted_tokens",
-        mean_acceptance_length=2.75,
-    )
+    base = ORACLE.model_dump() | {"emitted_source": "num_emitted_tokens", "mean_acceptance_length": 2.75}
     return Totals(**{**base, **overrides})
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from rich.console import Console
@@ -42,7 +43,7 @@ def envs_command(config: Config, args: argparse.Namespace, log: Log) -> int:
 def _print_table(envs: list) -> None:
     table = Table(title="difftest environments", title_justify="left")
     for column in ("environment", "kind", "what", "own size", "status"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column != "status", justify="right" if column == "own size" else "left")
     for env in envs:
         table.add_row(
             env.path.name,
@@ -51,4 +52,4 @@ def _print_table(envs: list) -> None:
             f"{env.own_bytes / 1e6:,.1f} MB",
             f"stale: {env.stale_reason}" if env.stale_reason else "ok",
         )
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
