@@ -30,13 +30,13 @@ def check_invariants(scenario: "Scenario | None", runs: list[ProbeRun]) -> dict[
     ok = [r for r in runs if r.status == "ok" and r.totals is not None]
     found: dict[str, list[Violation]] = {r.label: [] for r in ok}
     for run in ok:
-        found[run.label] += _step_checks(run) + _total_checks(run)
+        found[run.label] += step_checks(run) + total_checks(run)
     batches = [r for r in ok if not r.label.startswith("alone:")]
     alone = {r.order[0]: r for r in ok if r.label.startswith("alone:")}
-    reference = _reference(batches, alone)
+    reference = reference_run(batches, alone)
     for run in batches:
-        found[run.label] += _order_check(run, reference)
-        found[run.label] += _additivity_check(run, alone)
+        found[run.label] += order_check(run, reference)
+        found[run.label] += additivity_check(run, alone)
     return found
 
 
@@ -44,7 +44,7 @@ def _vec(totals: Totals) -> dict[str, Any]:
     return {c: getattr(totals, c) for c in COMPARED}
 
 
-def _step_checks(run: ProbeRun) -> list[Violation]:
+def step_checks(run: ProbeRun) -> list[Violation]:
     out: list[Violation] = []
     own_emitted = run.totals is not None and run.totals.emitted_source.startswith("counter:")
     emitted_field = run.totals.emitted_source.split(":", 1)[1] if own_emitted else None
@@ -118,7 +118,7 @@ def _consistency(values: dict[str, Any], label: str, where: str) -> list[Violati
     return out
 
 
-def _total_checks(run: ProbeRun) -> list[Violation]:
+def total_checks(run: ProbeRun) -> list[Violation]:
     assert run.totals is not None
     return _consistency(run.totals.model_dump(), run.label, "totals")
 
@@ -137,7 +137,7 @@ def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] |
     return total
 
 
-def _reference(batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> tuple[str, dict[str, Any]] | None:
+def reference_run(batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> tuple[str, dict[str, Any]] | None:
     """What the batch orders should agree on: the totals equal to the requests' sum alone if an order has
     them, else the most common totals (ties: the first listed order)."""
     if len(batches) < 2:
@@ -158,7 +158,7 @@ def _diff(vec: dict[str, Any], ref: dict[str, Any]) -> list[str]:
     return [c for c in COMPARED if vec.get(c) != ref.get(c)]
 
 
-def _order_check(run: ProbeRun, reference: tuple[str, dict[str, Any]] | None) -> list[Violation]:
+def order_check(run: ProbeRun, reference: tuple[str, dict[str, Any]] | None) -> list[Violation]:
     if reference is None:
         return []
     name, ref = reference
@@ -176,7 +176,7 @@ def _order_check(run: ProbeRun, reference: tuple[str, dict[str, Any]] | None) ->
     ]
 
 
-def _additivity_check(run: ProbeRun, alone: dict[str, ProbeRun]) -> list[Violation]:
+def additivity_check(run: ProbeRun, alone: dict[str, ProbeRun]) -> list[Violation]:
     summed = _sum_alone(alone, run.order)
     if summed is None or len(run.order) < 2:
         return []

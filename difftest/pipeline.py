@@ -8,6 +8,7 @@ verdicts, which feed the evidence that every report is rendered from.
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from difftest import paths
 from difftest.config import Config
+from difftest.errors import ConfigError
 from difftest.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
 from difftest.results import ProbeRun, Reading, Result, Tier, Violation
 from difftest.runner import BranchRun, Progress, run_branches
@@ -46,7 +48,21 @@ def select_scenarios(config: Config, tier: str, select: str | None) -> dict[str,
             scenarios = [s for s in scenarios if select in s.name]
         if scenarios:
             chosen[name] = scenarios
+    _check_unique_names(chosen)
     return chosen
+
+
+def _check_unique_names(chosen: dict[str, list[Scenario]]) -> None:
+    """Results, evidence and the gate key scenarios by name alone, so names must not repeat across tiers."""
+    seen: dict[str, str] = {}
+    for tier, scenarios in chosen.items():
+        for scenario in scenarios:
+            if scenario.name in seen:
+                raise ConfigError(
+                    f"scenario name {scenario.name!r} is used in both the {seen[scenario.name]} and the {tier} tier",
+                    f"rename one of them (e.g. prefix the file name with `{tier}-`)",
+                )
+            seen[scenario.name] = tier
 
 
 def measure_tier(
@@ -65,9 +81,18 @@ def measure_tier(
         work_dir,
         workspace.config.timeouts.probe_s,
         sum(len(s.runs()) for s in scenarios),
-        jobs or len(targets) or 1,
+        jobs or default_jobs(tier, len(targets)),
         progress,
     )
+
+
+def default_jobs(tier: str, branches: int) -> int:
+    """Scheduler probes are single-threaded: all branches at once. Engine probes each want
+    several cores (side by side on 2 cores, every engine step ran ~10x slower), so they
+    get about 4 cores each."""
+    if tier == "scheduler":
+        return max(1, branches)
+    return max(1, min(branches, (os.cpu_count() or 1) // 4))
 
 
 def judge_all(workspace: Workspace, measurement: Measurement, reading: Reading) -> list[Result]:

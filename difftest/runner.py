@@ -49,9 +49,17 @@ class BranchRun:
     log_path: Path | None = None
 
 
-def probe_environ() -> dict[str, str]:
-    """The probe's environment: offline, in-process, caches inside difftest's home."""
+def probe_environ(parallel: int = 1) -> dict[str, str]:
+    """The probe's environment: offline, in-process, caches inside difftest's home.
+
+    Probes running side by side share the cores instead of each starting one
+    torch thread per core (oversubscribed, three engines took longer together
+    than one after another).
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
+    env.setdefault("OMP_NUM_THREADS", threads)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind" if parallel > 1 else "auto")
     cache = paths.vllm_cache_dir()
     env.update(
         HF_HUB_OFFLINE="1",
@@ -77,6 +85,7 @@ def run_probe(
     timeout_s: float,
     expected_runs: int,
     progress: Progress | None = None,
+    parallel: int = 1,
 ) -> BranchRun:
     """Run `python -m difftest.probe` on one job; never raises for the branch's own failures."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -94,7 +103,7 @@ def run_probe(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=probe_environ(),
+            env=probe_environ(parallel),
             start_new_session=True,
         )
         seen = 0
@@ -147,7 +156,9 @@ def run_branches(
     """Probe every (branch, interpreter) concurrently; results keyed by branch name."""
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {
-            name: pool.submit(run_probe, name, python, job, work_dir, timeout_s, expected_runs, progress)
+            name: pool.submit(
+                run_probe, name, python, job, work_dir, timeout_s, expected_runs, progress, min(jobs, len(targets))
+            )
             for name, python in targets
         }
         return {name: future.result() for name, future in futures.items()}

@@ -247,6 +247,10 @@ def load_scenarios(directory: Path, tier: str = "scheduler") -> list[Scenario]:
     folder = directory / tier if (directory / tier).is_dir() else directory
     if not folder.is_dir():
         raise ConfigError(f"scenario folder {str(folder)!r} does not exist", "point scenarios_dir at the scenarios/ folder")
+    if tier == "engine":
+        from difftest.engine.scenarios import load_engine_scenarios
+
+        return load_engine_scenarios(folder)  # type: ignore[return-value]
     files = sorted(folder.glob("*.yaml"))
     if not files:
         raise ConfigError(f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)")

@@ -112,3 +112,48 @@ def scheduler_runs(workspace, scheduler_scenarios):
         return memo[branch]
 
     return runs
+
+
+@pytest.fixture(scope="session")
+def engine_scenarios(shipped_config):
+    from difftest.scenarios import load_scenarios
+
+    return load_scenarios(shipped_config.scenarios_dir, "engine")
+
+
+@pytest.fixture(scope="session")
+def engine_runs(workspace, engine_scenarios):
+    """engine_runs(branch) -> (header, [ProbeRun]) of every shipped engine scenario, real engine on CPU.
+
+    Same disk cache and lock as `scheduler_runs`: one engine probe per branch per
+    machine state. The lock is global to the engine tier (not per branch): the
+    machine has 2 cores and an engine probe uses them both, so engine probes
+    never overlap, even across xdist workers.
+    """
+    from difftest import paths
+    from difftest.runner import read_runs, run_probe
+    from difftest.scenarios import probe_job as make_job
+
+    job = make_job(engine_scenarios, paths.models_dir(), "engine")
+    job_hash = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
+    expected = sum(len(s.runs()) for s in engine_scenarios)
+    root = paths.difftest_home() / "test-probe-cache"
+    root.mkdir(parents=True, exist_ok=True)
+    memo: dict[str, tuple] = {}
+
+    def runs(branch: str):
+        if branch in memo:
+            return memo[branch]
+        env = workspace.branch(branch).env
+        assert env is not None, workspace.branch(branch).error
+        cache = root / f"{env.fingerprint['key']}-{job_hash}-engine"
+        cache.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(root / "engine.lock")):
+            if not (cache / "complete").exists():
+                result = run_probe(branch, env.python, job, cache, 900, expected)
+                assert result.error is None, result.error
+                (cache / "complete").write_text("")
+        memo[branch] = read_runs(cache / f"{branch}-engine-runs.jsonl")
+        return memo[branch]
+
+    return runs

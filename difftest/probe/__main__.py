@@ -44,11 +44,11 @@ def _write(out: TextIO, record: dict[str, Any]) -> None:
     out.flush()
 
 
-def _error_run(name: str, run: dict[str, Any], started: float) -> dict[str, Any]:
+def _error_run(name: str, run: dict[str, Any], started: float, tier: str = "scheduler") -> dict[str, Any]:
     return {
         "kind": "run",
         "scenario": name,
-        "tier": "scheduler",
+        "tier": tier,
         "order": list(run.get("order") or []),
         "label": run.get("label", "?"),
         "status": "error",
@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     job = json.loads(args.job.read_text())
+    if job.get("tier") == "engine":
+        from .engine_main import main as engine_main
+
+        _set_env(Path(job["work_dir"]))
+        return engine_main(job, args.out, _write, _error_run)
     if job.get("tier", "scheduler") != "scheduler":
         print(f"difftest.probe: tier {job.get('tier')!r} is not handled by this probe", file=sys.stderr)
         return 2

@@ -1,0 +1,229 @@
+"""Engine scenario files (`scenarios/engine/*.yaml`): schema, run plan, probe job data.
+
+Unlike scheduler scenarios, nothing here scripts the model: the engine runs a
+real tiny Llama greedily, so a scenario says which prompts to send, how each
+request may be cut (EOS / stop token / max_tokens inside accepted drafts, the
+cut chosen by the probe from a reference run), and which structured output it
+must follow. Every engine scenario of one job runs on ONE engine (one per
+process on CPU), so the engine settings must agree across the folder; the
+loader checks that before anything is run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from difftest.errors import ConfigError
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+Truncate = Literal["none", "eos", "stop", "max_tokens"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSettings(_Strict):
+    """The one engine of a probe process; identical across the scenarios of a job."""
+
+    prompt_lookup_min: int = Field(1, ge=1, le=8)
+    prompt_lookup_max: int = Field(3, ge=1, le=8)
+    max_model_len: int = Field(1024, ge=64, le=2048)
+    max_num_seqs: int = Field(8, ge=1, le=64)
+    #: `ngram` on CPU; `ngram_gpu` / `draft_model` (the tiny model drafting for itself) need CUDA.
+    method: Literal["ngram", "ngram_gpu", "draft_model"] = "ngram"
+    async_scheduling: bool = False
+
+
+class StructuredSpec(_Strict):
+    """Exactly one of a regex, a JSON schema or a list of choices (vLLM's StructuredOutputsParams)."""
+
+    regex: str | None = None
+    json_schema: dict[str, Any] | None = Field(None, alias="json")
+    choice: list[str] | None = Field(None, min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one(self) -> "StructuredSpec":
+        given = [k for k in ("regex", "json_schema", "choice") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of regex, json, choice (got {given or 'none'})")
+        return self
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments for vLLM's StructuredOutputsParams."""
+        if self.regex is not None:
+            return {"regex": self.regex}
+        if self.json_schema is not None:
+            return {"json": self.json_schema}
+        return {"choice": list(self.choice or [])}
+
+
+class EngineRequest(_Strict):
+    id: str
+    #: Text; the engine tokenizes it with the tiny model's tokenizer (must give >= 2 tokens).
+    prompt: str = Field(min_length=2)
+    max_tokens: int = Field(gt=0, le=512)
+    #: How the probe cuts this request inside accepted drafts, chosen from a reference run.
+    truncate: Truncate = "none"
+    #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can draft from it).
+    prime: int = Field(0, ge=0, le=64)
+    structured: StructuredSpec | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError("use letters, digits, '_' or '-' (it appears in run labels)")
+        return value
+
+
+class EngineScenario(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str
+    statement: str = Field(min_length=1)
+    tier: Literal["engine"] = "engine"
+    seed: int = 0
+    k: int = Field(ge=1, le=8)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    #: `cuda`: only meaningful on a GPU base (async scheduling, ngram_gpu/draft_model); skipped on CPU.
+    requires: Literal["cpu", "cuda"] = "cpu"
+    batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
+    alone: bool | None = None
+    requests: list[EngineRequest] = Field(min_length=1)
+    file: str = ""
+    sha256: str = ""
+
+    @field_validator("statement")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\n" in value.strip():
+            raise ValueError("must be one line")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EngineScenario":
+        ids = [r.id for r in self.requests]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"requests: duplicate id(s) {dupes}")
+        if isinstance(self.batch_orders, list):
+            for order in self.batch_orders:
+                if sorted(order) != sorted(ids):
+                    raise ValueError(f"orders: {order} is not a permutation of the request ids {ids}")
+        if self.engine.prompt_lookup_min > self.engine.prompt_lookup_max:
+            raise ValueError("engine.prompt_lookup_min must be <= engine.prompt_lookup_max")
+        if self.engine.method != "ngram" and self.requires != "cuda":
+            raise ValueError(f"engine.method {self.engine.method!r} runs only on CUDA: set `requires: cuda`")
+        return self
+
+    @property
+    def request_ids(self) -> list[str]:
+        return [r.id for r in self.requests]
+
+    def engine_key(self) -> dict[str, Any]:
+        """What must be equal across a job's scenarios (the probe's ENGINE_KEYS, plus method/async)."""
+        return {"k": self.k, "seed": self.seed, **self.engine.model_dump()}
+
+    def orders(self) -> list[list[str]]:
+        ids = self.request_ids
+        if self.batch_orders == "all":
+            return [list(p) for p in itertools.permutations(ids)]
+        if self.batch_orders == "listed":
+            return [ids]
+        return [list(o) for o in self.batch_orders]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Reference runs (uncut, for every truncating request) first, then batch orders, then alone."""
+        runs = [
+            {"label": f"reference:{r.id}", "order": [r.id], "role": "reference"}
+            for r in self.requests
+            if r.truncate != "none"
+        ]
+        runs += [{"label": "order:" + ",".join(o), "order": o, "role": "batch"} for o in self.orders()]
+        alone = self.alone if self.alone is not None else len(self.requests) > 1
+        if alone:
+            runs += [{"label": f"alone:{rid}", "order": [rid], "role": "alone"} for rid in self.request_ids]
+        return runs
+
+    def probe_data(self) -> dict[str, Any]:
+        """The plain dict the engine probe plays."""
+        return {
+            "name": self.name,
+            "tier": "engine",
+            "seed": self.seed,
+            "k": self.k,
+            "engine": self.engine_key(),
+            "requests": [
+                {
+                    "id": r.id,
+                    "prompt": r.prompt,
+                    "max_tokens": r.max_tokens,
+                    "truncate": r.truncate,
+                    "prime": r.prime,
+                    "structured": r.structured.params() if r.structured else None,
+                }
+                for r in self.requests
+            ],
+            "runs": self.runs(),
+        }
+
+    def request(self, rid: str) -> EngineRequest:
+        return next(r for r in self.requests if r.id == rid)
+
+
+def load_engine_scenario(path: Path) -> EngineScenario:
+    raw_bytes = path.read_bytes()
+    try:
+        raw = yaml.safe_load(raw_bytes)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping", "see scenarios/README.md (Engine scenarios)")
+    raw.setdefault("name", path.stem)
+    try:
+        return EngineScenario.model_validate({**raw, "file": path.name, "sha256": hashlib.sha256(raw_bytes).hexdigest()})
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"  {key}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
+        raise ConfigError(f"{path}: invalid engine scenario\n" + "\n".join(lines), "compare with scenarios/README.md (Engine scenarios)") from None
+
+
+def load_engine_scenarios(folder: Path) -> list[EngineScenario]:
+    """Every `*.yaml` in `folder`, sorted; one engine config for all, unique names."""
+    files = sorted(Path(folder).glob("*.yaml"))
+    if not files:
+        raise ConfigError(f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)")
+    scenarios = [load_engine_scenario(f) for f in files]
+    seen: dict[str, str] = {}
+    for s in scenarios:
+        if s.name in seen:
+            raise ConfigError(f"{s.file}: name {s.name!r} already used by {seen[s.name]}", "give every scenario its own name")
+        seen[s.name] = s.file
+    check_shared_engine(scenarios)
+    return scenarios
+
+
+def check_shared_engine(scenarios: list[EngineScenario]) -> None:
+    """One engine per probe process: every scenario must ask for the same engine."""
+    if not scenarios:
+        return
+    first = scenarios[0]
+    for s in scenarios[1:]:
+        if s.engine_key() != first.engine_key():
+            diff = {k: (first.engine_key()[k], v) for k, v in s.engine_key().items() if first.engine_key()[k] != v}
+            raise ConfigError(
+                f"{s.file}: engine settings differ from {first.file}: {diff}",
+                "all engine scenarios of a folder share one engine (one per process on CPU): use the same k, seed and `engine:`",
+            )
