@@ -126,7 +126,10 @@ def _judge_scenario(
     rules: TierRules,
     reading: Reading,
 ) -> list[Result]:
-    labels = [p["label"] for p in scenario.runs()]
+    # Reference runs only choose where a later run is cut: recorded and compared across
+    # branches, but not judged themselves.
+    labels = [p["label"] for p in scenario.runs() if p.get("role") != "reference"]
+    runs = [r for r in runs if r.notes.get("role") != "reference"]
     if delivered is None:
         why = branch.error or "no probe was run for this branch"
         return unmeasured(branch.name, scenario.name, scenario.tier, scenario.statement, labels, why, reading)

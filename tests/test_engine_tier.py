@@ -30,6 +30,8 @@ SCENARIOS = {s.name: s for s in load_engine_scenarios(ROOT / "scenarios" / "engi
 BRANCHES = ("main", "pr-56137-style", "pr-56195-style")
 TRUNCATION = ("engine-eos-in-accepted-drafts", "engine-stop-token-in-accepted-drafts", "engine-max-tokens-mid-block")
 STRUCTURED = ("engine-structured-outputs", "engine-structured-mixed-batch")
+#: Limits set on step boundaries: nothing accepted is trimmed, so main must match the oracle too.
+CONTROLS = ("engine-plain-control",) + STRUCTURED
 
 
 def _by_scenario(engine_runs, branch):
@@ -81,6 +83,21 @@ def test_main_overcounts_truncation(engine_runs, name):
             expected = expected_engine_totals(SCENARIOS[name], run, "strict")
             assert run.totals.emitted_source == "implied"
             assert run.totals.num_emitted_tokens > expected.num_emitted_tokens, run.label
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+@pytest.mark.parametrize("name", CONTROLS)
+def test_controls_trim_nothing_and_match_the_oracle_on_every_branch(engine_runs, branch, name):
+    _, by = _by_scenario(engine_runs, branch)
+    measured = [r for r in by[name] if r.notes.get("role") != "reference"]
+    assert measured
+    for run in measured:
+        for rid, cut in (run.notes.get("truncation") or {}).items():
+            last = next(s for s in reversed(run.steps) if rid in s.emitted)
+            assert last.sampled[rid] == last.emitted[rid], f"{run.label}: the boundary limit trimmed {rid}"
+        expected = expected_engine_totals(SCENARIOS[name], run, "strict")
+        for field in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens"):
+            assert getattr(run.totals, field) == getattr(expected, field), f"{branch}/{name}/{run.label}: {field}"
 
 
 @pytest.mark.parametrize("branch", ("pr-56137-style", "pr-56195-style"))

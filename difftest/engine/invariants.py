@@ -104,7 +104,7 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
     for rid, cut in (run.notes.get("truncation") or {}).items():
         kind, token = cut.get("kind"), cut.get("token")
         finish, reason = cut.get("finish_reason"), cut.get("stop_reason")
-        want = {"eos": ("stop", None), "stop": ("stop", token), "max_tokens": ("length", None)}.get(kind)
+        want = {"eos": ("stop", None), "stop": ("stop", token), "max_tokens": ("length", None), "boundary": ("length", None)}.get(kind)
         if want is not None and (finish, reason) != want:
             out.append(_v("truncation-applied", run, f"request {rid}: cut {kind} at token {token} ended as finish={finish}, stop_reason={reason}; expected {want}"))
         output = run.outputs.get(rid, [])

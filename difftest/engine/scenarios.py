@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from difftest.errors import ConfigError
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-Truncate = Literal["none", "eos", "stop", "max_tokens"]
+Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary"]
 
 
 class _Strict(BaseModel):

@@ -139,7 +139,7 @@ def _sampling_params(req: dict[str, Any], cut: dict[str, Any] | None, seed: int)
     if cut is not None:
         if cut["kind"] == "stop":
             kwargs["stop_token_ids"] = [cut["token"]]
-        elif cut["kind"] == "max_tokens":
+        elif cut["kind"] in ("max_tokens", "boundary"):
             kwargs["max_tokens"] = int(cut["max_tokens"])
         elif cut["kind"] == "eos":
             eos = int(cut["token"])

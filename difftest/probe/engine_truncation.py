@@ -9,7 +9,10 @@ that the cut can use, so the truncating run's step samples drafts past the stop:
   occur earlier in the output (or the request would stop there instead). A
   token new to the output can only be drafted from the prompt, so truncation
   scenarios use prompts that already contain the model's own loop;
-- `max_tokens`: the request's limit is set to end on that same token.
+- `max_tokens`: the request's limit is set to end on that same token;
+- `boundary` (for controls): the limit is set to end exactly on the bonus token
+  of the last step that accepted drafts and emitted everything it sampled, so
+  nothing accepted is ever trimmed and every branch must match the oracle.
 Greedy decoding and the ngram drafter are deterministic, so the truncating run
 repeats the reference run up to the cut. Pure Python: no vLLM import.
 """
@@ -25,6 +28,8 @@ class NoTruncationPoint(RuntimeError):
 
 def choose(kind: str, rid: str, steps: list[dict[str, Any]], output: list[int], avoid: set[int]) -> dict[str, Any]:
     """The cut for request `rid`: token, its output position, the step and block it came from."""
+    if kind == "boundary":
+        return _step_boundary(rid, steps)
     produced = 0
     for rec in steps:
         sampled = rec.get("sampled", {}).get(rid) or []
@@ -53,3 +58,28 @@ def choose(kind: str, rid: str, steps: list[dict[str, Any]], output: list[int], 
         f"request {rid!r}: the reference run has no step with >= 2 accepted drafts whose first accepted token "
         "is new in the output; change the prompt or raise max_tokens"
     )
+
+
+def _step_boundary(rid: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The end of the last whole verification step with accepted drafts: a limit that cuts nothing."""
+    produced, chosen = 0, None
+    for rec in steps:
+        sampled = rec.get("sampled", {}).get(rid) or []
+        drafts = rec.get("drafts", {}).get(rid) or []
+        emitted = rec.get("emitted", {}).get(rid) or []
+        produced += len(emitted)
+        if drafts and len(sampled) >= 2 and emitted == sampled:
+            chosen = {
+                "kind": "boundary",
+                "request": rid,
+                "token": int(sampled[-1]),
+                "position": produced - 1,
+                "reference_step": rec.get("step"),
+                "reference_drafts": list(drafts),
+                "reference_sampled": list(sampled),
+                "accepted_in_block": len(sampled) - 1,
+                "max_tokens": produced,
+            }
+    if chosen is None:
+        raise NoTruncationPoint(f"request {rid!r}: the reference run never accepted a draft in a step it emitted whole")
+    return chosen
