@@ -149,3 +149,24 @@ def test_gpu_profile_reaches_the_async_invalid_draft_path(tmp_path):
     raw = [json.loads(line) for line in (out / "probe" / "main-engine-runs.jsonl").read_text().splitlines()]
     invalid = [s for r in raw if r.get("kind") == "run" for s in r["steps"] if s.get("invalid")]
     assert invalid, "no step had grammar-invalid (-1 padded) drafts: the async path was not reached"
+
+
+def test_a_local_model_folder_replaces_the_tiny_model(engine_runs, workspace, tmp_path):
+    """`engine.model` loads a model folder from disk; the tiny model's own folder stands in for a real one."""
+    from difftest import paths
+    from difftest.runner import run_probe
+    from difftest.scenarios import probe_job
+
+    engine_runs("main")  # the tiny model exists once the shipped engine scenarios have run
+    (folder,) = paths.models_dir().glob("tiny-llama-*")
+    base = SCENARIOS["engine-max-tokens-mid-block"]
+    scenario = base.model_copy(update={"engine": base.engine.model_copy(update={"model": str(folder)})})
+    job = probe_job([scenario], tmp_path / "no-model-built-here", "engine")
+    env = workspace.branch("main").env
+    result = run_probe("main", env.python, job, tmp_path, 600, len(scenario.runs()))
+    assert result.error is None, result.error
+    assert result.header["model"]["path"] == str(folder) and len(result.header["model"]["config_sha256"]) == 64
+    assert result.runs and all(r.status == "ok" for r in result.runs)
+    assert not (tmp_path / "no-model-built-here").exists()
+    _, shipped = _by_scenario(engine_runs, "main")
+    assert [r.outputs for r in result.runs] == [r.outputs for r in shipped[base.name]]

@@ -40,6 +40,15 @@ class EngineSettings(_Strict):
     #: `ngram` on CPU; `ngram_gpu` / `draft_model` (the tiny model drafting for itself) need CUDA.
     method: Literal["ngram", "ngram_gpu", "draft_model"] = "ngram"
     async_scheduling: bool = False
+    #: A local model folder (config.json, tokenizer, weights) to use instead of the tiny model.
+    model: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _local_model(cls, value: str | None) -> str | None:
+        if value is not None and not (Path(value).expanduser() / "config.json").is_file():
+            raise ValueError(f"{value!r} is not a local model folder (no config.json); nothing is downloaded")
+        return str(Path(value).expanduser().resolve()) if value else None
 
 
 class StructuredSpec(_Strict):

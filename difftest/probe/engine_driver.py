@@ -24,9 +24,10 @@ from .engine_capture import CaptureLogger, StepTap, counter_delta, prometheus_sp
 #: The keys of a scenario's `engine` mapping that configure the one engine of a probe process.
 ENGINE_KEYS = (
     "k", "prompt_lookup_min", "prompt_lookup_max", "seed", "max_model_len", "max_num_seqs", "method", "async_scheduling",
+    "model",
 )
 #: Defaults for keys a job may omit (older jobs, hand-written jobs).
-ENGINE_DEFAULTS: dict[str, Any] = {"method": "ngram", "async_scheduling": False}
+ENGINE_DEFAULTS: dict[str, Any] = {"method": "ngram", "async_scheduling": False, "model": None}
 MAX_STEPS = 5000
 
 

@@ -43,7 +43,7 @@ def main(job: dict[str, Any], out_path: Path, write: Writer, error_run: ErrorRun
     import_s = time.perf_counter() - t0
     try:
         t1 = time.perf_counter()
-        model_dir = ensure_tiny_model(work_dir)
+        model_dir = Path(cfg["model"]) if cfg.get("model") else ensure_tiny_model(work_dir)
         model_s = time.perf_counter() - t1
         t2 = time.perf_counter()
         session = EngineSession(model_dir, cfg)
@@ -62,7 +62,7 @@ def main(job: dict[str, Any], out_path: Path, write: Writer, error_run: ErrorRun
                 "vllm_file": vllm.__file__,
                 "python": sys.version.split()[0],
                 "engine_config": cfg,
-                "model": manifest(model_dir),
+                "model": manifest(model_dir) if not cfg.get("model") else _model_identity(model_dir),
                 "tokenizer_eos": session.tokenizer_eos,
                 "import_s": round(import_s, 3),
                 "model_build_s": round(model_s, 3),
@@ -79,3 +79,11 @@ def main(job: dict[str, Any], out_path: Path, write: Writer, error_run: ErrorRun
                 except Exception:
                     write(out, error_run(scenario["name"], run, started, "engine"))
     return 0
+
+
+def _model_identity(model_dir: Path) -> dict[str, Any]:
+    """A user's model folder: its path and the hash of its config (weights are not re-hashed)."""
+    import hashlib
+
+    config = model_dir / "config.json"
+    return {"path": str(model_dir), "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest()}
