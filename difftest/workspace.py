@@ -59,13 +59,20 @@ def branch_spec(config: Config, name_or_ref: str) -> BranchSpec:
     return BranchSpec(name=slug, ref=name_or_ref)
 
 
-def open_source_repo(config: Config, base: BaseEnv, do_fetch: bool = False, log: Log = lambda _m: None) -> git.Repo:
-    """The user's vLLM clone, or the fixture repo built from the base's own sources."""
+def open_source_repo(
+    config: Config,
+    base: BaseEnv,
+    do_fetch: bool = False,
+    log: Log = lambda _m: None,
+    refs: list[str] | None = None,
+) -> git.Repo:
+    """The user's vLLM clone (fetched first with `--fetch`, pull-request heads among `refs`
+    included), or the fixture repo built from the base's own sources."""
     if config.repo.path is not None:
         repo = open_repo(config.repo.path)
         if do_fetch:
             log(f"fetching in {config.repo.path}")
-            fetch(repo)
+            fetch(repo, refs=refs or [b.ref for b in config.branches])
         return repo
     if do_fetch:
         log("--fetch ignored: the fixture repo has no remote")
@@ -81,7 +88,7 @@ def prepare(
     """Build or reuse the base and the selected branches' environments."""
     specs = [branch_spec(config, n) for n in names] if names else list(config.branches)
     base = ensure_base(config.base, log)
-    repo = open_source_repo(config, base, do_fetch, log)
+    repo = open_source_repo(config, base, do_fetch, log, [spec.ref for spec in specs])
     try:
         resolve_ref(repo, config.base_ref)
     except RefError as exc:

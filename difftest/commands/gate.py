@@ -23,9 +23,9 @@ from difftest.workspace import branch_spec, open_source_repo
 
 def stats_path_changes(config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log) -> list[str]:
     """The head's changed files (relative to the base) that lie on the stats path."""
-    repo = open_source_repo(config, ensure_base(config.base, log), do_fetch, log)
-    base = resolve_branch(repo, branch_spec(config, base_name))
-    head = resolve_branch(repo, branch_spec(config, head_name))
+    specs = [branch_spec(config, base_name), branch_spec(config, head_name)]
+    repo = open_source_repo(config, ensure_base(config.base, log), do_fetch, log, [s.ref for s in specs])
+    base, head = (resolve_branch(repo, spec) for spec in specs)
     return touches(changed_files(repo, base.sha, head.sha), config.stats_paths)
 
 
