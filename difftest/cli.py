@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from difftest import __version__
 from difftest.config import DEFAULT_CONFIG, load_config
-from difftest.errors import EXIT_OK, EXIT_USAGE, DifftestError
+from difftest.errors import EXIT_USAGE, DifftestError
 
 console = Console(stderr=True, highlight=False)
 

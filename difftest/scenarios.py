@@ -10,17 +10,23 @@ and the fix before any branch is probed.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.errors import ConfigError
 from difftest.probe import script
+from difftest.scenario_base import (
+    ScenarioBase,
+    check_unique_names,
+    read_scenario_file,
+    scenario_error,
+    scenario_files,
+)
+
+GUIDE = "scenarios/README.md"
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _HINTS = {
@@ -123,41 +129,14 @@ class RequestSpec(_Strict):
         return value
 
 
-class Scenario(_Strict):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    name: str
-    statement: str = Field(min_length=1)
+class Scenario(ScenarioBase):
     tier: Literal["scheduler"] = "scheduler"
-    k: int = Field(ge=1, le=8)
     draft_path: Literal["sync", "async"] = "sync"
-    seed: int = 0
-    #: YAML key `orders`: `listed`, `all` (every permutation) or explicit id lists.
-    batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
-    #: Run each request alone too (needed by the additivity invariant); default: when there are several.
-    alone: bool | None = None
     requests: list[RequestSpec] = Field(min_length=1)
-    #: Set by the loader, not written in the file.
-    file: str = ""
-    sha256: str = ""
-
-    @field_validator("statement")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        if "\n" in value.strip():
-            raise ValueError("must be one line")
-        return value.strip()
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
-        ids = [r.id for r in self.requests]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"requests: duplicate id(s) {dupes}")
-        if isinstance(self.batch_orders, list):
-            for order in self.batch_orders:
-                if sorted(order) != sorted(ids):
-                    raise ValueError(f"orders: {order} is not a permutation of the request ids {ids}")
+        self.check_request_ids()
         if self.draft_path == "async":
             for r in self.requests:
                 if isinstance(r.drafter, ScriptedDrafter):
@@ -174,39 +153,15 @@ class Scenario(_Strict):
                         )
         return self
 
-    @property
-    def request_ids(self) -> list[str]:
-        return [r.id for r in self.requests]
-
-    def orders(self) -> list[list[str]]:
-        """The batch orders to run: the listed order, every permutation, or the explicit list."""
-        ids = self.request_ids
-        if self.batch_orders == "all":
-            return [list(p) for p in itertools.permutations(ids)]
-        if self.batch_orders == "listed":
-            return [ids]
-        return [list(o) for o in self.batch_orders]
-
     def runs(self) -> list[dict[str, Any]]:
         """Every run of the probe: each batch order, then each request alone."""
-        runs = [{"label": order_label(o), "order": o} for o in self.orders()]
-        alone = self.alone if self.alone is not None else len(self.requests) > 1
-        if alone:
-            runs += [{"label": f"alone:{rid}", "order": [rid]} for rid in self.request_ids]
-        return runs
+        return self.batch_and_alone_runs()
 
     def probe_data(self) -> dict[str, Any]:
         """The plain dict the probe plays (`data` in the job), with the planned runs."""
         data = self.model_dump(mode="json", by_alias=True)
         data["runs"] = self.runs()
         return data
-
-    def request(self, rid: str) -> RequestSpec:
-        return next(r for r in self.requests if r.id == rid)
-
-
-def order_label(order: list[str]) -> str:
-    return "order:" + ",".join(order)
 
 
 def _tokens(value: str) -> list[int]:
@@ -225,18 +180,11 @@ def _one(value: str) -> int:
 
 def load_scenario(path: Path) -> Scenario:
     """Read and validate one file, or raise ConfigError naming file, key, value and fix."""
-    raw_bytes = path.read_bytes()
+    raw = read_scenario_file(path, GUIDE)
     try:
-        raw = yaml.safe_load(raw_bytes)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping", "see scenarios/README.md for the format")
-    raw.setdefault("name", path.stem)
-    try:
-        scenario = Scenario.model_validate({**raw, "file": path.name, "sha256": hashlib.sha256(raw_bytes).hexdigest()})
+        scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise _scenario_error(exc, path) from None
+        raise scenario_error(exc, path, _HINTS, GUIDE) from None
     _check_playable(scenario, path)
     return scenario
 
@@ -251,17 +199,11 @@ def load_scenarios(directory: Path, tier: str = "scheduler") -> list[Scenario]:
         from difftest.engine.scenarios import load_engine_scenarios
 
         return load_engine_scenarios(folder)  # type: ignore[return-value]
-    files = sorted(folder.glob("*.yaml"))
-    if not files:
-        raise ConfigError(f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)")
-    scenarios = [load_scenario(f) for f in files]
-    seen: dict[str, str] = {}
+    scenarios = [load_scenario(f) for f in scenario_files(folder)]
     for s in scenarios:
         if s.tier != tier:
             raise ConfigError(f"{s.file}: tier {s.tier!r} found in the {tier!r} folder", f"move it or set `tier: {tier}`")
-        if s.name in seen:
-            raise ConfigError(f"{s.file}: name {s.name!r} already used by {seen[s.name]}", "give every scenario its own name")
-        seen[s.name] = s.file
+    check_unique_names(scenarios)
     return scenarios
 
 
@@ -272,24 +214,6 @@ def probe_job(scenarios: list[Scenario], work_dir: Path, tier: str = "scheduler"
         "work_dir": str(work_dir),
         "scenarios": [{"name": s.name, "file": s.file, "data": s.probe_data()} for s in scenarios],
     }
-
-
-def _scenario_error(exc: ValidationError, path: Path) -> ConfigError:
-    lines, hints = [], []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))) or "(top level)"
-        shown = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-            hints.append(f"remove `{key}` or check its spelling")
-        lines.append(f"  {key}: {msg} ({shown})")
-        for part in reversed(key.split(".")):
-            if part in _HINTS:
-                hints.append(f"{part}: {_HINTS[part]}")
-                break
-    hint = "; ".join(dict.fromkeys(hints)) or "compare with scenarios/README.md"
-    return ConfigError(f"{path}: invalid scenario\n" + "\n".join(lines), hint)
 
 
 def _check_playable(scenario: Scenario, path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from difftest.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
 from difftest.gate import compare_for_gate, distance, gate_exit_code, render_gate_markdown
-from difftest.results import Difference, Result, Totals, Violation
+from difftest.results import Difference, Result, Violation
 from tests.factories import ORACLE
 
 

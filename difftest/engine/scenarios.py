@@ -11,16 +11,22 @@ loader checks that before anything is run.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.errors import ConfigError
+from difftest.scenario_base import (
+    ScenarioBase,
+    check_unique_names,
+    read_scenario_file,
+    scenario_error,
+    scenario_files,
+)
+
+GUIDE = "scenarios/README.md (Engine scenarios)"
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary"]
@@ -95,74 +101,34 @@ class EngineRequest(_Strict):
         return value
 
 
-class EngineScenario(_Strict):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    name: str
-    statement: str = Field(min_length=1)
+class EngineScenario(ScenarioBase):
     tier: Literal["engine"] = "engine"
-    seed: int = 0
-    k: int = Field(ge=1, le=8)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     #: `cuda`: only meaningful on a GPU base (async scheduling, ngram_gpu/draft_model); skipped on CPU.
     requires: Literal["cpu", "cuda"] = "cpu"
-    batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
-    alone: bool | None = None
     requests: list[EngineRequest] = Field(min_length=1)
-    file: str = ""
-    sha256: str = ""
-
-    @field_validator("statement")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        if "\n" in value.strip():
-            raise ValueError("must be one line")
-        return value.strip()
 
     @model_validator(mode="after")
     def _consistent(self) -> "EngineScenario":
-        ids = [r.id for r in self.requests]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"requests: duplicate id(s) {dupes}")
-        if isinstance(self.batch_orders, list):
-            for order in self.batch_orders:
-                if sorted(order) != sorted(ids):
-                    raise ValueError(f"orders: {order} is not a permutation of the request ids {ids}")
+        self.check_request_ids()
         if self.engine.prompt_lookup_min > self.engine.prompt_lookup_max:
             raise ValueError("engine.prompt_lookup_min must be <= engine.prompt_lookup_max")
         if self.engine.method != "ngram" and self.requires != "cuda":
             raise ValueError(f"engine.method {self.engine.method!r} runs only on CUDA: set `requires: cuda`")
         return self
 
-    @property
-    def request_ids(self) -> list[str]:
-        return [r.id for r in self.requests]
-
     def engine_key(self) -> dict[str, Any]:
         """What must be equal across a job's scenarios (the probe's ENGINE_KEYS, plus method/async)."""
         return {"k": self.k, "seed": self.seed, **self.engine.model_dump()}
 
-    def orders(self) -> list[list[str]]:
-        ids = self.request_ids
-        if self.batch_orders == "all":
-            return [list(p) for p in itertools.permutations(ids)]
-        if self.batch_orders == "listed":
-            return [ids]
-        return [list(o) for o in self.batch_orders]
-
     def runs(self) -> list[dict[str, Any]]:
         """Reference runs (uncut, for every truncating request) first, then batch orders, then alone."""
-        runs = [
+        references = [
             {"label": f"reference:{r.id}", "order": [r.id], "role": "reference"}
             for r in self.requests
             if r.truncate != "none"
         ]
-        runs += [{"label": "order:" + ",".join(o), "order": o, "role": "batch"} for o in self.orders()]
-        alone = self.alone if self.alone is not None else len(self.requests) > 1
-        if alone:
-            runs += [{"label": f"alone:{rid}", "order": [rid], "role": "alone"} for rid in self.request_ids]
-        return runs
+        return references + self.batch_and_alone_runs()
 
     def probe_data(self) -> dict[str, Any]:
         """The plain dict the engine probe plays."""
@@ -186,40 +152,19 @@ class EngineScenario(_Strict):
             "runs": self.runs(),
         }
 
-    def request(self, rid: str) -> EngineRequest:
-        return next(r for r in self.requests if r.id == rid)
-
 
 def load_engine_scenario(path: Path) -> EngineScenario:
-    raw_bytes = path.read_bytes()
+    raw = read_scenario_file(path, GUIDE)
     try:
-        raw = yaml.safe_load(raw_bytes)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping", "see scenarios/README.md (Engine scenarios)")
-    raw.setdefault("name", path.stem)
-    try:
-        return EngineScenario.model_validate({**raw, "file": path.name, "sha256": hashlib.sha256(raw_bytes).hexdigest()})
+        return EngineScenario.model_validate(raw)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {key}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
-        raise ConfigError(f"{path}: invalid engine scenario\n" + "\n".join(lines), "compare with scenarios/README.md (Engine scenarios)") from None
+        raise scenario_error(exc, path, {}, GUIDE) from None
 
 
 def load_engine_scenarios(folder: Path) -> list[EngineScenario]:
     """Every `*.yaml` in `folder`, sorted; one engine config for all, unique names."""
-    files = sorted(Path(folder).glob("*.yaml"))
-    if not files:
-        raise ConfigError(f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)")
-    scenarios = [load_engine_scenario(f) for f in files]
-    seen: dict[str, str] = {}
-    for s in scenarios:
-        if s.name in seen:
-            raise ConfigError(f"{s.file}: name {s.name!r} already used by {seen[s.name]}", "give every scenario its own name")
-        seen[s.name] = s.file
+    scenarios = [load_engine_scenario(f) for f in scenario_files(folder)]
+    check_unique_names(scenarios)
     check_shared_engine(scenarios)
     return scenarios
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from . import script
+
+from .atomic_dir import ensure_built
 
 MAX_MODEL_LEN = 8192
 
@@ -81,19 +80,4 @@ def _write(dest: Path) -> None:
 
 def ensure_model_dir(work_dir: Path) -> Path:
     """Return `<work_dir>/model-<key>`, building it first if absent."""
-    final = work_dir / f"model-{recipe_key()}"
-    if (final / "config.json").is_file():
-        return final
-    work_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".model-", dir=work_dir))
-    try:
-        _write(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "config.json").is_file():  # lost a race only if the winner finished
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return ensure_built(work_dir, f"model-{recipe_key()}", "config.json", _write)

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from .atomic_dir import ensure_built
 
 #: Everything the directory's content depends on; change `v` when the code below changes behaviour.
 RECIPE: dict[str, Any] = {
@@ -156,22 +155,7 @@ def build(dest: Path) -> dict[str, Any]:
 
 def ensure_tiny_model(work_dir: Path) -> Path:
     """Return `<work_dir>/tiny-llama-<key>`, building it first if absent (manifest written last)."""
-    final = work_dir / f"tiny-llama-{recipe_key()}"
-    if (final / MANIFEST).is_file():
-        return final
-    work_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-llama-", dir=work_dir))
-    try:
-        build(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / MANIFEST).is_file():  # lost a race: fine only if the winner finished
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return ensure_built(work_dir, f"tiny-llama-{recipe_key()}", MANIFEST, build)
 
 
 def manifest(model_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,129 @@
+"""What every scenario has, whatever its tier: identity, batch orders, planned runs, file reading.
+
+The scheduler tier (scripted model) and the engine tier (real model) describe
+requests differently, but both are run in the same batch orders plus each
+request alone, are keyed by name in the evidence, and are read from YAML files
+with the same error messages. That shared part lives here, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from difftest.errors import ConfigError
+
+
+class ScenarioBase(BaseModel):
+    """Subclasses add `tier` and `requests` (each request has an `id`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str
+    statement: str = Field(min_length=1)
+    k: int = Field(ge=1, le=8)
+    seed: int = 0
+    #: YAML key `orders`: `listed`, `all` (every permutation) or explicit id lists.
+    batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
+    #: Run each request alone too (needed by the additivity invariant); default: when there are several.
+    alone: bool | None = None
+    #: Set by the loader, not written in the file.
+    file: str = ""
+    sha256: str = ""
+
+    @field_validator("statement")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\n" in value.strip():
+            raise ValueError("must be one line")
+        return value.strip()
+
+    @property
+    def request_ids(self) -> list[str]:
+        return [r.id for r in self.requests]  # type: ignore[attr-defined]
+
+    def request(self, rid: str) -> Any:
+        return next(r for r in self.requests if r.id == rid)  # type: ignore[attr-defined]
+
+    def check_request_ids(self) -> None:
+        """Unique ids, and explicit orders that are permutations of them (ValueError otherwise)."""
+        ids = self.request_ids
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"requests: duplicate id(s) {dupes}")
+        if isinstance(self.batch_orders, list):
+            for order in self.batch_orders:
+                if sorted(order) != sorted(ids):
+                    raise ValueError(f"orders: {order} is not a permutation of the request ids {ids}")
+
+    def orders(self) -> list[list[str]]:
+        """The batch orders to run: the listed order, every permutation, or the explicit list."""
+        ids = self.request_ids
+        if self.batch_orders == "all":
+            return [list(p) for p in itertools.permutations(ids)]
+        if self.batch_orders == "listed":
+            return [ids]
+        return [list(o) for o in self.batch_orders]
+
+    def batch_and_alone_runs(self) -> list[dict[str, Any]]:
+        """Each batch order, then (with several requests, unless `alone: false`) each request alone."""
+        runs = [{"label": order_label(o), "order": o, "role": "batch"} for o in self.orders()]
+        alone = self.alone if self.alone is not None else len(self.request_ids) > 1
+        if alone:
+            runs += [{"label": f"alone:{rid}", "order": [rid], "role": "alone"} for rid in self.request_ids]
+        return runs
+
+
+def order_label(order: list[str]) -> str:
+    return "order:" + ",".join(order)
+
+
+def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
+    """The file's mapping plus what the loader sets: `name` (default: the file's stem), `file`, `sha256`."""
+    raw_bytes = path.read_bytes()
+    try:
+        raw = yaml.safe_load(raw_bytes)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping", f"see {guide} for the format")
+    raw.setdefault("name", path.stem)
+    return {**raw, "file": path.name, "sha256": hashlib.sha256(raw_bytes).hexdigest()}
+
+
+def scenario_error(exc: ValidationError, path: Path, hints: dict[str, str], guide: str) -> ConfigError:
+    """One line per problem (key, message, bad value) and the fixes that apply."""
+    lines, fixes = [], []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))) or "(top level)"
+        shown = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            fixes.append(f"remove `{key}` or check its spelling")
+        lines.append(f"  {key}: {msg} ({shown})")
+        for part in reversed(key.split(".")):
+            if part in hints:
+                fixes.append(f"{part}: {hints[part]}")
+                break
+    return ConfigError(f"{path}: invalid scenario\n" + "\n".join(lines), "; ".join(dict.fromkeys(fixes)) or f"compare with {guide}")
+
+
+def check_unique_names(scenarios: list[ScenarioBase]) -> None:
+    seen: dict[str, str] = {}
+    for s in scenarios:
+        if s.name in seen:
+            raise ConfigError(f"{s.file}: name {s.name!r} already used by {seen[s.name]}", "give every scenario its own name")
+        seen[s.name] = s.file
+
+
+def scenario_files(folder: Path) -> list[Path]:
+    files = sorted(Path(folder).glob("*.yaml"))
+    if not files:
+        raise ConfigError(f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)")
+    return files
