@@ -26,7 +26,7 @@ from difftest.reports.markdown import md_escape
 from difftest.results import COUNTERS, Reading, Result, Totals
 from difftest.verdicts import MAL, MAL_TOLERANCE, first_reason, format_value, measured_mal, oracle_mal
 
-Kind = Literal["broken", "regressed", "further", "unmeasured", "improved"]
+Kind = Literal["broken", "regressed", "further", "unmeasured", "improved", "unchanged"]
 #: Kinds that make the head worse.
 WORSE_KINDS = frozenset({"broken", "regressed", "further"})
 
@@ -62,6 +62,10 @@ class GateOutcome:
     @property
     def improved(self) -> list[GateFinding]:
         return [f for f in self.findings if f.kind == "improved"]
+
+    @property
+    def unchanged(self) -> list[GateFinding]:
+        return [f for f in self.findings if f.kind == "unchanged"]
 
 
 def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> GateOutcome:
@@ -145,6 +149,7 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
     sections = [
         ("Why it is worse", [f for f in outcome.findings if f.kind in WORSE_KINDS]),
         ("Could not measure", outcome.unmeasured),
+        ("Still differs from the oracle, as on the base", outcome.unchanged),
         ("Better than the base", outcome.improved),
     ]
     for heading, found in sections:
@@ -165,7 +170,7 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
             )
         lines.append("")
     if not outcome.findings:
-        lines += ["Every (scenario, order) is as close to the oracle on the head as on the base.", ""]
+        lines += ["Every (scenario, order) matches the oracle on the head as on the base.", ""]
     return "\n".join(lines)
 
 
@@ -183,6 +188,10 @@ def _distances(old: Result, new: Result) -> list[GateFinding]:
         elif h_dist + tol < b_dist:
             kind = "improved"
             text = f"{counter} is closer to the oracle: distance {_num(b_dist)} on base, {_num(h_dist)} on head"
+        elif h_dist > tol:
+            # Not worse, but not right either: the residual a reviewer should still see.
+            kind = "unchanged"
+            text = f"{counter} still differs from the oracle, as on the base (distance {_num(h_dist)})"
         else:
             continue
         if counter == MAL and any(f.kind == kind for f in found):

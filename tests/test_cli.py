@@ -192,6 +192,11 @@ def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, ca
     assert code == 0, printed
     assert reading in printed
     assert "eos-in-accepted-drafts" in printed  # listed among the improvements
+    residual = printed.split("Still differs from the oracle, as on the base")[-1].split("###")[0]
+    if reading == "strict":
+        assert "grammar-all-invalid-async" in residual and "num\\_drafts" in residual
+    else:
+        assert "Still differs from the oracle" not in printed
 
 
 def test_gate_skips_when_no_stats_path_file_changes(tmp_path, fixture_repo, capsys):

@@ -68,9 +68,12 @@ def test_diverging_less_than_base_is_not_worse_and_is_reported_as_better() -> No
     assert gate_exit_code(outcome, [head]) == EXIT_OK
 
 
-def test_same_divergence_is_not_worse() -> None:
+def test_same_divergence_is_not_worse_but_is_still_shown() -> None:
     outcome = compare_for_gate([result("diverge", num_emitted_tokens=13)], [result("diverge", num_emitted_tokens=13)])
-    assert not outcome.worse and outcome.findings == []
+    assert not outcome.worse and gate_exit_code(outcome, [result("diverge")]) == EXIT_OK
+    assert [(f.kind, f.counter) for f in outcome.findings] == [("unchanged", "num_emitted_tokens")]
+    markdown = render_gate_markdown(outcome, "main", "head")
+    assert "Still differs from the oracle, as on the base" in markdown and "distance 2" in markdown
 
 
 def test_counter_further_from_oracle_is_worse() -> None:
