@@ -17,6 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.errors import ConfigError
+from difftest.validation import describe
 
 DEFAULT_CONFIG = "branches.yaml"
 
@@ -166,24 +167,18 @@ def parse_config(raw: dict[str, Any], root: Path, source: str = DEFAULT_CONFIG) 
 
 
 def _config_error(exc: ValidationError, source: str) -> ConfigError:
-    lines = []
-    hints = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        value = err.get("input")
-        shown = "missing" if err["type"] == "missing" else f"got {value!r}"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-            hints.append(f"remove `{key}` or check its spelling")
-        lines.append(f"  {key}: {msg} ({shown})")
-        generic = re.sub(r"\.\d+", "", key)
-        if generic in _HINTS:
-            hints.append(f"{generic}: {_HINTS[generic]}")
-        elif generic.startswith("branches"):
-            hints.append("each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...]}`")
-    hint = "; ".join(dict.fromkeys(hints)) or "compare with the branches.yaml shipped in the repository"
+    lines, fixes = describe(exc, _hint_for)
+    hint = "; ".join(fixes) or "compare with the branches.yaml shipped in the repository"
     return ConfigError(f"{source}: invalid configuration\n" + "\n".join(lines), hint)
+
+
+def _hint_for(key: str) -> str | None:
+    generic = re.sub(r"\.\d+", "", key)
+    if generic in _HINTS:
+        return f"{generic}: {_HINTS[generic]}"
+    if generic.startswith("branches"):
+        return "each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...]}`"
+    return None
 
 
 def _resolve_paths(config: Config, source: str) -> Config:

@@ -14,6 +14,7 @@ depends on batch order. Checked on the runs the probe recorded:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from difftest.results import COUNTERS, ProbeRun, Totals, Violation
@@ -162,33 +163,35 @@ def order_check(run: ProbeRun, reference: tuple[str, dict[str, Any]] | None) -> 
     if reference is None:
         return []
     name, ref = reference
-    vec = _vec(run.totals)  # type: ignore[arg-type]
-    return [
-        Violation(
-            invariant="order-independence",
-            label=run.label,
-            detail=f"batch order {','.join(run.order)} changes {counter}: {vec[counter]} here, {ref[counter]} in {name}",
-            counter=counter,
-            measured=vec[counter],
-            expected=ref[counter],
-        )
-        for counter in _diff(vec, ref)
-    ]
+    return _mismatches(
+        "order-independence", run, ref,
+        lambda counter, got, want: f"batch order {','.join(run.order)} changes {counter}: {got} here, {want} in {name}",
+    )
 
 
 def additivity_check(run: ProbeRun, alone: dict[str, ProbeRun]) -> list[Violation]:
     summed = _sum_alone(alone, run.order)
     if summed is None or len(run.order) < 2:
         return []
+    return _mismatches(
+        "additivity", run, summed,
+        lambda counter, got, want: f"batch {','.join(run.order)}: {counter}={got}, but its requests run alone sum to {want}",
+    )
+
+
+def _mismatches(
+    invariant: str, run: ProbeRun, expected: dict[str, Any], detail: Callable[[str, Any, Any], str]
+) -> list[Violation]:
+    """One violation per compared counter of `run` that differs from `expected`."""
     vec = _vec(run.totals)  # type: ignore[arg-type]
     return [
         Violation(
-            invariant="additivity",
+            invariant=invariant,
             label=run.label,
-            detail=f"batch {','.join(run.order)}: {counter}={vec[counter]}, but its requests run alone sum to {summed[counter]}",
+            detail=detail(counter, vec[counter], expected[counter]),
             counter=counter,
             measured=vec[counter],
-            expected=summed[counter],
+            expected=expected[counter],
         )
-        for counter in _diff(vec, summed)
+        for counter in _diff(vec, expected)
     ]

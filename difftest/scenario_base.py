@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +18,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from difftest.errors import ConfigError
+from difftest.validation import describe
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
 class ScenarioBase(BaseModel):
@@ -98,20 +102,20 @@ def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
 
 def scenario_error(exc: ValidationError, path: Path, hints: dict[str, str], guide: str) -> ConfigError:
     """One line per problem (key, message, bad value) and the fixes that apply."""
-    lines, fixes = [], []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))) or "(top level)"
-        shown = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-            fixes.append(f"remove `{key}` or check its spelling")
-        lines.append(f"  {key}: {msg} ({shown})")
-        for part in reversed(key.split(".")):
-            if part in hints:
-                fixes.append(f"{part}: {hints[part]}")
-                break
-    return ConfigError(f"{path}: invalid scenario\n" + "\n".join(lines), "; ".join(dict.fromkeys(fixes)) or f"compare with {guide}")
+
+    def hint_for(key: str) -> str | None:
+        part = next((p for p in reversed(key.split(".")) if p in hints), None)
+        return f"{part}: {hints[part]}" if part else None
+
+    lines, fixes = describe(exc, hint_for)
+    return ConfigError(f"{path}: invalid scenario\n" + "\n".join(lines), "; ".join(fixes) or f"compare with {guide}")
+
+
+def request_id(value: str) -> str:
+    """A request id appears in run labels (`order:a,b`, `alone:a`): keep it plain."""
+    if not _REQUEST_ID.match(value):
+        raise ValueError("use letters, digits, '_' or '-' (it appears in run labels)")
+    return value
 
 
 def check_unique_names(scenarios: list[ScenarioBase]) -> None:

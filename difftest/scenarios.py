@@ -10,7 +10,6 @@ and the fix before any branch is probed.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ from difftest.probe import script
 from difftest.scenario_base import (
     ScenarioBase,
     check_unique_names,
+    request_id,
     read_scenario_file,
     scenario_error,
     scenario_files,
@@ -28,7 +28,6 @@ from difftest.scenario_base import (
 
 GUIDE = "scenarios/README.md"
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _HINTS = {
     "k": "an integer from 1 to 8 (num_speculative_tokens)",
     "draft_path": "`sync` (update_draft_token_ids) or `async` (AsyncScheduler + update_draft_token_ids_in_output)",
@@ -85,9 +84,7 @@ class RequestSpec(_Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not _ID.match(value):
-            raise ValueError("use letters, digits, '_' or '-' (it appears in run labels)")
-        return value
+        return request_id(value)
 
     @field_validator("prompt")
     @classmethod

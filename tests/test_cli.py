@@ -53,6 +53,18 @@ def results_of(out: Path) -> list[dict]:
     return json.loads((out / "evidence.json").read_text())["results"]
 
 
+def run_control_beside_main(tmp_path: Path, name: str, patch: str, **extra) -> list[dict]:
+    """`run -k CONTROL` on main plus one faulty branch: exit 3, main intact; the faulty branch's results."""
+    config = write_config(tmp_path, [shipped("main"), {"name": name, "ref": "main", "patches": [patch]}], **extra)
+    out = tmp_path / "out"
+    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)]) == 3
+    results = results_of(out)
+    assert {r["verdict"] for r in results if r["branch"] == "main"} == {"pass"}
+    faulty = [r for r in results if r["branch"] == name]
+    assert faulty and all(r["verdict"] == "error" for r in faulty)
+    return faulty
+
+
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
     """`difftest run` on the shipped branches.yaml (scheduler tier), once for this module."""
@@ -137,29 +149,16 @@ def test_verify_refuses_a_changed_scenario_file(default_run, tmp_path, capsys):
 
 def test_a_branch_that_fails_to_import_reads_error_and_keeps_the_others(tmp_path, fixture_repo):
     broken = scheduler_patch(tmp_path, fixture_repo, "broken", 'raise ImportError("difftest: planted import failure")')
-    config = write_config(tmp_path, [shipped("main"), {"name": "broken", "ref": "main", "patches": [broken]}])
-    out = tmp_path / "out"
-    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)]) == 3
-    results = results_of(out)
-    assert {r["verdict"] for r in results if r["branch"] == "main"} == {"pass"}
-    errors = [r for r in results if r["branch"] == "broken"]
-    assert errors and all(r["verdict"] == "error" for r in errors)
+    errors = run_control_beside_main(tmp_path, "broken", broken)
     assert all("planted import failure" in r["error"] for r in errors)
-    junit = (out / "junit.xml").read_text()
+    junit = (tmp_path / "out" / "junit.xml").read_text()
     assert "<error" in junit and "planted import failure" in junit
 
 
 def test_a_hanging_probe_is_killed_and_reported(tmp_path, fixture_repo):
     hang = scheduler_patch(tmp_path, fixture_repo, "hang", "import time; time.sleep(3600)")
-    config = write_config(
-        tmp_path, [shipped("main"), {"name": "hang", "ref": "main", "patches": [hang]}], timeouts={"probe_s": 60}
-    )
-    out = tmp_path / "out"
-    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)]) == 3
-    results = results_of(out)
-    assert {r["verdict"] for r in results if r["branch"] == "main"} == {"pass"}
-    hung = [r for r in results if r["branch"] == "hang"]
-    assert hung and all(r["verdict"] == "error" and "timed out after 60 s" in r["error"] for r in hung)
+    hung = run_control_beside_main(tmp_path, "hang", hang, timeouts={"probe_s": 60})
+    assert all("timed out after 60 s" in r["error"] for r in hung)
 
 
 @pytest.mark.parametrize("jobs, overlap", [(None, True), (1, False)])
@@ -239,13 +238,8 @@ def test_verify_refuses_evidence_from_another_base(default_run, tmp_path, capsys
 
 def test_a_branch_that_cannot_be_built_reads_error(tmp_path):
     native = make_patch(tmp_path / "native.patch", "csrc/cache_kernels.cu", "", "// changes a kernel\n")
-    config = write_config(tmp_path, [shipped("main"), {"name": "native", "ref": "main", "patches": [str(native)]}])
-    out = tmp_path / "out"
-    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out)]) == 3
-    results = results_of(out)
-    assert {r["verdict"] for r in results if r["branch"] == "main"} == {"pass"}
-    refused = [r for r in results if r["branch"] == "native"]
-    assert refused and all(r["verdict"] == "error" and "native code" in r["error"] for r in refused)
+    refused = run_control_beside_main(tmp_path, "native", str(native))
+    assert all("native code" in r["error"] for r in refused)
 
 
 def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixture_repo):

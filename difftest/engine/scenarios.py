@@ -11,7 +11,6 @@ loader checks that before anything is run.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ from difftest.errors import ConfigError
 from difftest.scenario_base import (
     ScenarioBase,
     check_unique_names,
+    request_id,
     read_scenario_file,
     scenario_error,
     scenario_files,
@@ -28,7 +28,6 @@ from difftest.scenario_base import (
 
 GUIDE = "scenarios/README.md (Engine scenarios)"
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary"]
 
 
@@ -96,9 +95,7 @@ class EngineRequest(_Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not _ID.match(value):
-            raise ValueError("use letters, digits, '_' or '-' (it appears in run labels)")
-        return value
+        return request_id(value)
 
 
 class EngineScenario(ScenarioBase):

@@ -1,0 +1,28 @@
+"""Turning pydantic's validation errors into lines a user can act on.
+
+Used by the config and by the scenario loaders, so every schema error reads
+the same way: the key, what is wrong, the value that was given, and the fixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+
+def describe(exc: ValidationError, hint_for: Callable[[str], str | None]) -> tuple[list[str], list[str]]:
+    """(lines, fixes): one line per problem; the fixes that apply, without repeats."""
+    lines, fixes = [], []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))) or "(top level)"
+        shown = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            fixes.append(f"remove `{key}` or check its spelling")
+        lines.append(f"  {key}: {msg} ({shown})")
+        hint = hint_for(key)
+        if hint:
+            fixes.append(hint)
+    return lines, list(dict.fromkeys(fixes))
