@@ -45,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run every scenario on every branch, compare, report")
     _add_config(run)
     run.add_argument("--out", default="out", help="folder for report.md, report.html, junit.xml, evidence.json")
-    run.add_argument("-k", dest="select", default=None, help="only scenarios whose name contains this text")
+    run.add_argument(
+        "-k", dest="select", default=None, metavar="EXPR",
+        help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
+    )
     run.add_argument("--jobs", type=int, default=None, help="branches probed at once (default: all for the scheduler tier, one per 4 cores for the engine tier)")
     run.add_argument("--tier", choices=["scheduler", "engine", "all"], default="all")
     run.add_argument("--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading")

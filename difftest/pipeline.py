@@ -21,6 +21,7 @@ from difftest.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEv
 from difftest.results import ProbeRun, Reading, Result, Tier, Violation
 from difftest.runner import BranchRun, Progress, run_branches
 from difftest.scenarios import Scenario, load_scenarios, probe_job
+from difftest.selection import compile_selection
 from difftest.tiers import TierRules, rules_for
 from difftest.verdicts import judge, unmeasured
 from difftest.workspace import PreparedBranch, Workspace
@@ -39,13 +40,14 @@ class Measurement:
 def select_scenarios(config: Config, tier: str, select: str | None) -> dict[str, list[Scenario]]:
     """Load and validate the scenarios first: a bad file stops the run before anything is built."""
     tiers = TIERS if tier == "all" else (tier,)
+    selected = compile_selection(select) if select else None
     chosen: dict[str, list[Scenario]] = {}
     for name in tiers:
         if not (config.scenarios_dir / name).is_dir():
             continue
         scenarios = load_scenarios(config.scenarios_dir, name)
-        if select:
-            scenarios = [s for s in scenarios if select in s.name]
+        if selected:
+            scenarios = [s for s in scenarios if selected(s.name)]
         if scenarios:
             chosen[name] = scenarios
     _check_unique_names(chosen)
