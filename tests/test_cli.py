@@ -236,6 +236,16 @@ def test_verify_refuses_evidence_from_another_base(default_run, tmp_path, capsys
     assert "base wheel_hash differs" in capsys.readouterr().err
 
 
+def test_verify_refuses_evidence_from_another_probe(default_run, tmp_path, capsys):
+    _, out = default_run
+    evidence = json.loads((out / "evidence.json").read_text())
+    evidence["branches"]["main"]["fingerprint"]["probe_digest"] = "f" * 64
+    other = tmp_path / "evidence.json"
+    other.write_text(json.dumps(evidence))
+    assert main(["verify", "-c", str(ROOT / "branches.yaml"), str(other)]) == 2
+    assert "another version of difftest's probe" in capsys.readouterr().err
+
+
 def test_a_branch_that_cannot_be_built_reads_error(tmp_path):
     native = make_patch(tmp_path / "native.patch", "csrc/cache_kernels.cu", "", "// changes a kernel\n")
     refused = run_control_beside_main(tmp_path, "native", str(native))

@@ -15,6 +15,7 @@ from pathlib import Path
 from difftest.commands.run import compare
 from difftest.config import Config
 from difftest.envs.base import Log, ensure_base
+from difftest.envs.branch import probe_digest
 from difftest.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.evidence import Evidence, read_evidence
 from difftest.pipeline import select_scenarios
@@ -43,6 +44,15 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
                 f"scenario {name!r} ({then.file}) is missing or its file changed "
                 f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
                 "check out the scenario files the evidence was produced with",
+            )
+    current_probe = probe_digest()
+    for name, then in recorded.branches.items():
+        recorded_probe = then.fingerprint.get("probe_digest")
+        if recorded_probe and recorded_probe != current_probe:
+            raise ConfigError(
+                f"branch {name!r} was measured by another version of difftest's probe "
+                f"(digest {recorded_probe[:12]}, this checkout has {current_probe[:12]})",
+                f"verify with the difftest version that wrote the evidence ({recorded.difftest_version})",
             )
     repo = open_source_repo(config, base)
     for name, then in recorded.branches.items():
