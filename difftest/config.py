@@ -108,6 +108,8 @@ class OracleSpec(_Strict):
 class Timeouts(_Strict):
     #: One probe process per branch: import of vLLM plus every scenario of a tier.
     probe_s: float = Field(default=600.0, gt=0)
+    #: One (scenario, order) run inside the probe; a run over it is recorded as a timeout.
+    run_s: float = Field(default=120.0, gt=0)
 
 
 class Config(_Strict):

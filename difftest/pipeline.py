@@ -77,9 +77,10 @@ def measure_tier(
 ) -> dict[str, BranchRun]:
     """Run one tier's probe in every branch that has an environment, concurrently."""
     targets = [(b.name, b.env.python) for b in workspace.branches if b.env is not None]
+    job = {**probe_job(scenarios, paths.models_dir(), tier), "run_timeout_s": workspace.config.timeouts.run_s}
     return run_branches(
         targets,
-        probe_job(scenarios, paths.models_dir(), tier),
+        job,
         work_dir,
         workspace.config.timeouts.probe_s,
         sum(len(s.runs()) for s in scenarios),

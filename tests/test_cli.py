@@ -271,3 +271,23 @@ def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixtur
     errors = [r for r in crashed if r["scenario"] == "long-random-k5"]
     assert errors and all(r["verdict"] == "error" and "exited with code 7" in r["error"] for r in errors)
     assert "planted crash" in errors[0]["error"]
+
+
+def test_a_hanging_run_times_out_and_the_next_scenarios_still_run(tmp_path, fixture_repo):
+    """The branch's AsyncScheduler never finishes constructing; sync scenarios after it must still run."""
+    old = read_blob(fixture_repo, "v0.32.0", SCHEDULER).decode()
+    marker = "        self.vllm_config = vllm_config\n"
+    hang = "        if type(self).__name__ == 'AsyncScheduler':\n            import time; time.sleep(3600)\n"
+    patch = make_patch(tmp_path / "hang.patch", SCHEDULER, old, old.replace(marker, marker + hang, 1))
+    config = write_config(
+        tmp_path, [shipped("main"), {"name": "hang-async", "ref": "main", "patches": [str(patch)]}],
+        timeouts={"probe_s": 300, "run_s": 5},
+    )
+    out = tmp_path / "out"
+    # grammar-all-invalid-async (async, 1 run) sorts before grammar-trim-sync (sync, 4 runs).
+    assert main(["run", "-c", str(config), "--tier", "scheduler", "-k", "grammar", "--out", str(out)]) == 1
+    results = [r for r in results_of(out) if r["branch"] == "hang-async"]
+    hung = [r for r in results if r["scenario"] == "grammar-all-invalid-async"]
+    assert hung and all(r["verdict"] == "error" and "time limit of 5 s" in r["error"] for r in hung)
+    after = [r for r in results if r["scenario"] == "grammar-trim-sync"]
+    assert len(after) == 4 and {r["verdict"] for r in after} == {"pass"}

@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
+from .time_limit import RunTimeout, time_limit
+
 
 def _set_env(work_dir: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -51,7 +53,7 @@ def _error_run(name: str, run: dict[str, Any], started: float, tier: str = "sche
         "tier": tier,
         "order": list(run.get("order") or []),
         "label": run.get("label", "?"),
-        "status": "error",
+        "status": "timeout" if isinstance(sys.exc_info()[1], RunTimeout) else "error",
         "error": traceback.format_exc(),
         "duration_s": round(time.perf_counter() - started, 6),
     }
@@ -123,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             for run in runs:
                 started = time.perf_counter()
                 try:
-                    record = run_order(factory, data, list(run["order"]), run["label"])
+                    with time_limit(job.get("run_timeout_s")):
+                        record = run_order(factory, data, list(run["order"]), run["label"])
                     _write(out, {"kind": "run", **record})
                 except Exception:
                     _write(out, _error_run(name, run, started))

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from .time_limit import time_limit
+
 Writer = Callable[[TextIO, dict[str, Any]], None]
 ErrorRun = Callable[..., dict[str, Any]]
 
@@ -75,7 +77,9 @@ def main(job: dict[str, Any], out_path: Path, write: Writer, error_run: ErrorRun
             for run in scenario.get("runs") or []:
                 started = time.perf_counter()
                 try:
-                    write(out, {"kind": "run", **run_one(session, scenario, run, cuts)})
+                    with time_limit(job.get("run_timeout_s")):
+                        record = run_one(session, scenario, run, cuts)
+                    write(out, {"kind": "run", **record})
                 except Exception:
                     write(out, error_run(scenario["name"], run, started, "engine"))
     return 0
