@@ -25,8 +25,8 @@ from typing import Any
 from difftest import paths
 from difftest.results import ProbeRun
 
-#: (branch, finished runs, expected runs, label of the last finished run)
-Progress = Callable[[str, int, int, str], None]
+#: (branch, finished runs, expected runs, scenario and label of the last finished run)
+Progress = Callable[[str, int, int, str, str], None]
 
 _CAPTURE_TAIL = 40
 
@@ -171,11 +171,10 @@ def _report_progress(out_path: Path, branch: str, seen: int, total: int, progres
     runs = [line for line in lines if '"kind": "run"' in line or '"kind":"run"' in line]
     if len(runs) != seen:
         try:
-            label = json.loads(runs[-1]).get("label", "")
-            scenario = json.loads(runs[-1]).get("scenario", "")
+            last = json.loads(runs[-1])
         except ValueError:
-            label = scenario = ""
-        progress(branch, len(runs), total, f"{scenario} [{label}]")
+            last = {}
+        progress(branch, len(runs), total, last.get("scenario", ""), last.get("label", ""))
     return len(runs)
 
 

@@ -31,13 +31,12 @@ def probe_progress(branches: list[str], tier: str) -> Iterator[ProgressCallback]
         tasks = {b: bars.add_task("importing vLLM ...", branch=escape(b), total=None) for b in branches}
         current: dict[str, str] = {}
 
-        def update(branch: str, done: int, total: int, label: str) -> None:
+        def update(branch: str, done: int, total: int, scenario: str, label: str) -> None:
             with lock:
-                bars.update(tasks[branch], completed=done, total=total, description=escape(label))
+                bars.update(tasks[branch], completed=done, total=total, description=escape(f"{scenario} [{label}]"))
                 if console.is_terminal:
                     return
                 # In a CI log: a line whenever a branch reaches a new scenario, instead of a live bar.
-                scenario = label.split(" [", 1)[0]
                 if current.get(branch) != scenario:
                     current[branch] = scenario
                     console.print(f"difftest: {branch} {tier}: {done}/{total} runs done (last: {scenario})", markup=False)

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from difftest.commands.progress import probe_progress
 from difftest.config import Config
+from difftest.errors import ConfigError
 from difftest.envs.base import Log
 from difftest.evidence import Evidence
 from difftest.pipeline import Measurement, judge_all, make_evidence, measure_tier, select_scenarios
@@ -30,12 +32,8 @@ def compare(
     log: Log,
 ) -> tuple[Workspace, Evidence]:
     """Validate scenarios, prepare environments, probe, judge: the shared core of run and gate."""
-    from difftest.commands.progress import probe_progress
-
     scenarios = select_scenarios(config, tier, select)
     if not scenarios:
-        from difftest.errors import ConfigError
-
         raise ConfigError(f"no scenario matches -k {select!r} in tier {tier!r}", "check the name passed to -k")
     workspace = prepare(config, names, do_fetch=do_fetch, log=log)
     chosen_reading = reading or config.oracle.reading
