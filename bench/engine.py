@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest import paths  # noqa: E402
-from difftest.config import load_config  # noqa: E402
-from difftest.runner import run_probe  # noqa: E402
-from difftest.scenarios import load_scenarios, probe_job  # noqa: E402
-from difftest.workspace import prepare  # noqa: E402
+from difftest.core import paths  # noqa: E402
+from difftest.core.config import load_config  # noqa: E402
+from difftest.run.runner import run_probe  # noqa: E402
+from difftest.tiers.scheduler.scenario import load_scenarios, probe_job  # noqa: E402
+from difftest.build.workspace import prepare  # noqa: E402
 
 
 def main() -> int:

@@ -23,14 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest.config import load_config  # noqa: E402
-from difftest.envs.base import ensure_base  # noqa: E402
-from difftest.envs.branch import ensure_branch_env  # noqa: E402
-from difftest.envs.cache import own_bytes  # noqa: E402
-from difftest.envs.sources import wheel_source_args  # noqa: E402
-from difftest.envs.uvtool import run_uv  # noqa: E402
-from difftest.refs import resolve_branch  # noqa: E402
-from difftest.workspace import open_source_repo  # noqa: E402
+from difftest.core.config import load_config  # noqa: E402
+from difftest.build.envs.base import ensure_base  # noqa: E402
+from difftest.build.envs.branch import ensure_branch_env  # noqa: E402
+from difftest.build.envs.cache import own_bytes  # noqa: E402
+from difftest.build.envs.sources import wheel_source_args  # noqa: E402
+from difftest.build.envs.uvtool import run_uv  # noqa: E402
+from difftest.build.refs import resolve_branch  # noqa: E402
+from difftest.build.workspace import open_source_repo  # noqa: E402
 
 IMPORT = "import vllm.v1.core.sched.scheduler"
 

@@ -15,9 +15,9 @@ import git
 import pytest
 from filelock import FileLock
 
-from difftest.config import Config, load_config
-from difftest.envs.base import BaseEnv, ensure_base
-from difftest.workspace import Workspace, open_source_repo, prepare
+from difftest.core.config import Config, load_config
+from difftest.build.envs.base import BaseEnv, ensure_base
+from difftest.build.workspace import Workspace, open_source_repo, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def branch_python(workspace):
 
 @pytest.fixture(scope="session")
 def scheduler_scenarios(shipped_config):
-    from difftest.scenarios import load_scenarios
+    from difftest.tiers.scheduler.scenario import load_scenarios
 
     return load_scenarios(shipped_config.scenarios_dir, "scheduler")
 
@@ -63,10 +63,10 @@ def scheduler_scenarios(shipped_config):
 @pytest.fixture(scope="session")
 def probe_job(tmp_path_factory):
     """probe_job(scenarios, work_dir) -> path of a JOB.json for those scenarios."""
-    from difftest.scenarios import probe_job as make_job
+    from difftest.tiers.scheduler.scenario import probe_job as make_job
 
     def write(scenarios, work_dir: Path | None = None) -> Path:
-        from difftest import paths
+        from difftest.core import paths
 
         job = make_job(list(scenarios), work_dir or paths.models_dir())
         path = tmp_path_factory.mktemp("job") / "job.json"
@@ -85,9 +85,9 @@ def scheduler_runs(workspace, scheduler_scenarios):
     workers and later sessions share one run instead of paying vLLM's import
     again.
     """
-    from difftest import paths
-    from difftest.runner import run_probe
-    from difftest.scenarios import probe_job as make_job
+    from difftest.core import paths
+    from difftest.run.runner import run_probe
+    from difftest.tiers.scheduler.scenario import probe_job as make_job
 
     job = make_job(scheduler_scenarios, paths.models_dir())
     job_hash = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
@@ -116,7 +116,7 @@ def scheduler_runs(workspace, scheduler_scenarios):
 
 @pytest.fixture(scope="session")
 def engine_scenarios(shipped_config):
-    from difftest.scenarios import load_scenarios
+    from difftest.tiers.scheduler.scenario import load_scenarios
 
     return load_scenarios(shipped_config.scenarios_dir, "engine")
 
@@ -130,9 +130,9 @@ def engine_runs(workspace, engine_scenarios):
     machine has 2 cores and an engine probe uses them both, so engine probes
     never overlap, even across xdist workers.
     """
-    from difftest import paths
-    from difftest.runner import read_runs, run_probe
-    from difftest.scenarios import probe_job as make_job
+    from difftest.core import paths
+    from difftest.run.runner import read_runs, run_probe
+    from difftest.tiers.scheduler.scenario import probe_job as make_job
 
     job = make_job(engine_scenarios, paths.models_dir(), "engine")
     job_hash = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]

@@ -5,7 +5,7 @@ Those layers take data, not vLLM: oracle totals built by hand are their real inp
 
 from __future__ import annotations
 
-from difftest.results import Totals
+from difftest.core.records import Totals
 
 #: Oracle totals of a 4-row, k=3 step series with one truncated row.
 ORACLE = Totals(

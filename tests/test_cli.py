@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from difftest.cli import main
-from difftest.config import load_config
-from difftest.pipeline import measure_tier, select_scenarios
-from difftest.refs import read_blob
-from difftest.workspace import prepare
+from difftest.core.config import load_config
+from difftest.run.pipeline import measure_tier, select_scenarios
+from difftest.build.refs import read_blob
+from difftest.build.workspace import prepare
 from tests.patching import make_patch
 
 pytestmark = pytest.mark.slow

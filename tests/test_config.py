@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from difftest.cli import main
-from difftest.config import load_config, parse_config
-from difftest.errors import ConfigError
+from difftest.core.config import load_config, parse_config
+from difftest.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

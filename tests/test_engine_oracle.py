@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from difftest.engine.invariants import check_engine_invariants, cross_branch_violations
-from difftest.engine.oracle import expected_engine_totals
-from difftest.results import ProbeRun, StepRecord, Totals
+from difftest.tiers.engine.invariants import check_engine_invariants, cross_branch_violations
+from difftest.tiers.engine.oracle import expected_engine_totals
+from difftest.core.records import ProbeRun, StepRecord, Totals
 
 SCENARIO = SimpleNamespace(k=3)
 
@@ -137,8 +137,8 @@ def test_cut_is_the_first_new_accepted_draft_never_the_last_accepted():
 def test_engine_scenarios_must_share_one_engine(tmp_path):
     import pytest
 
-    from difftest.engine.scenarios import load_engine_scenarios
-    from difftest.errors import ConfigError
+    from difftest.tiers.engine.scenario import load_engine_scenarios
+    from difftest.core.errors import ConfigError
 
     (tmp_path / "a.yaml").write_text("statement: a\nk: 3\nrequests: [{id: x, prompt: 'yes no', max_tokens: 8}]\n")
     (tmp_path / "b.yaml").write_text("statement: b\nk: 2\nrequests: [{id: x, prompt: 'yes no', max_tokens: 8}]\n")
@@ -149,7 +149,7 @@ def test_engine_scenarios_must_share_one_engine(tmp_path):
 def test_shipped_engine_scenarios_plan_reference_runs_first():
     from pathlib import Path
 
-    from difftest.scenarios import load_scenarios
+    from difftest.tiers.scheduler.scenario import load_scenarios
 
     scenarios = load_scenarios(Path(__file__).resolve().parents[1] / "scenarios", "engine")
     for s in scenarios:

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from difftest.cli import main
-from difftest.config import load_config
+from difftest.core.config import load_config
 
-from difftest.engine.invariants import check_engine_invariants, cross_branch_violations
-from difftest.engine.oracle import expected_engine_totals
-from difftest.engine.scenarios import load_engine_scenarios
+from difftest.tiers.engine.invariants import check_engine_invariants, cross_branch_violations
+from difftest.tiers.engine.oracle import expected_engine_totals
+from difftest.tiers.engine.scenario import load_engine_scenarios
 
 pytestmark = pytest.mark.slow
 
@@ -153,9 +153,9 @@ def test_gpu_profile_reaches_the_async_invalid_draft_path(tmp_path):
 
 def test_a_local_model_folder_replaces_the_tiny_model(engine_runs, workspace, tmp_path):
     """`engine.model` loads a model folder from disk; the tiny model's own folder stands in for a real one."""
-    from difftest import paths
-    from difftest.runner import run_probe
-    from difftest.scenarios import probe_job
+    from difftest.core import paths
+    from difftest.run.runner import run_probe
+    from difftest.tiers.scheduler.scenario import probe_job
 
     engine_runs("main")  # the tiny model exists once the shipped engine scenarios have run
     (folder,) = paths.models_dir().glob("tiny-llama-*")

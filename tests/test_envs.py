@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from difftest import paths
-from difftest.config import BaseSpec, BranchSpec
+from difftest.core import paths
+from difftest.core.config import BaseSpec, BranchSpec
 from difftest.envs import branch as branch_module
-from difftest.envs.base import ensure_base
-from difftest.envs.branch import ensure_branch_env
-from difftest.envs.cache import list_envs, prune
-from difftest.envs.fingerprint import read_fingerprint
-from difftest.errors import NativeCodeChanged
-from difftest.refs import read_blob, resolve_branch
+from difftest.build.envs.base import ensure_base
+from difftest.build.envs.branch import ensure_branch_env
+from difftest.build.envs.cache import list_envs, prune
+from difftest.build.envs.fingerprint import read_fingerprint
+from difftest.core.errors import NativeCodeChanged
+from difftest.build.refs import read_blob, resolve_branch
 from tests.patching import make_patch
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def test_cache_reuse_and_invalidation(base_env, fixture_repo, home, tmp_path, mo
 
     # A new probe invalidates every branch environment; prune then removes the old ones.
     monkeypatch.setattr(branch_module, "probe_digest", lambda: "0" * 64)
-    import difftest.envs.cache as cache_module
+    import difftest.build.envs.cache as cache_module
 
     monkeypatch.setattr(cache_module, "probe_digest", lambda: "0" * 64)
     rebuilt = ensure_branch_env(base_env, fixture_repo, main, "v0.32.0")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest.errors import DifftestError
-from difftest.evidence import (
+from difftest.core.errors import DifftestError
+from difftest.core.evidence import (
     BaseEvidence,
     BranchEvidence,
     Evidence,
@@ -21,7 +21,7 @@ from difftest.evidence import (
     read_evidence,
     write_evidence,
 )
-from difftest.results import Difference, ProbeRun, Result, Totals
+from difftest.core.records import Difference, ProbeRun, Result, Totals
 
 
 def make_evidence(with_runs: bool = True) -> Evidence:

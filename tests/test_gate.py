@@ -10,9 +10,9 @@ import math
 
 import pytest
 
-from difftest.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
-from difftest.gate import compare_for_gate, distance, gate_exit_code, render_gate_markdown
-from difftest.results import Difference, Result, Violation
+from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
+from difftest.core.gate import compare_for_gate, distance, gate_exit_code, render_gate_markdown
+from difftest.core.records import Difference, Result, Violation
 from tests.factories import ORACLE
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from difftest.invariants import check_invariants
-from difftest.results import ProbeRun, StepRecord, Totals
+from difftest.tiers.common.invariants import check_invariants
+from difftest.core.records import ProbeRun, StepRecord, Totals
 
 
 def _totals(drafts: int, tokens: int, accepted: int, emitted: int | None = None, k: int = 3) -> Totals:

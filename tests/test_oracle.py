@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest.oracle import expected_totals, simulate_request
-from difftest.scenarios import Scenario, load_scenarios
+from difftest.tiers.scheduler.oracle import expected_totals, simulate_request
+from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 

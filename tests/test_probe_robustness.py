@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest.scenarios import load_scenarios
+from difftest.tiers.scheduler.scenario import load_scenarios
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_raising_scenario_is_an_error_run_and_others_run(branch_python, probe_job, tmp_path: Path) -> None:
-    from difftest.runner import probe_environ
+    from difftest.run.runner import probe_environ
 
     good = [s for s in load_scenarios(ROOT / "scenarios") if s.name in ("eos-on-bonus", "eos-in-accepted-drafts")]
     job = json.loads(probe_job(good).read_text())

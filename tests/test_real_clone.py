@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from difftest.cli import main
-from difftest.config import load_config
-from difftest.refs import read_blob
-from difftest.workspace import prepare
+from difftest.core.config import load_config
+from difftest.build.refs import read_blob
+from difftest.build.workspace import prepare
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""difftest.refs against real git: fixture repository, refs, patch series, diffs."""
+"""difftest.build.refs against real git: fixture repository, refs, patch series, diffs."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from refs_helpers import (
     write_git_config,
 )
 
-from difftest import paths
-from difftest.config import DEFAULT_STATS_PATHS, BranchSpec
-from difftest.errors import RefError
-from difftest.refs import (
+from difftest.core import paths
+from difftest.core.config import DEFAULT_STATS_PATHS, BranchSpec
+from difftest.core.errors import RefError
+from difftest.build.refs import (
     BRANCH_PREFIX,
     NATIVE_PATHS,
     Change,
@@ -44,7 +44,7 @@ from difftest.refs import (
     source_digest,
     touches,
 )
-from difftest.refs.fixture import MARKER
+from difftest.build.refs.fixture import MARKER
 
 #: The fixture commit of refs_helpers' tree. Pinned so a change of recipe (identity,
 #: date, message, modes, layout) or any machine dependence shows up as a failure.

@@ -14,15 +14,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from difftest.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence, read_evidence
-from difftest.reports import scenario_views, verdict_cell, write_reports
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence, read_evidence
+from difftest.reports.views import scenario_views, verdict_cell, write_reports
 from difftest.reports.html import render_html
 from difftest.reports.junit import render_junit, xml_text
 from difftest.reports.markdown import MAX_CHARS, fenced, md_escape, render_markdown
 from difftest.reports.terminal import render_terminal
-from difftest.results import Result, Totals, Violation
-from difftest.verdicts import judge, unmeasured
-from difftest.results import ProbeRun
+from difftest.core.records import Result, Totals, Violation
+from difftest.core.verdicts import judge, unmeasured
+from difftest.core.records import ProbeRun
 from tests.factories import ORACLE
 
 XSS = "<script>alert(1)</script>"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from difftest.errors import ConfigError
-from difftest.scenarios import load_scenario, load_scenarios, probe_job
+from difftest.core.errors import ConfigError
+from difftest.tiers.scheduler.scenario import load_scenario, load_scenarios, probe_job
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 REQUIRED = {

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from difftest.invariants import COMPARED, check_invariants
-from difftest.oracle import expected_totals
-from difftest.results import ProbeRun
-from difftest.scenarios import Scenario, load_scenarios
+from difftest.tiers.common.invariants import COMPARED, check_invariants
+from difftest.tiers.scheduler.oracle import expected_totals
+from difftest.core.records import ProbeRun
+from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def _batch(runs: list[ProbeRun]) -> list[ProbeRun]:
 
 @pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style"])
 def test_every_run_ok_and_outputs_follow_the_script(runs_of, branch: str) -> None:
-    from difftest.oracle import expected_outputs
+    from difftest.tiers.scheduler.oracle import expected_outputs
 
     runs = runs_of(branch)
     assert set(SCENARIOS) <= set(runs)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from difftest.errors import ConfigError
-from difftest.selection import compile_selection
+from difftest.core.errors import ConfigError
+from difftest.core.selection import compile_selection
 
 NAMES = ["eos-in-accepted-drafts", "eos-on-bonus", "engine-eos-in-accepted-drafts", "long-random-k3", "engine-plain-control"]
 

@@ -11,10 +11,10 @@ import math
 
 import pytest
 
-from difftest.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
-from difftest.results import ProbeRun, Result, Totals, Violation
+from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
+from difftest.core.records import ProbeRun, Result, Totals, Violation
 from tests.factories import ORACLE
-from difftest.verdicts import (
+from difftest.core.verdicts import (
     MAL,
     counter_differences,
     exit_code,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from difftest.evidence import Evidence
-from difftest.reports import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
-from difftest.verdicts import SUMMARY_ORDER, format_value, summarize
+from difftest.core.evidence import Evidence
+from difftest.core.values import format_value
+from difftest.core.verdicts import SUMMARY_ORDER, summarize
+from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
 
 TEMPLATE = "report.html.j2"
 

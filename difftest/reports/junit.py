@@ -10,20 +10,14 @@ the file would not parse.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 
-from difftest.evidence import Evidence
-from difftest.reports import branch_names
-from difftest.results import Result
-from difftest.verdicts import first_reason, format_value
-
-_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def xml_text(text: object) -> str:
-    """`text` with every character XML 1.0 forbids replaced by U+FFFD."""
-    return _NOT_XML.sub("\ufffd", str(text))
+from difftest.core.evidence import Evidence
+from difftest.core.records import Result
+from difftest.core.values import format_value
+from difftest.core.verdicts import first_reason
+from difftest.reports.format import xml_text
+from difftest.reports.views import branch_names
 
 
 def render_junit(evidence: Evidence) -> str:
@@ -60,7 +54,7 @@ def _testcase(suite: ET.Element, result: Result) -> None:
         suite,
         "testcase",
         classname=xml_text(result.branch),
-        name=xml_text(f"{result.scenario}[{result.order}]"),
+        name=xml_text(f"{result.scenario}[{result.label}]"),
     )
     if result.verdict == "pass":
         return
@@ -71,8 +65,8 @@ def _testcase(suite: ET.Element, result: Result) -> None:
 
 def _body(result: Result) -> str:
     lines = [f"{result.verdict} (reading: {result.reading})"]
-    if result.explanation:
-        lines.append(f"scenario: {result.explanation}")
+    if result.statement:
+        lines.append(f"scenario: {result.statement}")
     if result.error:
         lines += ["", result.error]
     for v in result.violations:

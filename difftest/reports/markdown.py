@@ -10,39 +10,16 @@ does not fit is named, not silently dropped.
 
 from __future__ import annotations
 
-import re
-
-from difftest.evidence import Evidence
-from difftest.reports import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
-from difftest.results import Result
-from difftest.verdicts import SUMMARY_ORDER, format_value, summarize, worst
+from difftest.core.evidence import Evidence
+from difftest.core.records import Result
+from difftest.core.values import format_value
+from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
+from difftest.reports.format import fenced, md_escape
+from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
 
 ICONS: dict[str, str] = {"pass": "✅", "diverge": "⚠️", "broken": "❌", "error": "⛔"}
 #: GitHub rejects comments over 65536 characters; leave room for a wrapper.
 MAX_CHARS = 60_000
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
-_NEWLINES = re.compile(r"\r\n|\r|\n")
-#: Control characters other than tab and line breaks (ANSI colour codes in tracebacks, NUL, ...).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def md_escape(text: object) -> str:
-    """Make any string safe inside a Markdown table cell: one line, no markup, no HTML."""
-    s = _MD_SPECIAL.sub(r"\\\1", _printable(str(text)))
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _NEWLINES.sub("<br>", s)
-
-
-def fenced(text: str) -> str:
-    """A code block whose fence is longer than any backtick run inside, so it cannot be closed early."""
-    text = _printable(text)
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text.rstrip()}\n{fence}"
-
-
-def _printable(text: str) -> str:
-    return _CONTROL.sub("\ufffd", text)
 
 
 def render_markdown(evidence: Evidence) -> str:
@@ -116,11 +93,11 @@ def _detail(result: Result, header: bool) -> str:
     lines = ["### Details", ""] if header else []
     lines += [
         f"#### {ICONS[result.verdict]} {md_escape(result.scenario)} · {md_escape(result.branch)} · "
-        f"order {md_escape(result.order)}: {VERDICT_WORDS[result.verdict]}",
+        f"order {md_escape(result.label)}: {VERDICT_WORDS[result.verdict]}",
         "",
     ]
-    if result.explanation:
-        lines += [f"> {md_escape(result.explanation)}", ""]
+    if result.statement:
+        lines += [f"> {md_escape(result.statement)}", ""]
     if result.verdict == "error":
         lines += [fenced(result.error or "no detail"), ""]
         return "\n".join(lines)

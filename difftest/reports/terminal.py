@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from difftest.evidence import Evidence
-from difftest.reports import VERDICT_WORDS, Cell, ScenarioView, branch_names, scenario_views, timestamp
-from difftest.verdicts import SUMMARY_ORDER, summarize
+from difftest.core.evidence import Evidence
+from difftest.core.verdicts import SUMMARY_ORDER, summarize
+from difftest.reports.views import VERDICT_WORDS, Cell, ScenarioView, branch_names, scenario_views, timestamp
 
 STYLES: dict[str, str] = {
     "broken": "bold white on red",
@@ -64,7 +64,7 @@ def _header(evidence: Evidence) -> Text:
 
 
 def _scenario_table(view: ScenarioView) -> Table:
-    n = len(view.orders)
+    n = len(view.labels)
     title = Text(view.name, style="bold")
     title.append(f"  [{view.tier}]", style="dim")
     if view.statement:
@@ -73,7 +73,7 @@ def _scenario_table(view: ScenarioView) -> Table:
     caption = Text(LEGEND, style="dim") if any(c.verdict in ("broken", "diverge") for r in view.rows for c in r.cells) else Text("")
     if n > 1:
         caption.append("\n" if caption else "")
-        caption.append(f"values: order {view.canonical!r} (1 of {n}); the verdict row covers all {n} orders", style="dim")
+        caption.append(f"values: run {view.canonical!r} (1 of {n}); the verdict row covers all {n} runs", style="dim")
     table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left")
     table.add_column("counter", style="cyan", no_wrap=True)
     for branch in view.branches:
@@ -115,9 +115,9 @@ def _reason_lines(view: ScenarioView) -> list[Text]:
             line.append(": ")
             line.append(reason.text)
             lines.append(line)
-            if len(view.orders) > 1:
-                shown = "; ".join(reason.orders[:4]) + ("; ..." if len(reason.orders) > 4 else "")
-                lines.append(Text(f"    on {len(reason.orders)}/{len(view.orders)} orders: {shown}", style="dim"))
+            if len(view.labels) > 1:
+                shown = "; ".join(reason.labels[:4]) + ("; ..." if len(reason.labels) > 4 else "")
+                lines.append(Text(f"    on {len(reason.labels)}/{len(view.labels)} runs: {shown}", style="dim"))
     return lines
 
 

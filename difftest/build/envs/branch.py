@@ -1,0 +1,201 @@
+"""Branch environments: the base's compiled vLLM with one branch's Python on top.
+
+The offline equivalent of building a branch with `VLLM_USE_PRECOMPILED=1`: a
+fresh interpreter (`bin/python`) whose `.pth` puts, in order,
+
+1. `overlay/` — a hard-linked copy of the base's `vllm/` tree in which every
+   file the branch changes (relative to the base release's commit) is replaced
+   by the branch's version (unlinked first, so the base is never edited);
+2. `probe/` — a copy of difftest's probe package, the only difftest code that
+   runs inside a branch;
+3. the base's site-packages (torch, transformers, xgrammar, ...).
+
+A branch that changes native code (csrc/, cmake/, CMakeLists.txt, setup.py) is
+refused: the base's binaries would not match it. Each environment is built in
+a temporary folder and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib.util import cache_from_source
+from pathlib import Path
+from typing import Any
+
+import git
+
+from difftest.core import paths
+from difftest.build.envs.base import BaseEnv, Log
+from difftest.build.envs.fingerprint import canonical_hash, read_fingerprint, sha256_bytes, tree_digest, write_fingerprint
+from difftest.build.envs.uvtool import run_uv
+from difftest.core.errors import EnvironmentBuildError, NativeCodeChanged
+from difftest.build.refs import ResolvedBranch, changed_files, native_changes, read_blob
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PTH_NAME = "difftest_overlay.pth"
+
+
+@dataclass(frozen=True)
+class BranchEnv:
+    name: str
+    path: Path
+    python: Path
+    fingerprint: dict[str, Any]
+
+    @property
+    def sha(self) -> str:
+        return self.fingerprint["sha"]
+
+
+def probe_digest() -> str:
+    """Changes when the probe code changes, so environments carry the current probe."""
+    return sha256_bytes(
+        (tree_digest(PACKAGE_ROOT / "probe") + sha256_bytes((PACKAGE_ROOT / "__init__.py").read_bytes())).encode()
+    )
+
+
+def branch_key(base: BaseEnv, sha: str) -> str:
+    return sha256_bytes(f"{base.key}:{sha}:{probe_digest()}".encode())[:12]
+
+
+def ensure_branch_env(
+    base: BaseEnv,
+    repo: git.Repo,
+    branch: ResolvedBranch,
+    base_ref: str,
+    log: Log = lambda _msg: None,
+) -> BranchEnv:
+    """Reuse the environment of this (branch SHA, base, probe) or build it."""
+    key = branch_key(base, branch.sha)
+    final = paths.envs_dir() / f"branch-{branch.sha[:12]}-{key}"
+    fingerprint = read_fingerprint(final)
+    if fingerprint and fingerprint.get("key") == key and (final / "bin" / "python").exists():
+        return BranchEnv(branch.name, final, final / "bin" / "python", _named(fingerprint, branch))
+    if final.exists():
+        shutil.rmtree(final, ignore_errors=True)
+
+    started = time.monotonic()
+    base_sha = repo.commit(base_ref).hexsha
+    changes = changed_files(repo, base_sha, branch.sha)
+    native = native_changes(changes)
+    if native:
+        shown = ", ".join(native[:8]) + (" ..." if len(native) > 8 else "")
+        raise NativeCodeChanged(
+            f"branch {branch.name!r} ({branch.sha[:12]}) changes native code relative to {base_ref}: {shown}",
+            "compare branches whose compiled code matches the base release, or build that branch's vLLM "
+            "yourself and point `base.requirement` at it",
+        )
+    python_changes = [c for c in changes if c.path.startswith("vllm/")]
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        run_uv(["venv", "--quiet", "--python", str(base.python), str(tmp)], what="create a branch virtualenv")
+        _link_tree(base.vllm_dir, tmp / "overlay" / "vllm")
+        for change in python_changes:
+            _apply_change(repo, branch.sha, change.status, change.path, tmp / "overlay")
+        _copy_probe(tmp / "probe")
+        site = _site_packages(tmp)
+        (site / PTH_NAME).write_text(
+            "../../../overlay\n../../../probe\n" f"import site; site.addsitedir({str(base.site_packages)!r})\n"
+        )
+        fingerprint = {
+            "kind": "branch",
+            "key": key,
+            "name": branch.name,
+            "ref": branch.ref,
+            "ref_sha": branch.ref_sha,
+            "sha": branch.sha,
+            "patches": {p.path.name: p.sha256 for p in branch.patches},
+            "base_ref": base_ref,
+            "base_ref_sha": base_sha,
+            "changed_files": [f"{c.status} {c.path}" for c in python_changes],
+            "probe_digest": probe_digest(),
+            "base_path": str(base.path),
+            "base": {k: base.fingerprint.get(k) for k in ("key", "requirement", "python", "platform", "torch",
+                                                          "vllm_version", "wheel_hash", "lock_hash")},
+            "build_s": round(time.monotonic() - started, 2),
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        fingerprint["fingerprint_hash"] = canonical_hash(fingerprint)
+        _check_overlay(tmp, python_changes)
+        write_fingerprint(tmp, fingerprint)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # Another process finished the same environment first: theirs is as good as ours.
+            if read_fingerprint(final) is None:
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log(f"{branch.name}: environment {final.name} built in {fingerprint['build_s']} s "
+        f"({len(python_changes)} changed file(s))")
+    return BranchEnv(branch.name, final, final / "bin" / "python", _named(read_fingerprint(final) or fingerprint, branch))
+
+
+def _named(fingerprint: dict[str, Any], branch: ResolvedBranch) -> dict[str, Any]:
+    """The same SHA may be listed under several names; the fingerprint carries this one's."""
+    return {**fingerprint, "name": branch.name, "ref": branch.ref}
+
+
+def _link_tree(src: Path, dest: Path) -> None:
+    """Hard-link every file (compiled `.so` and `.pyc` included); copy if links are impossible."""
+    for dirpath, _dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        (dest / rel).mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            source, target = Path(dirpath, name), dest / rel / name
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+
+
+def _apply_change(repo: git.Repo, sha: str, status: str, repo_path: str, overlay: Path) -> None:
+    """Replace one file of the linked tree; never write through a hard link."""
+    target = overlay / repo_path
+    stale_pyc = Path(cache_from_source(str(target)))
+    for path in (target, stale_pyc):
+        if path.exists() or path.is_symlink():
+            path.unlink()
+    if status == "D":
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(read_blob(repo, sha, repo_path))
+    if target.suffix == ".py":
+        try:
+            py_compile.compile(str(target), doraise=True)
+        except py_compile.PyCompileError:
+            # A syntax error is the branch's own: it shows up as an import error when probed.
+            pass
+
+
+def _copy_probe(dest: Path) -> None:
+    package = dest / "difftest"
+    shutil.copytree(PACKAGE_ROOT / "probe", package / "probe", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(PACKAGE_ROOT / "__init__.py", package / "__init__.py")
+    for path in package.rglob("*.py"):
+        py_compile.compile(str(path), doraise=True)
+
+
+def _site_packages(env: Path) -> Path:
+    (site,) = env.glob("lib/python3*/site-packages")
+    return site
+
+
+def _check_overlay(env: Path, changes: list) -> None:
+    """Ask the new interpreter where `vllm` comes from (cheap: nothing is imported)."""
+    code = "import importlib.util as u; print(u.find_spec('vllm').origin); print(u.find_spec('difftest.probe').origin)"
+    out = subprocess.run([str(env / "bin" / "python"), "-I", "-c", code], capture_output=True, text=True)
+    origins = out.stdout.split()
+    if out.returncode != 0 or len(origins) != 2 or not origins[0].startswith(str(env / "overlay")):
+        raise EnvironmentBuildError(
+            f"the branch interpreter does not see the overlay first: {out.stdout or out.stderr}",
+            "remove the environment folder (`difftest envs --prune`) and retry; report it if it persists",
+        )

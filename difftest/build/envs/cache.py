@@ -1,0 +1,86 @@
+"""What is in the environment cache, what it costs, and what is stale.
+
+Sizes count a file once however many hard links share it, and a branch
+environment's own size counts only files it does not share with the base: that
+is the real cost of one more branch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from difftest.core import paths
+from difftest.build.envs.branch import probe_digest
+from difftest.build.envs.fingerprint import read_fingerprint
+
+
+@dataclass(frozen=True)
+class CachedEnv:
+    path: Path
+    kind: str  # "base", "branch" or "unfinished"
+    fingerprint: dict[str, Any] | None
+    own_bytes: int
+    stale_reason: str | None
+
+    @property
+    def label(self) -> str:
+        fp = self.fingerprint or {}
+        if self.kind == "base":
+            return f"{fp.get('requirement')} (Python {fp.get('python')})"
+        if self.kind == "branch":
+            return f"{fp.get('name')} @ {str(fp.get('sha', ''))[:12]}"
+        return "unfinished build"
+
+
+def own_bytes(root: Path, shared_ok: bool) -> int:
+    """Bytes on disk under `root`; with `shared_ok=False` only files with a single link."""
+    total = 0
+    seen: set[tuple[int, int]] = set()
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen or (not shared_ok and st.st_nlink > 1):
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+    return total
+
+
+def list_envs(with_sizes: bool = True) -> list[CachedEnv]:
+    root = paths.envs_dir()
+    current_probe = probe_digest()
+    found = []
+    for path in sorted(p for p in root.iterdir() if p.is_dir()):
+        fp = read_fingerprint(path)
+        kind = fp.get("kind", "unfinished") if fp else "unfinished"
+        stale = None
+        if fp is None:
+            stale = "unfinished or interrupted build"
+        elif kind == "branch" and not _base_alive(fp):
+            stale = "its base environment is gone"
+        elif kind == "branch" and fp.get("probe_digest") != current_probe:
+            stale = "built with an older probe"
+        size = own_bytes(path, shared_ok=(kind != "branch")) if with_sizes else 0
+        found.append(CachedEnv(path, kind, fp, size, stale))
+    return found
+
+
+def _base_alive(branch_fp: dict[str, Any]) -> bool:
+    """A branch environment is only as good as the base its `.pth` points at."""
+    base_fp = read_fingerprint(Path(branch_fp.get("base_path", "/nonexistent")))
+    return bool(base_fp) and base_fp.get("key") == branch_fp.get("base", {}).get("key")
+
+
+def prune(everything: bool = False) -> list[CachedEnv]:
+    """Remove stale environments (or all of them); return what was removed."""
+    removed = [env for env in list_envs(with_sizes=False) if everything or env.stale_reason]
+    for env in removed:
+        shutil.rmtree(env.path, ignore_errors=True)
+    return removed

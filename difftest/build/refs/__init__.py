@@ -1,0 +1,40 @@
+"""Git refs, patch series and the fixture repository: turning branch specs into commits.
+
+Everything here runs real git through GitPython and writes commits with a fixed
+identity and date, so a branch spec gives the same SHA on every machine.
+"""
+
+from difftest.build.refs.diff import NATIVE_PATHS, Change, changed_files, native_changes, read_blob, touches
+from difftest.build.refs.fixture import (
+    build_fixture_repo,
+    ensure_fixture_repo,
+    fixture_commit,
+    fixture_files,
+    fixture_repo_path,
+    source_digest,
+)
+from difftest.build.refs.patches import BRANCH_PREFIX, PatchInfo, ResolvedBranch, resolve_branch
+from difftest.build.refs.repo import fetch, open_repo, repo_label, resolve_ref
+
+__all__ = [
+    "BRANCH_PREFIX",
+    "NATIVE_PATHS",
+    "Change",
+    "PatchInfo",
+    "ResolvedBranch",
+    "build_fixture_repo",
+    "changed_files",
+    "ensure_fixture_repo",
+    "fetch",
+    "fixture_commit",
+    "fixture_files",
+    "fixture_repo_path",
+    "native_changes",
+    "open_repo",
+    "read_blob",
+    "repo_label",
+    "resolve_branch",
+    "resolve_ref",
+    "source_digest",
+    "touches",
+]

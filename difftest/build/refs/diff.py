@@ -1,0 +1,94 @@
+"""What a branch changes relative to the base, for overlaying its Python on a compiled base.
+
+The environment layer copies a branch's changed Python files over the base
+wheel (the offline form of vLLM's `VLLM_USE_PRECOMPILED=1`). That is only sound
+when no native code changed, and only worth a probe run when a stats-path file
+changed; these helpers answer both questions from two commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import git
+from git.exc import BadName, GitCommandError
+
+from difftest.core.errors import RefError
+from difftest.build.refs._git import git_message
+from difftest.build.refs.repo import repo_label, resolve_ref
+
+#: Paths of vLLM's repository that feed the compiled extensions.
+NATIVE_PATHS = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changed path; renames and copies appear as D + A, type changes as M."""
+
+    status: Literal["A", "M", "D"]
+    path: str
+
+
+def changed_files(repo: git.Repo, base: str, head: str) -> list[Change]:
+    """Files that differ between two revisions, in git's path order (POSIX, repository-relative)."""
+    base_sha, head_sha = resolve_ref(repo, base), resolve_ref(repo, head)
+    try:
+        # diff-tree is plumbing: diff.renames, diff.relative and friends in the user's config don't apply.
+        out = repo.git.diff_tree("-r", "-z", "--no-renames", "--name-status", base_sha, head_sha)
+    except GitCommandError as exc:
+        raise RefError(
+            f"cannot diff {base} against {head} in {repo_label(repo)}: {git_message(exc)}",
+            f"check that {repo_label(repo)} is intact (`git fsck`)",
+        ) from None
+    fields = out.split("\0")
+    changes = []
+    for status, path in zip(fields[0::2], fields[1::2]):
+        if status:
+            changes.append(Change(status=_STATUS.get(status[0], "M"), path=path))
+    return changes
+
+
+_STATUS: dict[str, Literal["A", "M", "D"]] = {"A": "A", "D": "D", "M": "M", "T": "M"}
+
+
+def read_blob(repo: git.Repo, sha: str, path: str) -> bytes:
+    """The bytes of `path` at commit `sha` (read through GitPython's persistent cat-file)."""
+    try:
+        commit = repo.commit(sha)
+        root = commit.tree  # reads the commit: a well-formed but unknown SHA fails here
+    except (BadName, ValueError):
+        raise RefError(
+            f"commit {sha!r} not found in {repo_label(repo)}",
+            "resolve the branch again (its SHA may be from another repository)",
+        ) from None
+    try:
+        obj = root / path
+    except KeyError:
+        obj = None
+    if obj is None or obj.type != "blob":
+        raise RefError(
+            f"{path!r} is not a file at commit {commit.hexsha[:12]} in {repo_label(repo)}",
+            "take the path from `changed_files` (statuses A or M), relative to the repository root",
+        )
+    return obj.data_stream.read()
+
+
+def _under(path: str, prefix: str) -> bool:
+    """A prefix ending in '/' is a folder; otherwise it names a file (or a folder written without '/')."""
+    prefix = prefix.removeprefix("./")
+    if prefix.endswith("/"):
+        return path.startswith(prefix)
+    return path == prefix or path.startswith(prefix + "/")
+
+
+def touches(changes: Iterable[Change], prefixes: Iterable[str]) -> list[str]:
+    """The changed paths under any of `prefixes` (e.g. the config's `stats_paths`)."""
+    prefixes = list(prefixes)
+    return list(dict.fromkeys(c.path for c in changes if any(_under(c.path, p) for p in prefixes)))
+
+
+def native_changes(changes: Iterable[Change]) -> list[str]:
+    """The changed paths that feed compiled code: a Python overlay cannot reproduce these."""
+    return touches(changes, NATIVE_PATHS)

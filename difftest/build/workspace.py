@@ -1,0 +1,144 @@
+"""From a validated config to one ready interpreter per branch.
+
+Order matters for the user: everything that can be wrong in the config (an
+unknown ref, a patch that does not apply, a path that is not a repository) is
+found before any environment is built, and raises (exit 2). A branch whose
+environment then fails to build is kept as a could-not-measure branch, so the
+other branches' results survive.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import git
+
+from difftest.core.config import BranchSpec, Config
+from difftest.build.envs.base import BaseEnv, Log, ensure_base
+from difftest.build.envs.branch import BranchEnv, ensure_branch_env
+from difftest.build.refs import (
+    ResolvedBranch,
+    ensure_fixture_repo,
+    fetch,
+    open_repo,
+    repo_label,
+    resolve_branch,
+    resolve_ref,
+)
+from difftest.core.errors import ConfigError, EnvironmentBuildError, RefError
+
+
+@dataclass
+class PreparedBranch:
+    resolved: ResolvedBranch
+    env: BranchEnv | None = None
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.resolved.name
+
+
+@dataclass
+class Workspace:
+    config: Config
+    base: BaseEnv
+    repo: git.Repo
+    branches: list[PreparedBranch] = field(default_factory=list)
+
+    def branch(self, name: str) -> PreparedBranch:
+        return next(b for b in self.branches if b.name == name)
+
+
+def branch_spec(config: Config, name_or_ref: str) -> BranchSpec:
+    """A branch of the config by name (with its patches), or any git ref as an ad-hoc branch."""
+    known = config.branch(name_or_ref)
+    if known is not None:
+        return known
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name_or_ref).strip("-.") or "ref"
+    return BranchSpec(name=slug, ref=name_or_ref)
+
+
+def open_source_repo(
+    config: Config,
+    base: BaseEnv | None,
+    do_fetch: bool = False,
+    log: Log = lambda _m: None,
+    refs: list[str] | None = None,
+) -> git.Repo:
+    """The user's vLLM clone (fetched first with `--fetch`, pull-request heads among `refs`
+    included), or the fixture repo built from the base's own sources."""
+    if config.repo.path is not None:
+        repo = open_repo(config.repo.path)
+        if do_fetch:
+            log(f"fetching in {config.repo.path}")
+            fetch(repo, refs=refs or [b.ref for b in config.branches])
+        return repo
+    if do_fetch:
+        log("--fetch ignored: the fixture repo has no remote")
+    if base is None:
+        base = ensure_base(config.base, log)
+    return open_repo(ensure_fixture_repo(base.vllm_dir, config.base.package, config.base.version))
+
+
+def prepare(
+    config: Config,
+    names: list[str] | None = None,
+    do_fetch: bool = False,
+    log: Log = lambda _m: None,
+) -> Workspace:
+    """Build or reuse the base and the selected branches' environments.
+
+    With a real clone (`repo.path`), every ref and patch is resolved before the
+    base is built, so a typo costs seconds, not a base build. The fixture
+    repository is made from the base's own sources, so there the base comes first.
+    """
+    specs = branch_specs(config, names)
+    if config.repo.path is not None:
+        repo = open_source_repo(config, None, do_fetch, log, [spec.ref for spec in specs])
+        resolved = _resolve(config, repo, specs)
+        base = ensure_base(config.base, log)
+    else:
+        base = ensure_base(config.base, log)
+        repo = open_source_repo(config, base, do_fetch, log)
+        resolved = _resolve(config, repo, specs)
+    workspace = Workspace(config=config, base=base, repo=repo)
+    for branch in resolved:
+        prepared = PreparedBranch(branch)
+        try:
+            prepared.env = ensure_branch_env(base, repo, branch, config.base_ref, log)
+        except EnvironmentBuildError as exc:
+            prepared.error = str(exc)
+            log(f"{branch.name}: could not build its environment: {exc.problem}")
+        workspace.branches.append(prepared)
+    return workspace
+
+
+def branch_specs(config: Config, names: list[str] | None) -> list[BranchSpec]:
+    """The branches to compare: configured names or git refs, each once."""
+    if not names:
+        return list(config.branches)
+    specs = [branch_spec(config, n) for n in names]
+    seen: set[str] = set()
+    for spec, name in zip(specs, names):
+        if spec.name in seen:
+            raise ConfigError(
+                f"branch {name!r} is listed twice on the command line (as {spec.name!r})",
+                "name each branch once",
+            )
+        seen.add(spec.name)
+    return specs
+
+
+def _resolve(config: Config, repo: git.Repo, specs: list[BranchSpec]) -> list[ResolvedBranch]:
+    """Every branch as commits (patches applied), after checking the base release's commit exists."""
+    try:
+        resolve_ref(repo, config.base_ref)
+    except RefError as exc:
+        raise RefError(
+            f"the base release's commit {config.base_ref!r} is not in {repo_label(repo)}: {exc.problem}",
+            "set `repo.base_ref` to the commit whose Python matches the base wheel (e.g. tag v0.32.0), "
+            "or fetch tags (`--fetch`)",
+        ) from None
+    return [resolve_branch(repo, spec) for spec in specs]

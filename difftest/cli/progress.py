@@ -1,0 +1,44 @@
+"""Progress of long work: which branch, which scenario, how far (on stderr)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from difftest.run.runner import Progress as ProgressCallback
+
+
+@contextmanager
+def probe_progress(tier: str, branches: list[str]) -> Iterator[ProgressCallback]:
+    """A bar per branch; the callback is safe to call from the runner's threads."""
+    console = Console(stderr=True)
+    lock = threading.Lock()
+    with Progress(
+        TextColumn("[bold]{task.fields[branch]}[/] " + tier),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=not console.is_terminal,
+        disable=not console.is_terminal,
+    ) as bars:
+        tasks = {b: bars.add_task("importing vLLM ...", branch=escape(b), total=None) for b in branches}
+        current: dict[str, str] = {}
+
+        def update(branch: str, done: int, total: int, scenario: str, label: str) -> None:
+            with lock:
+                bars.update(tasks[branch], completed=done, total=total, description=escape(f"{scenario} [{label}]"))
+                if console.is_terminal:
+                    return
+                # In a CI log: a line whenever a branch reaches a new scenario, instead of a live bar.
+                if current.get(branch) != scenario:
+                    current[branch] = scenario
+                    console.print(f"difftest: {branch} {tier}: {done}/{total} runs done (last: {scenario})", markup=False)
+
+        yield update

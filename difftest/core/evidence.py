@@ -1,0 +1,179 @@
+"""The evidence file: everything a verdict rests on, in one versioned JSON file.
+
+A report can be rebuilt from it, and a reviewer can check what was compared:
+which base wheel, which commits and patches, which scenario files (by hash),
+which oracle reading, and the raw probe runs. The schema version is read
+before anything else; a file of an older version is brought up to date by
+explicit upgrade steps (`UPGRADES`, as asv's results files do), and a file of
+an unknown version fails with a message instead of a pydantic dump.
+
+Versions: 1 (results keyed by `order`, statement as `explanation`); 2 (results
+keyed by run `label`, `statement`; runs carry their `role` and the probe's
+`failure`; scenarios not run on this base say why in `skipped`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from difftest import __version__
+from difftest.core.errors import DifftestError
+from difftest.core.records import ProbeRun, Reading, Result
+
+SCHEMA_VERSION = "2"
+
+
+class BaseEvidence(BaseModel):
+    """The shared vLLM wheel every branch overlays its Python files on."""
+
+    requirement: str
+    python: str | None = None
+    platform: str = ""
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+
+
+class BranchEvidence(BaseModel):
+    """What one branch really was: the ref asked for, the commit built, the patches applied."""
+
+    ref: str
+    #: The commit the environment was built from (after patches, if any).
+    sha: str | None = None
+    #: The commit `ref` resolved to, before patches.
+    ref_sha: str | None = None
+    #: Patch file path -> sha256 of its content.
+    patches: dict[str, str] = Field(default_factory=dict)
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScenarioEvidence(BaseModel):
+    file: str
+    sha256: str
+    seed: int
+    tier: str
+    statement: str = ""
+    #: Why the scenario was not run on this base (e.g. it needs CUDA), if it was not.
+    skipped: str | None = None
+
+
+class Evidence(BaseModel):
+    schema_version: Literal["2"] = SCHEMA_VERSION
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    difftest_version: str = __version__
+    #: The command line that produced the file (argv).
+    command: list[str] = Field(default_factory=list)
+    reading: Reading
+    base: BaseEvidence
+    branches: dict[str, BranchEvidence] = Field(default_factory=dict)
+    scenarios: dict[str, ScenarioEvidence] = Field(default_factory=dict)
+    results: list[Result] = Field(default_factory=list)
+    #: Raw probe runs per branch, kept so verdicts can be re-checked offline.
+    runs: dict[str, list[ProbeRun]] | None = None
+
+
+def evidence_json(evidence: Evidence) -> str:
+    """Stable text: sorted keys, indent 2, trailing newline (diff-friendly)."""
+    return json.dumps(evidence.model_dump(mode="json"), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_evidence(evidence: Evidence, path: str | Path) -> Path:
+    """Write atomically: a reader never sees half a file, even if we are killed."""
+    return atomic_write_text(Path(path), evidence_json(evidence))
+
+
+def read_evidence(path: str | Path) -> Evidence:
+    """Load and validate an evidence file, or raise DifftestError naming the problem and the fix."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DifftestError(f"evidence file {str(path)!r} does not exist", "pass the evidence.json written by `difftest run`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DifftestError(f"cannot read evidence file {str(path)!r}: {exc}", "check the path and its permissions") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DifftestError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})",
+            "the file is damaged or truncated; run difftest again to produce a new one",
+        ) from None
+    if not isinstance(raw, dict):
+        raise DifftestError(f"{path}: not an evidence file (top level is not an object)", "pass the evidence.json written by difftest")
+    version = raw.get("schema_version")
+    while version in UPGRADES:
+        raw = UPGRADES[version](raw)
+        version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        readable = ", ".join(repr(v) for v in [*UPGRADES, SCHEMA_VERSION])
+        raise DifftestError(
+            f"{path}: evidence schema version {version!r}; this difftest ({__version__}) reads versions {readable}",
+            "open it with the difftest version that wrote it, or run difftest again",
+        )
+    try:
+        return Evidence.model_validate(raw)
+    except ValidationError as exc:
+        problems = "\n".join(
+            f"  {'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()[:10]
+        )
+        more = f"\n  ... and {exc.error_count() - 10} more" if exc.error_count() > 10 else ""
+        raise DifftestError(
+            f"{path}: invalid evidence file\n{problems}{more}",
+            "the file was edited or written by a different tool; run difftest again",
+        ) from None
+
+
+def upgrade_from_1(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: results' `order` -> `label`, `explanation` -> `statement`; runs gain `role`."""
+    out = {**raw, "schema_version": "2"}
+    results = []
+    for result in raw.get("results") or []:
+        result = dict(result)
+        if "order" in result:
+            result["label"] = result.pop("order")
+        if "explanation" in result:
+            result["statement"] = result.pop("explanation")
+        results.append(result)
+    out["results"] = results
+    if raw.get("runs"):
+        out["runs"] = {branch: [_run_from_1(run) for run in runs] for branch, runs in raw["runs"].items()}
+    return out
+
+
+def _run_from_1(run: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 run: its role was in `notes.role` (engine) or the label's prefix."""
+    run = dict(run)
+    notes = dict(run.get("notes") or {})
+    label = str(run.get("label", ""))
+    if notes.pop("role", None) == "reference" or label.startswith("reference:"):
+        run["role"] = "reference"
+    else:
+        run["role"] = "alone" if label.startswith("alone:") else "batch"
+    run["notes"] = notes
+    return run
+
+
+#: schema version -> the step that brings a file of that version one version up.
+UPGRADES = {"1": upgrade_from_1}
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write `text` to a temporary file next to `path`, then rename it over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; reports are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,174 @@
+"""Is a PR's head worse than its base? Pure comparison of two result lists.
+
+Head is worse when:
+- it is `broken` anywhere (lost stats or order dependence must never merge,
+  even if the base is broken too);
+- on some (scenario, order) the base passed and the head diverges or breaks;
+- on some (scenario, order) a counter is further from the oracle than on the
+  base (absolute distance; per-position lists compare by the sum of the
+  element-wise distances; mean acceptance length with a float tolerance,
+  and only when no counter already explains it, since it is derived).
+
+A head that could not be measured is not called worse - we do not know - but
+the gate still fails, with exit code 3 instead of 1, unless something measured
+is worse. That includes a base pass that became a head `error`: it is listed
+under "could not measure", so the reader looks at the error, not at counters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
+from difftest.core.records import COUNTERS, Reading, Result, Totals
+from difftest.core.values import format_value
+from difftest.core.verdicts import MAL, MAL_TOLERANCE, first_reason, measured_mal, oracle_mal, one_line
+
+Kind = Literal["broken", "regressed", "further", "unmeasured", "improved", "unchanged"]
+#: Kinds that make the head worse.
+WORSE_KINDS = frozenset({"broken", "regressed", "further"})
+
+
+@dataclass(frozen=True)
+class GateFinding:
+    """One thing the gate noticed on one (scenario, order), and why."""
+
+    kind: Kind
+    scenario: str
+    label: str
+    text: str
+    counter: str | None = None
+    base: Any = None
+    head: Any = None
+    expected: Any = None
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    worse: bool
+    #: One line per finding that makes the head worse.
+    reasons: list[str]
+    findings: list[GateFinding] = field(default_factory=list)
+    reading: Reading | None = None
+    #: (scenario, order) pairs compared with measurements on both sides.
+    compared: int = 0
+
+    @property
+    def unmeasured(self) -> list[GateFinding]:
+        return [f for f in self.findings if f.kind == "unmeasured"]
+
+    @property
+    def improved(self) -> list[GateFinding]:
+        return [f for f in self.findings if f.kind == "improved"]
+
+    @property
+    def unchanged(self) -> list[GateFinding]:
+        return [f for f in self.findings if f.kind == "unchanged"]
+
+
+def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> GateOutcome:
+    """Compare head with base per (scenario, order). Both lists must use one oracle reading."""
+    readings = {r.reading for r in [*base_results, *head_results]}
+    if len(readings) > 1:
+        raise ValueError(f"base and head were judged under different oracle readings {sorted(readings)}")
+    base = {(r.scenario, r.label): r for r in base_results}
+    findings: list[GateFinding] = []
+    compared = 0
+    for head in head_results:
+        key = (head.scenario, head.label)
+        old = base.get(key)
+        if head.verdict == "error":
+            was = f"base {old.verdict}" if old else "not run on base"
+            findings.append(_finding("unmeasured", head, f"could not measure the head ({was}): {_error_line(head)}"))
+            continue
+        if head.verdict == "broken":
+            was = f"base {old.verdict}" if old else "not run on base"
+            findings.append(_finding("broken", head, f"head is broken ({was}): {first_reason(head)}"))
+        if old is None or old.verdict == "error" or old.measured is None or head.measured is None:
+            continue
+        compared += 1
+        if old.verdict == "pass" and head.verdict == "diverge":  # pass -> broken is reported above
+            findings.append(_finding("regressed", head, f"base passed, head diverges: {first_reason(head)}"))
+        findings += _distances(old, head)
+    seen = {(r.scenario, r.label) for r in head_results}
+    for key, old in base.items():
+        if key not in seen:
+            findings.append(_finding("unmeasured", old, f"not run on the head (base {old.verdict})"))
+    reasons = [f.text for f in findings if f.kind in WORSE_KINDS]
+    return GateOutcome(
+        worse=bool(reasons),
+        reasons=reasons,
+        findings=findings,
+        reading=next(iter(readings), None),
+        compared=compared,
+    )
+
+
+def gate_exit_code(outcome: GateOutcome, head_results: list[Result]) -> int:
+    """1 worse; 3 nothing worse but something on the head (or nothing at all) went unmeasured; else 0."""
+    if outcome.worse:
+        return EXIT_FAILED
+    if outcome.unmeasured or not head_results or any(r.verdict == "error" for r in head_results):
+        return EXIT_UNMEASURED
+    return EXIT_OK
+
+
+def distance(measured: Any, expected: Any) -> float:
+    """How far a value is from the oracle; lists by the sum of element-wise distances."""
+    if isinstance(measured, list) or isinstance(expected, list):
+        got, want = list(measured or []), list(expected or [])
+        width = max(len(got), len(want))
+        got += [0] * (width - len(got))
+        want += [0] * (width - len(want))
+        return float(sum(abs(g - w) for g, w in zip(got, want)))
+    if measured is None and expected is None:
+        return 0.0
+    if measured is None or expected is None:
+        return math.inf
+    return float(abs(measured - expected))
+
+
+def _distances(old: Result, new: Result) -> list[GateFinding]:
+    assert old.measured is not None and new.measured is not None
+    found = []
+    for counter in [*COUNTERS, MAL]:
+        b_val, b_exp = _values(old.measured, old.expected, counter)
+        h_val, h_exp = _values(new.measured, new.expected, counter)
+        b_dist, h_dist = distance(b_val, b_exp), distance(h_val, h_exp)
+        tol = MAL_TOLERANCE if counter == MAL else 0.0
+        if h_dist > b_dist + tol:
+            kind: Kind = "further"
+            text = f"{counter} is further from the oracle: distance {_num(b_dist)} on base, {_num(h_dist)} on head"
+        elif h_dist + tol < b_dist:
+            kind = "improved"
+            text = f"{counter} is closer to the oracle: distance {_num(b_dist)} on base, {_num(h_dist)} on head"
+        elif h_dist > tol:
+            # Not worse, but not right either: the residual a reviewer should still see.
+            kind = "unchanged"
+            text = f"{counter} still differs from the oracle, as on the base (distance {_num(h_dist)})"
+        else:
+            continue
+        if counter == MAL and any(f.kind == kind for f in found):
+            continue  # derived from emitted / num_drafts: the counter already tells this story
+        found.append(GateFinding(kind, new.scenario, new.label, text, counter, b_val, h_val, h_exp))
+    return found
+
+
+def _values(measured: Totals, expected: Totals | None, counter: str) -> tuple[Any, Any]:
+    if counter == MAL:
+        return measured_mal(measured), oracle_mal(expected) if expected else None
+    return getattr(measured, counter), getattr(expected, counter) if expected else None
+
+
+def _finding(kind: Kind, result: Result, text: str) -> GateFinding:
+    return GateFinding(kind, result.scenario, result.label, text)
+
+
+def _error_line(result: Result) -> str:
+    return one_line(result.error or "no detail")
+
+
+def _num(value: float) -> str:
+    return "inf" if math.isinf(value) else format_value(value) if not value.is_integer() else str(int(value))

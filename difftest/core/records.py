@@ -1,0 +1,210 @@
+"""The data that flows between layers: probe records (as the host validates them), totals, verdicts.
+
+The probe writes plain JSON in the shapes of `difftest.probe.protocol`; the host
+validates each record against the models here, which forbid unknown keys and
+accept only integers for counters, so a record that is not what the protocol
+says is rejected (and becomes an `error` result for its run) instead of being
+half-read. Everything after the runner reads these models only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+
+from difftest.probe.protocol import COUNTERS, EMITTED_FIELDS, FailureKind, Origin, RunRole, RunStatus
+
+__all__ = [
+    "COUNTERS",
+    "Difference",
+    "Failure",
+    "ProbeHeader",
+    "ProbeRun",
+    "Reading",
+    "Result",
+    "RunRole",
+    "StepRecord",
+    "Totals",
+    "Trailer",
+    "Verdict",
+    "Violation",
+]
+
+Verdict = Literal["pass", "diverge", "broken", "error"]
+Reading = Literal["strict", "lenient"]
+
+
+class _Record(BaseModel):
+    """Protocol data: unknown keys are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Totals(_Record):
+    """SpecDecodingStats summed over every step of one run.
+
+    `num_emitted_tokens` is the branch's own emitted/committed counter when it
+    defines one (`emitted_source` names the field), otherwise what its mean
+    acceptance length implies (`num_drafts + num_accepted_tokens`,
+    `emitted_source == "implied"`). `mean_acceptance_length` is the value the
+    branch itself logs; `extra` keeps every other field the branch added.
+    """
+
+    num_drafts: StrictInt = 0
+    num_draft_tokens: StrictInt = 0
+    num_accepted_tokens: StrictInt = 0
+    num_accepted_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+    num_draft_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+    num_emitted_tokens: StrictInt = 0
+    emitted_source: StrictStr = "implied"
+    mean_acceptance_length: StrictFloat | StrictInt | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("mean_acceptance_length")
+    @classmethod
+    def _finite_or_none(cls, value: float | int | None) -> float | None:
+        """NaN (a log with no drafts) reads as "none logged"."""
+        if value is None or math.isnan(value):
+            return None
+        return float(value)
+
+
+class StepStats(BaseModel):
+    """One step's SpecDecodingStats: the counters difftest reads must be integers; a branch's
+    own added fields are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    num_spec_tokens: StrictInt | None = None
+    num_drafts: StrictInt = 0
+    num_draft_tokens: StrictInt = 0
+    num_accepted_tokens: StrictInt = 0
+    num_accepted_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+    num_draft_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _emitted_is_an_integer(self) -> "StepStats":
+        for name in EMITTED_FIELDS:
+            value = (self.model_extra or {}).get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        return self
+
+    def value(self, name: str, default: Any = 0) -> Any:
+        """A field by name, the branch's own fields included."""
+        return getattr(self, name, default)
+
+
+class StepRecord(_Record):
+    """One engine step as the probe saw it, per request id (`protocol.StepRecord`)."""
+
+    step: StrictInt
+    scheduled: list[StrictStr] = Field(default_factory=list)
+    drafts: dict[str, list[StrictInt]] = Field(default_factory=dict)
+    invalid: dict[str, StrictInt] = Field(default_factory=dict)
+    sampled: dict[str, list[StrictInt]] = Field(default_factory=dict)
+    emitted: dict[str, list[StrictInt]] = Field(default_factory=dict)
+    finished: dict[str, StrictStr] = Field(default_factory=dict)
+    stats: StepStats | None = None
+
+
+class Failure(_Record):
+    """Why a run failed inside the probe (`protocol.Failure`)."""
+
+    kind: FailureKind
+    type: str
+    summary: str
+    where: str = ""
+    origin: Origin = "other"
+    traceback: str = ""
+
+
+class ProbeHeader(_Record):
+    """The probe's first record: versions, timings, tier facts (`protocol.RecordWriter.header`)."""
+
+    kind: Literal["header"]
+    nonce: str
+    protocol: StrictInt
+    python: str
+    import_s: float
+    setup_s: float
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class Trailer(_Record):
+    """The probe's last record: how many runs it wrote."""
+
+    kind: Literal["trailer"]
+    nonce: str
+    runs: StrictInt
+
+
+class ProbeRun(_Record):
+    """One planned run of one branch: what the probe recorded, or why there is no record.
+
+    `error` is the host's one-line reason when the run could not be measured
+    (the probe's failure summary, a record the host rejected, a probe that
+    died before reporting the run); `failure` is the probe's own account of an
+    exception, kept whole for reports.
+    """
+
+    scenario: str
+    tier: str
+    label: str
+    role: RunRole
+    #: Request ids in the order they were added; `alone` runs hold one id.
+    order: list[str]
+    status: RunStatus = "ok"
+    error: str | None = None
+    failure: Failure | None = None
+    steps: list[StepRecord] = Field(default_factory=list)
+    totals: Totals | None = None
+    outputs: dict[str, list[StrictInt]] = Field(default_factory=dict)
+    finish_reasons: dict[str, str] = Field(default_factory=dict)
+    duration_s: float = 0.0
+    notes: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "ok" and self.totals is not None
+
+
+class Difference(BaseModel):
+    counter: str
+    measured: Any
+    expected: Any
+    #: The oracle's reading of the difference, in a sentence.
+    explanation: str = ""
+
+
+class Violation(BaseModel):
+    """An invariant that a measured run breaks: lost stats, order dependence, ..."""
+
+    invariant: str
+    label: str
+    detail: str
+    counter: str | None = None
+    measured: Any = None
+    expected: Any = None
+
+
+class Result(BaseModel):
+    """The verdict for one (branch, scenario, run label)."""
+
+    branch: str
+    scenario: str
+    tier: str
+    label: str
+    verdict: Verdict
+    reading: Reading
+    measured: Totals | None = None
+    expected: Totals | None = None
+    differences: list[Difference] = Field(default_factory=list)
+    violations: list[Violation] = Field(default_factory=list)
+    #: Why it could not be measured (verdict error): one line.
+    error: str | None = None
+    #: The scenario's one-line statement of what it probes.
+    statement: str = ""
+    duration_s: float = 0.0

@@ -1,0 +1,1 @@
+"""What both probe tiers use: summing SpecDecodingStats, atomic cache folders."""

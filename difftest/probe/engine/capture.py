@@ -1,0 +1,160 @@
+"""Three independent views of one real engine's spec-decoding stats, captured per run.
+
+- `StepTap` wraps the engine core's `Scheduler.update_from_output` on the
+  instance (vLLM's code is untouched): per step it records the drafts that were
+  scheduled, the tokens the model sampled, what the scheduler emitted after stop
+  handling, and the step's `SpecDecodingStats`. This is what the oracle reads.
+- `CaptureLogger` is a stat logger in the engine's `StatLoggerManager`: it gets
+  every step's `SchedulerStats` the way any production logger does.
+- `prometheus_spec_counters` reads the Prometheus counters via `get_metrics()`;
+  they are cumulative per process, so a run's value is a delta.
+A mismatch between these views is itself a finding (an invariant violation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.metrics.loggers import AggregateStatLoggerBase
+
+from ..common import stats
+from ..protocol import StepRecord, step_record
+
+#: Prometheus name (without `vllm:` and `_total`) -> SpecDecodingStats field.
+PROMETHEUS_FIELDS = {
+    "spec_decode_num_drafts": "num_drafts",
+    "spec_decode_num_draft_tokens": "num_draft_tokens",
+    "spec_decode_num_accepted_tokens": "num_accepted_tokens",
+    "spec_decode_num_accepted_tokens_per_pos": "num_accepted_tokens_per_pos",
+}
+
+
+def external_id(internal: str) -> str:
+    """`LLMEngine.add_request` appends `-<8 random chars>` to the caller's id; strip it."""
+    head, sep, tail = internal.rpartition("-")
+    return head if sep and len(tail) == 8 else internal
+
+
+class CaptureLogger(AggregateStatLoggerBase):
+    """Keeps every step's SpecDecodingStats object (None when the step had none)."""
+
+    def __init__(self, vllm_config: Any = None, engine_indexes: list[int] | None = None) -> None:
+        self.steps: list[Any] = []
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+        if scheduler_stats is not None:
+            self.steps.append(scheduler_stats.spec_decoding_stats)
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+    def take(self) -> list[Any]:
+        out, self.steps = self.steps, []
+        return out
+
+
+class StepTap:
+    """Records each `update_from_output` call of the engine core's scheduler."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.records: list[StepRecord] = []
+        self.stats_objects: list[Any] = []
+        #: Failures of the tap itself: the run is then an error, never silently incomplete.
+        self.errors: list[str] = []
+        self._original = scheduler.update_from_output
+        scheduler.update_from_output = self._update_from_output
+
+    def reset(self) -> None:
+        """Forget whatever an earlier, failed run left behind."""
+        self.records, self.stats_objects, self.errors = [], [], []
+
+    def take(self) -> tuple[list[StepRecord], list[Any]]:
+        """The steps recorded since the last call; raises if the tap failed on any of them."""
+        out, errors = (self.records, self.stats_objects), self.errors
+        self.records, self.stats_objects, self.errors = [], [], []
+        if errors:
+            raise RuntimeError(f"difftest's step tap failed on {len(errors)} step(s): {errors[0]}")
+        return out
+
+    def _update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        # Snapshot first: stop handling trims the sampled lists IN PLACE (`del new_token_ids[n:]`).
+        try:
+            sampled = self._sampled(model_runner_output)
+        except Exception as exc:
+            sampled = {}
+            self.errors.append(f"reading the sampled tokens: {exc!r}")
+        result = self._original(scheduler_output, model_runner_output)
+        try:
+            self._record(scheduler_output, sampled, result)
+        except Exception as exc:  # recording must never change what the engine does
+            self.errors.append(f"recording step {len(self.records)}: {exc!r}")
+        return result
+
+    @staticmethod
+    def _sampled(mro: Any) -> dict[str, list[int]]:
+        """What the rejection sampler returned per request: accepted drafts + one bonus/recovered token."""
+        sampled: dict[str, list[int]] = {}
+        index = getattr(mro, "req_id_to_index", None) or {}
+        tokens = getattr(mro, "sampled_token_ids", None) or []
+        for internal, i in index.items():
+            if i < len(tokens):
+                sampled[external_id(internal)] = [int(t) for t in tokens[i]]
+        return sampled
+
+    def _record(self, so: Any, sampled: dict[str, list[int]], result: Any) -> None:
+        scheduled = [external_id(r) for r in so.num_scheduled_tokens]
+        drafts = {
+            external_id(r): [int(t) for t in d] for r, d in (so.scheduled_spec_decode_tokens or {}).items() if d
+        }
+        invalid = {external_id(r): int(n) for r, n in (getattr(so, "num_invalid_spec_tokens", None) or {}).items()}
+        emitted: dict[str, list[int]] = {}
+        finished: dict[str, str] = {}
+        step_stats = None
+        for eco in (result or {}).values():
+            for o in eco.outputs:
+                rid = external_id(o.request_id)
+                emitted[rid] = [int(t) for t in o.new_token_ids]
+                if o.finish_reason is not None:
+                    finished[rid] = str(o.finish_reason)
+            if eco.scheduler_stats is not None and eco.scheduler_stats.spec_decoding_stats is not None:
+                step_stats = eco.scheduler_stats.spec_decoding_stats
+        if step_stats is not None:
+            self.stats_objects.append(step_stats)
+        self.records.append(
+            step_record(
+                len(self.records), scheduled, drafts, invalid, sampled, emitted, finished, stats.stats_dict(step_stats)
+            )
+        )
+
+
+def prometheus_spec_counters(llm: Any) -> dict[str, Any]:
+    """Current values of the spec-decode Prometheus counters, keyed by SpecDecodingStats field."""
+    out: dict[str, Any] = {}
+    for metric in llm.get_metrics():
+        name = metric.name.removeprefix("vllm:").removesuffix("_total")
+        field = PROMETHEUS_FIELDS.get(name)
+        if field is None:
+            continue
+        if hasattr(metric, "values"):
+            prev = out.get(field) or []
+            vals = [int(v) for v in metric.values]
+            width = max(len(prev), len(vals))
+            out[field] = [(prev[i] if i < len(prev) else 0) + (vals[i] if i < len(vals) else 0) for i in range(width)]
+        else:
+            out[field] = out.get(field, 0) + int(metric.value)
+    return out
+
+
+def counter_delta(before: dict[str, Any], after: dict[str, Any], k: int) -> dict[str, Any]:
+    """after - before, field by field (a counter first seen after the run started at 0)."""
+    out: dict[str, Any] = {}
+    for field in PROMETHEUS_FIELDS.values():
+        a, b = after.get(field), before.get(field)
+        if field.endswith("_per_pos"):
+            a = list(a or [0] * k)
+            b = list(b or [0] * len(a))
+            out[field] = [x - (b[i] if i < len(b) else 0) for i, x in enumerate(a)]
+        else:
+            out[field] = int(a or 0) - int(b or 0)
+    return out

@@ -1,0 +1,127 @@
+"""The engine tier's probe: the REAL vLLM engine (LLMEngine, ngram drafter, rejection sampler,
+structured outputs, stat loggers) on a real tiny model, on CPU.
+
+One `LLM` per process (a second one fails on CPU), so every engine scenario of
+a job shares one engine configuration (`engine_config` refuses a job whose
+scenarios disagree). The engine core runs in-process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), which makes per-step records
+deterministic and lets `capture` observe the scheduler directly.
+Decoding is greedy; prefix caching is off so a run never depends on the runs
+before it in the same process; `enforce_eager` skips torch.compile (seconds of
+load time, no effect on which tokens greedy decoding picks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..protocol import DidNotFinish
+from .capture import CaptureLogger, StepTap, counter_delta, prometheus_spec_counters
+
+#: The keys of a scenario's `engine` mapping that configure the one engine of a probe process.
+ENGINE_KEYS = (
+    "k", "prompt_lookup_min", "prompt_lookup_max", "seed", "max_model_len", "max_num_seqs", "method", "async_scheduling",
+    "model",
+)
+#: Defaults for keys a job may omit (older jobs, hand-written jobs).
+ENGINE_DEFAULTS: dict[str, Any] = {"method": "ngram", "async_scheduling": False, "model": None}
+MAX_STEPS = 5000
+
+
+def engine_config(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one engine configuration all scenarios of the job share; ValueError if they differ."""
+    configs = {
+        s.get("name", "?"): {k: {**ENGINE_DEFAULTS, **s["engine"]}[k] for k in ENGINE_KEYS} for s in scenarios
+    }
+    distinct = {tuple(sorted(c.items())) for c in configs.values()}
+    if len(distinct) > 1:
+        raise ValueError(f"engine scenarios of one job must share one engine config (one engine per process): {configs}")
+    return next(iter(configs.values()))
+
+
+class EngineSession:
+    """One engine for the whole probe process, with its three stats views attached."""
+
+    def __init__(self, model_dir: Path, cfg: dict[str, Any]) -> None:
+        from vllm import LLM
+
+        self.cfg = cfg
+        self.k = int(cfg["k"])
+        method = str(cfg.get("method", "ngram"))
+        spec: dict[str, Any] = {"method": method, "num_speculative_tokens": self.k}
+        if method in ("ngram", "ngram_gpu"):
+            spec.update(prompt_lookup_min=int(cfg["prompt_lookup_min"]), prompt_lookup_max=int(cfg["prompt_lookup_max"]))
+        elif method == "draft_model":
+            spec["model"] = str(model_dir)  # the tiny model drafts for itself: every draft is accepted
+        extra: dict[str, Any] = {"async_scheduling": True} if cfg.get("async_scheduling") else {}
+        self.llm = LLM(
+            model=str(model_dir),
+            tokenizer=str(model_dir),
+            dtype="float32",
+            seed=int(cfg["seed"]),
+            max_model_len=int(cfg["max_model_len"]),
+            max_num_seqs=int(cfg["max_num_seqs"]),
+            enable_prefix_caching=False,
+            enforce_eager=True,
+            disable_log_stats=False,
+            per_request_spec_decode_metrics="detailed",
+            speculative_config=spec,
+            **extra,
+        )
+        self.engine = self.llm.llm_engine
+        self.logger = CaptureLogger()
+        assert self.engine.logger_manager is not None, "disable_log_stats=False must create a StatLoggerManager"
+        self.engine.logger_manager.stat_loggers.append(self.logger)
+        # In-process engine core only (VLLM_ENABLE_V1_MULTIPROCESSING=0): the tap needs the scheduler object.
+        self.tap = StepTap(self.engine.engine_core.engine_core.scheduler)
+        self.tokenizer_eos = self.engine.input_processor.renderer.get_eos_token_id()
+
+    def tokenize(self, prompt: str) -> list[int]:
+        return list(self.engine.input_processor.renderer.tokenizer.encode(prompt))
+
+    def add(self, rid: str, prompt: Any, params: Any, eos: int | None) -> None:
+        """Add a request; `eos` makes that token the request's EOS through the frontend's own path.
+
+        The input processor sets a request's EOS from `renderer.get_eos_token_id()`
+        (the tokenizer's EOS) via `SamplingParams.update_from_generation_config`;
+        with one engine per process the tokenizer cannot change, so for this one
+        call the renderer reports `eos` instead. Everything downstream (the
+        scheduler's `check_stop`, finish reason `stop` with no stop_reason) is
+        the engine's real EOS handling.
+        """
+        renderer = self.engine.input_processor.renderer
+        if eos is not None:
+            renderer.get_eos_token_id = lambda: eos
+        try:
+            self.engine.add_request(rid, prompt, params)
+        finally:
+            if eos is not None:
+                del renderer.get_eos_token_id
+
+    def play(self, entries: list[tuple[str, Any, Any, int | None]]) -> dict[str, Any]:
+        """Run a batch to completion; everything the three views saw, plus the final outputs."""
+        self.tap.reset()
+        self.logger.take()
+        before = prometheus_spec_counters(self.llm)
+        for rid, prompt, params, eos in entries:
+            self.add(rid, prompt, params, eos)
+        finals: dict[str, Any] = {}
+        n = 0
+        while self.engine.has_unfinished_requests():
+            n += 1
+            if n > MAX_STEPS:
+                raise DidNotFinish(f"the batch did not finish within {MAX_STEPS} engine steps")
+            for out in self.engine.step():
+                if out.finished:
+                    finals[out.request_id] = out
+        records, tap_stats = self.tap.take()
+        logged = self.logger.take()
+        after = prometheus_spec_counters(self.llm)
+        return {
+            "records": records,
+            "tap_stats": tap_stats,
+            "logged": logged,
+            "prometheus": counter_delta(before, after, self.k),
+            "finals": finals,
+        }

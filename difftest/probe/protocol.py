@@ -1,0 +1,333 @@
+"""The wire format between the host and a probe, and the one loop every probe runs.
+
+A probe runs INSIDE a branch environment, next to that branch's vLLM, so this
+module uses the standard library only. The host imports it too (it is the
+single source of the record kinds, the counters and the run roles), and checks
+every record it reads with its own pydantic models (`difftest.core.records`),
+one record at a time: a record it cannot validate becomes an `error` result for
+that run, never a crash that loses the other runs.
+
+    host -> probe   JOB.json                      (Job: tier, planned runs per scenario)
+                    env DIFFTEST_PROBE_NONCE       (a secret the probe removes at start)
+    probe -> host   RUNS.jsonl, one JSON object per line, each carrying the nonce:
+                    {"kind": "header", ...}        once, after vLLM imported
+                    {"kind": "run", ...}           once per planned run, flushed as it ends
+                    {"kind": "trailer", "runs": N} last; its absence means the probe died
+
+Each run is played under `CallInfo.from_call` (the shape of pytest's CallInfo):
+the result, or the failure with its kind, its last line and where it was raised,
+plus the duration. A failure in one run never stops the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol, TextIO, TypedDict
+
+PROTOCOL_VERSION = 2
+#: The probe reads its nonce from this variable and removes it before importing vLLM.
+NONCE_ENV = "DIFFTEST_PROBE_NONCE"
+
+#: The SpecDecodingStats counters compared against the oracle, in report order.
+COUNTERS = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_accepted_tokens_per_pos",
+    "num_draft_tokens_per_pos",
+    "num_emitted_tokens",
+)
+
+#: Names a branch may give its "tokens really emitted" counter, most specific first.
+EMITTED_FIELDS = ("num_emitted_tokens", "num_committed_tokens", "num_committed_draft_tokens", "num_output_tokens")
+
+RunRole = Literal["batch", "alone", "reference"]
+#: batch: one batch order, judged; alone: one request alone (feeds additivity), judged;
+#: reference: an uncut run that only chooses where later runs are cut, recorded, not judged.
+RUN_ROLES: tuple[str, ...] = ("batch", "alone", "reference")
+RunStatus = Literal["ok", "error", "timeout"]
+#: exception: raised while playing; did-not-finish: the driver's step budget ran out;
+#: timeout: the run's time limit (`run_timeout_s`) expired.
+FailureKind = Literal["exception", "did-not-finish", "timeout"]
+#: Where an exception came from: the branch's vLLM, the probe itself, or another library.
+Origin = Literal["vllm", "probe", "other"]
+
+
+class PlannedRun(TypedDict):
+    label: str
+    order: list[str]
+    role: RunRole
+
+
+class JobScenario(TypedDict):
+    name: str
+    file: str
+    #: What the tier's probe plays (the tier decides its shape).
+    data: dict[str, Any]
+    runs: list[PlannedRun]
+
+
+class Job(TypedDict):
+    protocol: int
+    #: The probe entry to run (`ENTRIES` in `difftest.probe.__main__`).
+    entry: str
+    work_dir: str
+    run_timeout_s: float | None
+    scenarios: list[JobScenario]
+
+
+class StepRecord(TypedDict):
+    """One engine step as the probe saw it, per request id."""
+
+    step: int
+    scheduled: list[str]
+    drafts: dict[str, list[int]]
+    invalid: dict[str, int]
+    sampled: dict[str, list[int]]
+    emitted: dict[str, list[int]]
+    finished: dict[str, str]
+    #: Every field of the step's SpecDecodingStats, or None if the step had none.
+    stats: dict[str, Any] | None
+
+
+class Failure(TypedDict):
+    kind: FailureKind
+    type: str
+    #: The exception's last line, `Type: message` (what reports show).
+    summary: str
+    #: The innermost frame, `path:line in function`.
+    where: str
+    origin: Origin
+    traceback: str
+
+
+class RunResult(TypedDict):
+    """What a tier's `play` returns for one planned run."""
+
+    steps: list[StepRecord]
+    totals: dict[str, Any]
+    outputs: dict[str, list[int]]
+    finish_reasons: dict[str, str]
+    notes: dict[str, Any]
+
+
+class Session(Protocol):
+    """One probe process's state for one tier: vLLM imported, configs and engines built."""
+
+    def header_info(self) -> dict[str, Any]:
+        """Tier-specific facts for the header (vLLM's stats fields, the engine config, ...)."""
+
+    def play(self, scenario: JobScenario, run: PlannedRun) -> RunResult:
+        """Play one planned run; raise on any failure (the loop records it)."""
+
+
+class DidNotFinish(RuntimeError):
+    """The branch's scheduler or engine did not finish a run within the driver's step budget."""
+
+
+class RunTimeout(Exception):
+    """The run took longer than the job's `run_timeout_s`."""
+
+
+def step_record(
+    step: int,
+    scheduled: list[str],
+    drafts: dict[str, list[int]],
+    invalid: dict[str, int],
+    sampled: dict[str, list[int]],
+    emitted: dict[str, list[int]],
+    finished: dict[str, str],
+    stats: dict[str, Any] | None,
+) -> StepRecord:
+    """The one place a step record is built (both tiers' drivers call it)."""
+    return {
+        "step": step,
+        "scheduled": list(scheduled),
+        "drafts": {rid: list(d) for rid, d in drafts.items() if d},
+        "invalid": dict(invalid),
+        "sampled": {rid: list(s) for rid, s in sampled.items()},
+        "emitted": {rid: list(e) for rid, e in emitted.items()},
+        "finished": dict(finished),
+        "stats": stats,
+    }
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt a run stuck in Python code (a looping or sleeping branch) with RunTimeout.
+
+    The host's process timeout is the last resort (it loses every run not yet
+    written); this limit costs only the one run.
+    """
+    if not seconds:
+        yield
+        return
+
+    def expire(_signum: int, _frame: object) -> None:
+        raise RunTimeout(f"run exceeded its time limit of {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass
+class CallInfo:
+    """Result or failure of one call, and how long it took."""
+
+    result: RunResult | None
+    failure: Failure | None
+    duration_s: float
+
+    @classmethod
+    def from_call(cls, func: Callable[[], RunResult], limit_s: float | None) -> "CallInfo":
+        started = time.perf_counter()
+        try:
+            with time_limit(limit_s):
+                result = func()
+        except Exception as exc:
+            return cls(None, describe_failure(exc), round(time.perf_counter() - started, 6))
+        return cls(result, None, round(time.perf_counter() - started, 6))
+
+    @property
+    def status(self) -> RunStatus:
+        if self.failure is None:
+            return "ok"
+        return "timeout" if self.failure["kind"] == "timeout" else "error"
+
+
+def describe_failure(exc: BaseException) -> Failure:
+    """Kind, last line, innermost frame and origin of an exception (for reports and verdicts)."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    where, origin = "", "other"
+    if frames:
+        frame, line = frames[-1]
+        where = f"{frame.f_code.co_filename}:{line} in {frame.f_code.co_name}"
+        origin = _origin(frames)
+    kind: FailureKind = "exception"
+    if isinstance(exc, RunTimeout):
+        kind = "timeout"
+    elif isinstance(exc, DidNotFinish):
+        kind = "did-not-finish"
+    summary = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    return {
+        "kind": kind,
+        "type": type(exc).__name__,
+        "summary": summary[-1] if summary else type(exc).__name__,
+        "where": where,
+        "origin": origin,  # type: ignore[typeddict-item]
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
+
+
+def _origin(frames: list[tuple[Any, int]]) -> str:
+    """`vllm` when vLLM code ran below the probe's last frame (the branch raised), else the raiser."""
+    names = [str(frame.f_globals.get("__name__", "")) for frame, _ in frames]
+    probe_at = max((i for i, n in enumerate(names) if n.startswith("difftest.probe")), default=-1)
+    below = names[probe_at + 1 :]
+    if any(n == "vllm" or n.startswith("vllm.") for n in below):
+        return "vllm"
+    return "probe" if not below else "other"
+
+
+class RecordWriter:
+    """Writes records as JSON lines, each flushed at once and stamped with the nonce."""
+
+    def __init__(self, stream: TextIO, nonce: str) -> None:
+        self.stream = stream
+        self.nonce = nonce
+        self.runs = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.stream.write(json.dumps({**record, "nonce": self.nonce}) + "\n")
+        self.stream.flush()
+
+    def header(self, tier_info: dict[str, Any], import_s: float, setup_s: float) -> None:
+        import platform
+
+        self.write(
+            {
+                "kind": "header",
+                "protocol": PROTOCOL_VERSION,
+                "python": platform.python_version(),
+                "import_s": round(import_s, 3),
+                "setup_s": round(setup_s, 3),
+                "info": tier_info,
+            }
+        )
+
+    def run(self, scenario: JobScenario, planned: PlannedRun, call: CallInfo) -> None:
+        result: dict[str, Any] = dict(call.result or {})
+        self.write(
+            {
+                "kind": "run",
+                "scenario": scenario["name"],
+                "label": planned["label"],
+                "role": planned["role"],
+                "order": list(planned["order"]),
+                "status": call.status,
+                "failure": call.failure,
+                "duration_s": call.duration_s,
+                "steps": result.get("steps", []),
+                "totals": result.get("totals"),
+                "outputs": result.get("outputs", {}),
+                "finish_reasons": result.get("finish_reasons", {}),
+                "notes": result.get("notes", {}),
+            }
+        )
+        self.runs += 1
+
+    def trailer(self) -> None:
+        self.write({"kind": "trailer", "runs": self.runs})
+
+
+def read_job(path: Path) -> Job:
+    job = json.loads(Path(path).read_text())
+    if job.get("protocol") != PROTOCOL_VERSION:
+        raise ValueError(f"job protocol {job.get('protocol')!r}; this probe speaks {PROTOCOL_VERSION}")
+    return job
+
+
+def take_nonce() -> str:
+    """Read the nonce and remove it from the environment before any branch code is imported."""
+    return os.environ.pop(NONCE_ENV, "")
+
+
+def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session]) -> int:
+    """Start the tier's session, play every planned run, write header, runs and trailer.
+
+    A session that cannot start (vLLM does not import, the engine does not
+    build) exits 3 with its traceback on stderr: nothing could be measured.
+    """
+    started = time.perf_counter()
+    try:
+        session = start(job)
+        info = session.header_info()
+    except Exception:
+        traceback.print_exc()
+        return 3
+    import_s = float(info.pop("import_s", time.perf_counter() - started))
+    setup_s = time.perf_counter() - started - import_s
+    with Path(out_path).open("w", encoding="utf-8") as stream:
+        writer = RecordWriter(stream, nonce)
+        writer.header(info, import_s, setup_s)
+        for scenario in job["scenarios"]:
+            for planned in scenario["runs"]:
+                call = CallInfo.from_call(lambda: session.play(scenario, planned), job.get("run_timeout_s"))
+                writer.run(scenario, planned, call)
+        writer.trailer()
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,45 @@
+"""The scheduler tier's session: vLLM imported once, one config per (k, draft path), a fresh
+Scheduler per run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..protocol import Job, JobScenario, PlannedRun, RunResult
+
+
+class SchedulerSession:
+    def __init__(self, job: Job) -> None:
+        started = time.perf_counter()
+        import dataclasses
+
+        import vllm
+        from vllm.v1.spec_decode.metrics import SpecDecodingStats
+
+        from .factory import SchedulerFactory
+        from .model_dir import ensure_model_dir
+
+        self.import_s = time.perf_counter() - started
+        self.vllm = vllm
+        self.stats_fields = [f.name for f in dataclasses.fields(SpecDecodingStats)]
+        self.factory = SchedulerFactory(ensure_model_dir(Path(job["work_dir"])))
+        self.factory.model_config()  # the first construction inspects the model: keep it out of run timings
+
+    def header_info(self) -> dict[str, Any]:
+        return {
+            "import_s": self.import_s,
+            "vllm_version": getattr(self.vllm, "__version__", None),
+            "vllm_file": self.vllm.__file__,
+            "spec_decoding_stats_fields": self.stats_fields,
+        }
+
+    def play(self, scenario: JobScenario, run: PlannedRun) -> RunResult:
+        from .driver import run_order
+
+        return run_order(self.factory, scenario["data"], list(run["order"]))
+
+
+def start(job: Job) -> SchedulerSession:
+    return SchedulerSession(job)

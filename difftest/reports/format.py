@@ -1,0 +1,41 @@
+"""Making text from branches safe in each output format.
+
+Branch names, error messages and violation details come from code under test:
+they must never break a table, close a code block, become markup, or hold
+characters a format cannot carry.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_NEWLINES = re.compile(r"\r\n|\r|\n")
+#: Control characters other than tab and line breaks (ANSI colour codes in tracebacks, NUL, ...).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def printable(text: str) -> str:
+    """Control characters (other than tab and line breaks) replaced by U+FFFD."""
+    return _CONTROL.sub("\ufffd", text)
+
+
+def md_escape(text: object) -> str:
+    """Make any string safe inside a Markdown table cell: one line, no markup, no HTML."""
+    s = _MD_SPECIAL.sub(r"\\\1", printable(str(text)))
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _NEWLINES.sub("<br>", s)
+
+
+def fenced(text: str) -> str:
+    """A code block whose fence is longer than any backtick run inside, so it cannot be closed early."""
+    text = printable(text)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text.rstrip()}\n{fence}"
+
+
+def xml_text(text: object) -> str:
+    """`text` with every character XML 1.0 forbids replaced by U+FFFD."""
+    return _NOT_XML.sub("\ufffd", str(text))

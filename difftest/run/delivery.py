@@ -1,0 +1,179 @@
+"""Reading a probe's RUNS.jsonl into exactly one `ProbeRun` per planned run, trusting nothing.
+
+Each line is checked on its own (`difftest.probe.protocol` is the contract):
+- it must be JSON, carry this probe's nonce (a record without it was not
+  written by the probe: the whole output is then untrusted), and be one of
+  the known kinds, with no unknown keys and integer counters;
+- a run record must be for a planned run, and only once (a duplicate makes
+  that run an error: which one would be the real one?);
+- the trailer must come last and count the run records; a probe that ends
+  without it (killed, crashed, or `exit(0)` from branch code) leaves the runs
+  it did not report as errors, each with the reason.
+A torn last line (the probe was killed mid-write) is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from difftest.core.records import ProbeHeader, ProbeRun, Trailer
+from difftest.probe.protocol import Job, PlannedRun
+
+#: How many characters of a rejected value an error message quotes.
+MAX_QUOTED = 80
+
+
+@dataclass
+class Delivery:
+    """What one probe's output file says, checked."""
+
+    plan: list[tuple[str, PlannedRun]]
+    tier: str
+    header: ProbeHeader | None = None
+    trailer: Trailer | None = None
+    found: dict[tuple[str, str], ProbeRun] = field(default_factory=dict)
+    #: Per planned run, why its record cannot be used.
+    rejected: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Problems that make the whole output untrusted (forged or foreign records, a wrong count).
+    untrusted: list[str] = field(default_factory=list)
+    #: Why runs without a record have none, beyond the process's own error.
+    incomplete: str | None = None
+
+    def runs(self, process_error: str | None) -> list[ProbeRun]:
+        """One ProbeRun per planned run, in plan order."""
+        out = []
+        for scenario, planned in self.plan:
+            key = (scenario, planned["label"])
+            reason = None
+            if self.untrusted:
+                reason = f"the probe's output cannot be trusted: {self.untrusted[0]}"
+            elif key in self.rejected:
+                reason = self.rejected[key]
+            elif key not in self.found:
+                reason = process_error or self.incomplete or "the probe did not report this run"
+            if reason is None:
+                out.append(self.found[key])
+            else:
+                out.append(_error_run(scenario, planned, self.tier, reason))
+        return out
+
+
+def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: bool) -> Delivery:
+    """Check every line of `path` against the job's plan."""
+    plan = [(s["name"], run) for s in job["scenarios"] for run in s["runs"]]
+    delivery = Delivery(plan=plan, tier=tier)
+    planned = {(name, run["label"]): run for name, run in plan}
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+    run_records = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines) and delivery.trailer is None:
+                continue  # torn: the probe was killed while writing it
+            delivery.untrusted.append(f"line {number} is not JSON")
+            continue
+        if not isinstance(record, dict):
+            delivery.untrusted.append(f"line {number} is not a record")
+            continue
+        if record.get("nonce") != nonce:
+            delivery.untrusted.append(
+                f"line {number} does not carry this probe's nonce (it was written by something else, "
+                "such as the branch's code)"
+            )
+            continue
+        if delivery.trailer is not None:
+            delivery.untrusted.append(f"line {number} comes after the trailer")
+            continue
+        kind = record.get("kind")
+        if kind == "header":
+            delivery.header = _header(record, delivery, number)
+        elif kind == "run":
+            run_records += 1
+            _run(record, delivery, planned, number)
+        elif kind == "trailer":
+            delivery.trailer = _trailer(record, delivery, number)
+        else:
+            delivery.untrusted.append(f"line {number} has an unknown kind {_quote(kind)}")
+    if delivery.trailer is not None and delivery.trailer.runs != run_records:
+        delivery.untrusted.append(
+            f"the trailer counts {delivery.trailer.runs} run record(s), the file holds {run_records}"
+        )
+    if delivery.trailer is None and exited_cleanly:
+        delivery.incomplete = "the probe exited with code 0 but without its trailer: its output is incomplete"
+    return delivery
+
+
+def _header(record: dict[str, Any], delivery: Delivery, number: int) -> ProbeHeader | None:
+    try:
+        return ProbeHeader.model_validate(record)
+    except ValidationError as exc:
+        delivery.untrusted.append(f"line {number}: invalid header: {validation_summary(exc)}")
+        return None
+
+
+def _trailer(record: dict[str, Any], delivery: Delivery, number: int) -> Trailer | None:
+    try:
+        return Trailer.model_validate(record)
+    except ValidationError as exc:
+        delivery.untrusted.append(f"line {number}: invalid trailer: {validation_summary(exc)}")
+        return None
+
+
+def _run(record: dict[str, Any], delivery: Delivery, planned: dict[tuple[str, str], PlannedRun], number: int) -> None:
+    key = (str(record.get("scenario")), str(record.get("label")))
+    plan = planned.get(key)
+    if plan is None:
+        delivery.untrusted.append(f"line {number} reports a run that was not planned: {_quote(key)}")
+        return
+    if key in delivery.found or key in delivery.rejected:
+        delivery.found.pop(key, None)
+        delivery.rejected[key] = f"duplicate records for this run (line {number} repeats it)"
+        return
+    body = {k: v for k, v in record.items() if k not in ("kind", "nonce")}
+    try:
+        run = ProbeRun.model_validate({**body, "tier": delivery.tier})
+    except ValidationError as exc:
+        delivery.rejected[key] = f"the probe's record for this run is invalid: {validation_summary(exc)}"
+        return
+    if run.role != plan["role"] or run.order != list(plan["order"]):
+        delivery.rejected[key] = (
+            f"the record says role {run.role} and order {run.order}; the plan says {plan['role']} and {plan['order']}"
+        )
+        return
+    delivery.found[key] = run
+
+
+def validation_summary(exc: ValidationError, limit: int = 3) -> str:
+    """`field: message (got value)` for the first few errors, values cut short."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        where = ".".join(str(p) for p in err["loc"]) or "(record)"
+        got = "" if err["type"] == "missing" else f" (got {_quote(err.get('input'))})"
+        parts.append(f"{where}: {err['msg']}{got}")
+    more = f"; and {exc.error_count() - limit} more" if exc.error_count() > limit else ""
+    return "; ".join(parts) + more
+
+
+def _quote(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
+
+
+def _error_run(scenario: str, planned: PlannedRun, tier: str, reason: str) -> ProbeRun:
+    return ProbeRun(
+        scenario=scenario,
+        tier=tier,
+        label=planned["label"],
+        role=planned["role"],
+        order=list(planned["order"]),
+        status="error",
+        error=reason,
+    )

@@ -1,0 +1,280 @@
+"""One comparison, end to end: scenarios -> environments -> probes in every branch -> verdicts -> evidence.
+
+`run`, `gate` and `verify` all call `compare`, so they measure and judge the
+same way. Data only flows forward: everything that can be wrong in the input
+(scenario files, `-k`, branch names, refs, patches) is checked before any
+environment is built; the workspace (environments) feeds the runner (probe
+processes), whose runs feed each tier's oracle and invariants, which feed the
+verdicts and the evidence that every report is rendered from.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from difftest import tiers
+from difftest.build.workspace import PreparedBranch, Workspace, prepare
+from difftest.core.config import Config
+from difftest.core.errors import ConfigError
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
+from difftest.core.records import ProbeRun, Reading, Result, Violation
+from difftest.core.selection import compile_selection
+from difftest.core.verdicts import judge, unmeasured
+from difftest.core import paths
+from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.run.runner import BranchRun, Progress, run_branches
+from difftest.tiers.base import Tier
+from difftest.tiers.common.scenario import ScenarioBase
+
+Log = Callable[[str], None]
+#: (tier name, branch names) -> a context manager yielding that tier's progress callback.
+ProgressFactory = Callable[[str, list[str]], AbstractContextManager[Progress | None]]
+#: Run roles that get a verdict; `reference` runs only choose where later runs are cut.
+JUDGED_ROLES = ("batch", "alone")
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """What to compare: everything `run`, `gate` and `verify` may choose."""
+
+    #: Branch names or git refs; None: every configured branch.
+    branches: list[str] | None = None
+    #: Tier names; None: every registered tier that has a scenario folder.
+    tiers: list[str] | None = None
+    #: A `-k` expression over scenario names.
+    select: str | None = None
+    #: The oracle reading; None: the config's.
+    reading: Reading | None = None
+    #: Where the probes' jobs, records and logs go (`<out>/probe/`).
+    out: Path = Path("out")
+    #: Branch probes at once; None: each tier's default.
+    jobs: int | None = None
+    fetch: bool = False
+
+
+@dataclass
+class TierScenarios:
+    """One tier's selected scenarios, and those this base cannot run (with the reason)."""
+
+    tier: Tier
+    scenarios: list[ScenarioBase]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    workspace: Workspace
+    evidence: Evidence
+    #: tier name -> branch name -> what its probe delivered.
+    delivered: dict[str, dict[str, BranchRun]]
+
+
+def compare(
+    config: Config,
+    request: CompareRequest,
+    log: Log = lambda _m: None,
+    progress: ProgressFactory = lambda _tier, _branches: nullcontext(None),
+) -> Comparison:
+    """Validate, prepare environments, probe every tier in every branch, judge."""
+    selected = select_scenarios(config, request.tiers, request.select)
+    workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
+    reading = request.reading or config.oracle.reading
+    for chosen in selected:
+        _mark_unavailable(chosen, workspace.base.fingerprint, log)
+    delivered: dict[str, dict[str, BranchRun]] = {}
+    for chosen in selected:
+        runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
+        if not runnable:
+            continue
+        names = [b.name for b in workspace.branches if b.env is not None]
+        with progress(chosen.tier.name, names) as callback:
+            delivered[chosen.tier.name] = measure_tier(workspace, chosen.tier, runnable, request.out / "probe", request.jobs, callback)
+        for branch, run in delivered[chosen.tier.name].items():
+            state = f"failed: {run.error}" if run.error else "done"
+            log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
+    results = judge_all(workspace, selected, delivered, reading)
+    return Comparison(workspace, make_evidence(workspace, selected, delivered, results, reading), delivered)
+
+
+def select_scenarios(config: Config, tier_names: list[str] | None, select: str | None) -> list[TierScenarios]:
+    """Load and validate the scenarios first: a bad file or `-k` stops the run before anything is built."""
+    chosen_tiers = [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
+    matcher = compile_selection(select) if select is not None else None
+    chosen: list[TierScenarios] = []
+    for tier in chosen_tiers:
+        folder = config.scenarios_dir / tier.folder
+        if not folder.is_dir():
+            if tier_names:
+                raise ConfigError(
+                    f"no scenario folder for the {tier.name} tier: {folder} does not exist",
+                    "point `scenarios_dir` in the config at a folder with one subfolder per tier",
+                )
+            continue
+        scenarios = tier.load(folder)
+        if matcher is not None:
+            scenarios = [s for s in scenarios if matcher(s.name)]
+        if scenarios:
+            chosen.append(TierScenarios(tier, scenarios))
+    if not chosen:
+        where = f" matches -k {select!r}" if select is not None else f" found under {config.scenarios_dir}"
+        raise ConfigError(f"no scenario{where}", "check the words passed to -k, or `scenarios_dir` in the config")
+    _check_unique_names(chosen)
+    return chosen
+
+
+def _check_unique_names(chosen: list[TierScenarios]) -> None:
+    """Results, evidence and the gate key scenarios by name alone, so names must not repeat across tiers."""
+    seen: dict[str, str] = {}
+    for group in chosen:
+        for scenario in group.scenarios:
+            if scenario.name in seen:
+                raise ConfigError(
+                    f"scenario name {scenario.name!r} is used in both the {seen[scenario.name]} and the "
+                    f"{group.tier.name} tier",
+                    f"rename one of them (e.g. prefix the file name with `{group.tier.name}-`)",
+                )
+            seen[scenario.name] = group.tier.name
+
+
+def _mark_unavailable(chosen: TierScenarios, base: dict, log: Log) -> None:
+    for scenario in chosen.scenarios:
+        reason = chosen.tier.unavailable(scenario, base)
+        if reason:
+            chosen.skipped[scenario.name] = reason
+            log(f"{scenario.name}: not run on this base: {reason}")
+
+
+def make_job(tier: Tier, scenarios: list[ScenarioBase], run_timeout_s: float | None) -> Job:
+    """The JOB.json the tier's probe reads."""
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "entry": tier.probe_entry,
+        "work_dir": str(paths.models_dir()),
+        "run_timeout_s": run_timeout_s,
+        "scenarios": [s.job_scenario() for s in scenarios],
+    }
+
+
+def measure_tier(
+    workspace: Workspace,
+    tier: Tier,
+    scenarios: list[ScenarioBase],
+    work_dir: Path,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, BranchRun]:
+    """Run one tier's probe in every branch that has an environment, concurrently."""
+    targets = [(b.name, b.env.python) for b in workspace.branches if b.env is not None]
+    job = make_job(tier, scenarios, workspace.config.timeouts.run_s)
+    return run_branches(
+        targets,
+        job,
+        tier.name,
+        work_dir,
+        workspace.config.timeouts.probe_s,
+        jobs or tier.default_jobs(len(targets), os.cpu_count() or 1),
+        progress,
+    )
+
+
+def judge_all(
+    workspace: Workspace,
+    selected: list[TierScenarios],
+    delivered: dict[str, dict[str, BranchRun]],
+    reading: Reading,
+) -> list[Result]:
+    results: list[Result] = []
+    names = [b.name for b in workspace.branches]
+    baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
+    for chosen in selected:
+        tier_runs = delivered.get(chosen.tier.name, {})
+        for scenario in chosen.scenarios:
+            if scenario.name in chosen.skipped:
+                continue
+            runs = {name: [r for r in run.runs if r.scenario == scenario.name] for name, run in tier_runs.items()}
+            across = chosen.tier.across_branches(scenario, runs, baseline)
+            for branch in workspace.branches:
+                results += _judge_scenario(
+                    chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
+                    across.get(branch.name, {}), reading,
+                )
+    return results
+
+
+def _judge_scenario(
+    tier: Tier,
+    scenario: ScenarioBase,
+    branch: PreparedBranch,
+    delivered: BranchRun | None,
+    runs: list[ProbeRun],
+    across: dict[str, list[Violation]],
+    reading: Reading,
+) -> list[Result]:
+    if delivered is None:
+        labels = [p["label"] for p in scenario.runs() if p["role"] in JUDGED_ROLES]
+        why = branch.error or "no probe was run for this branch"
+        return unmeasured(branch.name, scenario.name, tier.name, scenario.statement, labels, why, reading)
+    judged = [r for r in runs if r.role in JUDGED_ROLES]
+    expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
+    violations = tier.invariants(scenario, judged)
+    for label, extra in across.items():
+        violations.setdefault(label, []).extend(extra)
+    return judge(branch.name, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
+
+
+def make_evidence(
+    workspace: Workspace,
+    selected: list[TierScenarios],
+    delivered: dict[str, dict[str, BranchRun]],
+    results: list[Result],
+    reading: Reading,
+) -> Evidence:
+    base_fp = workspace.base.fingerprint
+    branches = {}
+    for b in workspace.branches:
+        r = b.resolved
+        branches[b.name] = BranchEvidence(
+            ref=r.ref,
+            sha=r.sha,
+            ref_sha=r.ref_sha,
+            patches={str(p.path.name): p.sha256 for p in r.patches},
+            fingerprint=b.env.fingerprint if b.env else {"error": b.error},
+        )
+    scenarios = {
+        s.name: ScenarioEvidence(
+            file=f"{chosen.tier.folder}/{s.file}",
+            sha256=s.sha256,
+            seed=s.seed,
+            tier=chosen.tier.name,
+            statement=s.statement,
+            skipped=chosen.skipped.get(s.name),
+        )
+        for chosen in selected
+        for s in chosen.scenarios
+    }
+    # Per-step records stay in the probe's JSONL next to the reports; the evidence keeps each
+    # run's totals, outputs and notes, which is what re-checking a verdict needs.
+    runs: dict[str, list[ProbeRun]] = {}
+    for per_branch in delivered.values():
+        for name, run in per_branch.items():
+            runs.setdefault(name, []).extend(r.model_copy(update={"steps": []}) for r in run.runs)
+    return Evidence(
+        command=sys.argv[:],
+        reading=reading,
+        base=BaseEvidence(
+            requirement=base_fp["requirement"],
+            python=base_fp.get("python"),
+            platform=base_fp.get("platform") or f"{sys.platform}-{platform.machine()}",
+            fingerprint=base_fp,
+        ),
+        branches=branches,
+        scenarios=scenarios,
+        results=results,
+        runs=runs,
+    )

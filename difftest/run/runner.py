@@ -1,0 +1,193 @@
+"""Running a tier's probe inside each branch environment, in parallel, and reading what it wrote.
+
+One interpreter start per branch and tier: importing vLLM costs ~10 s and
+dominates everything else, so every scenario of a tier runs in that one
+process. Branches run concurrently as separate processes; a thread per branch
+only waits on its process, so a plain thread pool is enough.
+
+What the probe wrote is read record by record (`records.read_delivery`): every
+planned run ends up with exactly one `ProbeRun`, measured or an `error` with
+its reason, so a crash, a hang, a bad or forged record costs the runs it
+touches and never the other runs or branches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difftest.core import paths
+from difftest.core.records import ProbeHeader, ProbeRun
+from difftest.core.verdicts import one_line
+from difftest.probe.protocol import NONCE_ENV, Job
+from difftest.run.delivery import read_delivery
+
+#: (branch, finished runs, expected runs, scenario and label of the last finished run)
+Progress = Callable[[str, int, int, str, str], None]
+
+_CAPTURE_TAIL = 40
+
+
+@dataclass
+class BranchRun:
+    """What one branch's probe process delivered: one ProbeRun per planned run."""
+
+    branch: str
+    tier: str
+    header: ProbeHeader | None = None
+    runs: list[ProbeRun] = field(default_factory=list)
+    #: Why the process as a whole failed (import error, crash, timeout), in one line; None if it exited cleanly.
+    error: str | None = None
+    #: The last lines the probe printed, for reports of a failed process.
+    log_tail: str = ""
+    timed_out: bool = False
+    duration_s: float = 0.0
+    #: Wall-clock start and end (epoch seconds): shows which branches overlapped.
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    log_path: Path | None = None
+
+
+def probe_environ(parallel: int = 1) -> dict[str, str]:
+    """The probe's environment: offline, in-process, caches inside difftest's home.
+
+    Probes running side by side share the cores instead of each starting one
+    torch thread per core (oversubscribed, three engines took longer together
+    than one after another).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", NONCE_ENV)}
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
+    env.setdefault("OMP_NUM_THREADS", threads)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind" if parallel > 1 else "auto")
+    cache = paths.vllm_cache_dir()
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HOME=str(cache / "hf"),
+        VLLM_CACHE_ROOT=str(cache),
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        VLLM_ENABLE_V1_MULTIPROCESSING="0",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        TOKENIZERS_PARALLELISM="false",
+        # The base is shared by every branch: nothing may write bytecode into it.
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env
+
+
+def planned_count(job: Job) -> int:
+    return sum(len(s["runs"]) for s in job["scenarios"])
+
+
+def run_probe(
+    branch: str,
+    python: Path,
+    job: Job,
+    tier: str,
+    work_dir: Path,
+    timeout_s: float,
+    progress: Progress | None = None,
+    parallel: int = 1,
+) -> BranchRun:
+    """Run `python -m difftest.probe` on one job; never raises for the branch's own failures."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    job_path = work_dir / f"{branch}-{tier}-job.json"
+    out_path = work_dir / f"{branch}-{tier}-runs.jsonl"
+    log_path = work_dir / f"{branch}-{tier}-probe.log"
+    job_path.write_text(json.dumps(job, indent=1))
+    out_path.unlink(missing_ok=True)
+    nonce = secrets.token_hex(16)
+    result = BranchRun(branch=branch, tier=tier, log_path=log_path, started_at=time.time())
+    started = time.monotonic()
+    expected = planned_count(job)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [str(python), "-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Not the caller's folder: `-m` puts the working directory first on sys.path, and a
+            # difftest checkout there would shadow the environment's own copy of the probe.
+            cwd=work_dir,
+            env={**probe_environ(parallel), NONCE_ENV: nonce},
+            start_new_session=True,
+        )
+        seen = 0
+        while proc.poll() is None:
+            if time.monotonic() - started > timeout_s:
+                _kill_group(proc)
+                result.timed_out = True
+                break
+            seen = _report_progress(out_path, branch, seen, expected, progress)
+            time.sleep(0.2)
+        _report_progress(out_path, branch, seen, expected, progress)
+    result.duration_s = round(time.monotonic() - started, 2)
+    result.ended_at = time.time()
+    result.log_tail = _tail(log_path)
+    if result.timed_out:
+        result.error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
+    elif proc.returncode != 0:
+        result.error = f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
+    delivery = read_delivery(out_path, nonce, job, tier, exited_cleanly=proc.returncode == 0 and not result.timed_out)
+    result.header = delivery.header
+    result.runs = delivery.runs(result.error)
+    return result
+
+
+def run_branches(
+    targets: list[tuple[str, Path]],
+    job: Job,
+    tier: str,
+    work_dir: Path,
+    timeout_s: float,
+    jobs: int,
+    progress: Progress | None = None,
+) -> dict[str, BranchRun]:
+    """Probe every (branch, interpreter) concurrently; results keyed by branch name."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {
+            name: pool.submit(
+                run_probe, name, python, job, tier, work_dir, timeout_s, progress, min(jobs, len(targets))
+            )
+            for name, python in targets
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _report_progress(out_path: Path, branch: str, seen: int, total: int, progress: Progress | None) -> int:
+    if progress is None or not out_path.exists():
+        return seen
+    lines = out_path.read_text(errors="replace").splitlines()
+    runs = [line for line in lines if '"kind": "run"' in line]
+    if len(runs) != seen:
+        try:
+            last = json.loads(runs[-1])
+        except ValueError:
+            last = {}
+        progress(branch, len(runs), total, str(last.get("scenario", "")), str(last.get("label", "")))
+    return len(runs)
+
+
+def _tail(path: Path) -> str:
+    if not path.exists():
+        return ""
+    lines = path.read_text(errors="replace").splitlines()
+    return "\n".join(lines[-_CAPTURE_TAIL:])

@@ -1,0 +1,27 @@
+"""The tier registry: the one place that maps a tier's name to its implementation.
+
+Every other module asks `get(name)` or iterates `REGISTRY`; none compares tier
+names. See `tiers.base.Tier` for what a tier provides.
+"""
+
+from __future__ import annotations
+
+from difftest.core.errors import ConfigError
+from difftest.tiers.base import Tier
+from difftest.tiers.engine.tier import EngineTier
+from difftest.tiers.scheduler.tier import SchedulerTier
+
+REGISTRY: dict[str, Tier] = {tier.name: tier for tier in (SchedulerTier(), EngineTier())}
+
+
+def names() -> list[str]:
+    """Tier names, in the order their results are reported."""
+    return list(REGISTRY)
+
+
+def get(name: str) -> Tier:
+    """The tier called `name`; ConfigError naming the known tiers otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown tier {name!r}", f"use one of: {', '.join(REGISTRY)}") from None

@@ -1,0 +1,76 @@
+"""What a tier is: the catalogue of everything a tier provides, with the defaults.
+
+A tier is one way of exercising each branch's stats path (a scripted model
+against the real scheduler; the real engine on a tiny model; ...). The host
+never asks which tier it holds: it calls these hooks, in this order, for every
+tier the user selected (`difftest.run.pipeline`):
+
+    load(folder)                      -> scenarios          (validation: before anything is built)
+    unavailable(scenario, base)       -> reason or None     (e.g. needs CUDA on a CPU base)
+    scenario.runs(), job_scenario()   -> the planned runs and what the probe plays
+    probe_entry                       -> which probe runs it inside each branch environment
+    default_jobs(branches, cores)     -> how many branch probes at once
+    expected(scenario, run, reading)  -> the oracle's totals for one measured run
+    invariants(scenario, runs)        -> violations per run label, for one branch
+    across_branches(scenario, runs, baseline) -> violations per branch and label
+    report_rows()                     -> the counter rows reports show
+
+Adding a tier is one folder under `difftest/tiers/` with a `tier.py`, one under
+`difftest/probe/` with its `start(job)`, and one line in `tiers.REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from difftest.core.records import COUNTERS, ProbeRun, Reading, Totals
+from difftest.core.verdicts import MAL
+from difftest.tiers.common.invariants import ByLabel
+from difftest.tiers.common.scenario import ScenarioBase
+
+#: Report row key after the counters: where the branch's emitted count comes from.
+EMITTED_SOURCE = "emitted_source"
+
+
+class Tier:
+    """Base of every tier; subclasses set the class attributes and override the hooks they need."""
+
+    #: Registry key, `--tier` choice and the value recorded in the evidence.
+    name: ClassVar[str]
+    #: Subfolder of `scenarios_dir` holding this tier's scenario files.
+    folder: ClassVar[str]
+    #: Key of `difftest.probe.__main__.ENTRIES`: the probe that plays this tier's jobs.
+    probe_entry: ClassVar[str]
+    #: The pydantic model of one scenario file.
+    scenario_model: ClassVar[type[ScenarioBase]]
+
+    def load(self, folder: Path) -> list[ScenarioBase]:
+        """Read and validate every scenario file of `folder`; raise ConfigError naming file, key, fix."""
+        raise NotImplementedError
+
+    def unavailable(self, scenario: ScenarioBase, base: dict[str, Any]) -> str | None:
+        """Why `scenario` cannot run on this base (its fingerprint), or None if it can."""
+        return None
+
+    def default_jobs(self, branches: int, cores: int) -> int:
+        """Branch probes run at once when `--jobs` is not given."""
+        return max(1, branches)
+
+    def expected(self, scenario: ScenarioBase, run: ProbeRun, reading: Reading) -> Totals:
+        """The oracle's totals for one measured run."""
+        raise NotImplementedError
+
+    def invariants(self, scenario: ScenarioBase, runs: list[ProbeRun]) -> ByLabel:
+        """Violations per run label among one branch's runs of `scenario`."""
+        raise NotImplementedError
+
+    def across_branches(
+        self, scenario: ScenarioBase, runs_by_branch: dict[str, list[ProbeRun]], baseline: str
+    ) -> dict[str, ByLabel]:
+        """Violations per branch and run label found by comparing branches (none by default)."""
+        return {}
+
+    def report_rows(self) -> list[str]:
+        """Row keys of the per-scenario counter table: the counters, the emitted source, the mean."""
+        return [*COUNTERS, EMITTED_SOURCE, MAL]

@@ -1,0 +1,209 @@
+"""Invariants a correct stats path keeps, whatever the tier and the reading of the oracle.
+
+A branch that differs from the oracle may just count differently ("diverge");
+a branch that breaks one of these is "broken": it loses or invents stats, or
+depends on batch order. The generic checks, on the runs a probe recorded:
+- per step and in total: accepted <= draft tokens; per-position sums = totals;
+- per step, where the branch has its own emitted counter: rows <= emitted <= accepted + rows
+  (i.e. 1 <= emitted <= accepted + 1 per row);
+- stats silently lost: a step verified real drafts of N requests but reports fewer rows;
+- order independence: every batch order has the same totals;
+- additivity: a batch's totals equal the sum of its requests run alone.
+Each tier's own invariants module adds what only it can check and decides
+which runs are comparable (by their role, never by parsing labels).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from difftest.core.records import COUNTERS, ProbeRun, Totals, Violation
+
+ByLabel = dict[str, list[Violation]]
+#: The counters compared across runs (the logged mean is derived from them).
+COMPARED = COUNTERS
+
+
+def measured(runs: list[ProbeRun]) -> list[ProbeRun]:
+    """The runs that produced totals."""
+    return [r for r in runs if r.measured]
+
+
+def batches_and_alone(runs: list[ProbeRun]) -> tuple[list[ProbeRun], dict[str, ProbeRun]]:
+    """The measured batch runs, and the measured alone runs by request id."""
+    ok = measured(runs)
+    return [r for r in ok if r.role == "batch"], {r.order[0]: r for r in ok if r.role == "alone"}
+
+
+def per_run_checks(runs: list[ProbeRun]) -> ByLabel:
+    """Step and total checks of every measured run (every measured run gets a key)."""
+    return {run.label: step_checks(run) + total_checks(run) for run in measured(runs)}
+
+
+def across_orders(found: ByLabel, batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> None:
+    """Add order-independence and additivity violations of `batches` to `found`."""
+    reference = reference_run(batches, alone)
+    for run in batches:
+        found.setdefault(run.label, [])
+        found[run.label] += order_check(run, reference)
+        found[run.label] += additivity_check(run, alone)
+
+
+def _vec(totals: Totals) -> dict[str, Any]:
+    return {c: getattr(totals, c) for c in COMPARED}
+
+
+def step_checks(run: ProbeRun) -> list[Violation]:
+    """Lost stats, consistency and emitted bounds, step by step."""
+    out: list[Violation] = []
+    own_emitted = run.totals is not None and run.totals.emitted_source.startswith("counter:")
+    emitted_field = run.totals.emitted_source.split(":", 1)[1] if own_emitted else None
+    for step in run.steps:
+        where = f"step {step.step}"
+        verified = [
+            rid
+            for rid, drafts in step.drafts.items()
+            if len(drafts) - step.invalid.get(rid, 0) > 0 and step.sampled.get(rid)
+        ]
+        stats = step.stats.model_dump() if step.stats is not None else None
+        rows = (stats or {}).get("num_drafts", 0)
+        if len(verified) > rows:
+            lost = "no spec stats at all" if stats is None else f"{rows} row(s)"
+            out.append(
+                Violation(
+                    invariant="stats-lost",
+                    label=run.label,
+                    detail=f"{where}: {len(verified)} request(s) had real drafts verified ({', '.join(verified)}) "
+                    f"but the step reports {lost}",
+                    counter="num_drafts",
+                    measured=rows,
+                    expected=len(verified),
+                )
+            )
+        if stats is None:
+            continue
+        out += _consistency(stats, run.label, where)
+        if emitted_field and emitted_field in stats:
+            emitted, accepted = stats[emitted_field], stats.get("num_accepted_tokens", 0)
+            if not rows <= emitted <= accepted + rows:
+                out.append(
+                    Violation(
+                        invariant="emitted-bounds",
+                        label=run.label,
+                        detail=f"{where}: {emitted_field}={emitted} outside [rows={rows}, accepted+rows={accepted + rows}]",
+                        counter="num_emitted_tokens",
+                        measured=emitted,
+                        expected=[rows, accepted + rows],
+                    )
+                )
+    return out
+
+
+def _consistency(values: dict[str, Any], label: str, where: str) -> list[Violation]:
+    out = []
+    drafts, accepted = values.get("num_draft_tokens", 0), values.get("num_accepted_tokens", 0)
+    if accepted > drafts:
+        out.append(
+            Violation(
+                invariant="accepted-le-drafts",
+                label=label,
+                detail=f"{where}: accepted {accepted} > draft tokens {drafts}",
+                counter="num_accepted_tokens",
+                measured=accepted,
+                expected=f"<= {drafts}",
+            )
+        )
+    for per_pos, total in (("num_accepted_tokens_per_pos", "num_accepted_tokens"), ("num_draft_tokens_per_pos", "num_draft_tokens")):
+        if per_pos in values and sum(values[per_pos]) != values.get(total, 0):
+            out.append(
+                Violation(
+                    invariant="per-pos-sum",
+                    label=label,
+                    detail=f"{where}: sum({per_pos})={sum(values[per_pos])} != {total}={values.get(total, 0)}",
+                    counter=per_pos,
+                    measured=sum(values[per_pos]),
+                    expected=values.get(total, 0),
+                )
+            )
+    return out
+
+
+def total_checks(run: ProbeRun) -> list[Violation]:
+    """Consistency of the run's summed totals."""
+    assert run.totals is not None
+    return _consistency(run.totals.model_dump(), run.label, "totals")
+
+
+def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] | None:
+    if not all(rid in alone for rid in order):
+        return None
+    total: dict[str, Any] = {}
+    for rid in order:
+        for name, value in _vec(alone[rid].totals).items():  # type: ignore[arg-type]
+            if isinstance(value, list):
+                prev = total.get(name) or [0] * len(value)
+                total[name] = [a + b for a, b in zip(prev, value)]
+            else:
+                total[name] = total.get(name, 0) + value
+    return total
+
+
+def reference_run(batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> tuple[str, dict[str, Any]] | None:
+    """What the batch orders should agree on: the totals equal to the requests' sum alone if an order has
+    them, else the most common totals (ties: the first listed order)."""
+    if len(batches) < 2:
+        return None
+    vectors = [(r.label, _vec(r.totals)) for r in batches]  # type: ignore[arg-type]
+    summed = _sum_alone(alone, batches[0].order)
+    if summed is not None:
+        for label, vec in vectors:
+            if vec == summed:
+                return ("the sum of the requests run alone", summed)
+    counts = Counter(repr(v) for _, v in vectors)
+    best = max(vectors, key=lambda lv: counts[repr(lv[1])])
+    n = counts[repr(best[1])]
+    return (f"{best[0]} ({n} of {len(vectors)} orders agree)", best[1])
+
+
+def _diff(vec: dict[str, Any], ref: dict[str, Any]) -> list[str]:
+    return [c for c in COMPARED if vec.get(c) != ref.get(c)]
+
+
+def order_check(run: ProbeRun, reference: tuple[str, dict[str, Any]] | None) -> list[Violation]:
+    if reference is None:
+        return []
+    name, ref = reference
+    return _mismatches(
+        "order-independence", run, ref,
+        lambda counter, got, want: f"batch order {','.join(run.order)} changes {counter}: {got} here, {want} in {name}",
+    )
+
+
+def additivity_check(run: ProbeRun, alone: dict[str, ProbeRun]) -> list[Violation]:
+    summed = _sum_alone(alone, run.order)
+    if summed is None or len(run.order) < 2:
+        return []
+    return _mismatches(
+        "additivity", run, summed,
+        lambda counter, got, want: f"batch {','.join(run.order)}: {counter}={got}, but its requests run alone sum to {want}",
+    )
+
+
+def _mismatches(
+    invariant: str, run: ProbeRun, expected: dict[str, Any], detail: Callable[[str, Any, Any], str]
+) -> list[Violation]:
+    """One violation per compared counter of `run` that differs from `expected`."""
+    vec = _vec(run.totals)  # type: ignore[arg-type]
+    return [
+        Violation(
+            invariant=invariant,
+            label=run.label,
+            detail=detail(counter, vec[counter], expected[counter]),
+            counter=counter,
+            measured=vec[counter],
+            expected=expected[counter],
+        )
+        for counter in _diff(vec, expected)
+    ]

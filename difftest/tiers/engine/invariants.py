@@ -1,0 +1,142 @@
+"""Invariants of engine runs, per branch and across branches.
+
+Per run (the generic checks of `tiers.common.invariants`): accepted <=
+draft tokens, per-position sums, emitted bounds per step, stats silently lost;
+plus what only the engine has:
+- the three stats views agree: the stat logger saw exactly the scheduler's
+  per-step stats, and the Prometheus counters (deltas over the run) equal the
+  summed SpecDecodingStats;
+- the tokens emitted step by step add up to each request's final output;
+- a truncation was applied the way it was asked (EOS: finish `stop` with no
+  stop_reason; stop token: stop_reason = the token; max_tokens: `length`).
+Across runs of one branch: batch orders agree and a batch is the sum of its
+requests alone, compared only where every request generated the same tokens
+(a real model may legitimately change a near-tie with the batch shape).
+Across branches: every run must generate exactly the baseline's tokens, finish
+the same way and choose the same truncation point; a metrics fix that changes
+what the model emits is broken.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from difftest.tiers.common import invariants as base
+from difftest.core.records import ProbeRun, Violation
+
+ByLabel = base.ByLabel
+PROMETHEUS_COMPARED = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+
+
+def check(runs: list[ProbeRun]) -> ByLabel:
+    """Violations per run label (every measured run gets a key, reference runs included)."""
+    found = base.per_run_checks(runs)
+    for run in base.measured(runs):
+        found[run.label] += _views_agree(run) + _outputs_consistent(run) + _truncation_applied(run)
+    batches, alone = base.batches_and_alone(runs)
+    comparable = [r for r in batches if _same_outputs(r, batches, alone)]
+    base.across_orders(found, comparable, alone)
+    return found
+
+
+def across_branches(runs_by_branch: dict[str, list[ProbeRun]], baseline: str) -> dict[str, ByLabel]:
+    """Per branch (baseline excluded): runs whose generated tokens or truncation differ from the baseline's."""
+    base_runs = {r.label: r for r in runs_by_branch.get(baseline, []) if r.status == "ok"}
+    out: dict[str, ByLabel] = {}
+    for branch, runs in runs_by_branch.items():
+        if branch == baseline:
+            continue
+        found: ByLabel = {}
+        for run in runs:
+            ref = base_runs.get(run.label)
+            if run.status != "ok" or ref is None:
+                continue
+            found[run.label] = _differs_from(run, ref, baseline)
+        out[branch] = found
+    return out
+
+
+def _v(invariant: str, run: ProbeRun, detail: str, counter: str | None = None, measured: Any = None, expected: Any = None) -> Violation:
+    return Violation(invariant=invariant, label=run.label, detail=detail, counter=counter, measured=measured, expected=expected)
+
+
+def _views_agree(run: ProbeRun) -> list[Violation]:
+    out: list[Violation] = []
+    notes, totals = run.notes, run.totals
+    assert totals is not None
+    if notes.get("stat_logger_matches_scheduler") is False:
+        out.append(_v("stat-logger-vs-scheduler", run, "the stat logger's per-step SpecDecodingStats differ from the scheduler's"))
+    prom = notes.get("prometheus")
+    if prom is None:
+        out.append(_v("prometheus-missing", run, "no Prometheus counters were read (get_metrics)"))
+        return out
+    for field in PROMETHEUS_COMPARED:
+        got, want = prom.get(field), getattr(totals, field)
+        if isinstance(want, list):
+            got = list(got or []) + [0] * (len(want) - len(got or []))
+        if got != want:
+            out.append(
+                _v("prometheus-vs-stat-logger", run, f"Prometheus {field}={got}, summed SpecDecodingStats={want}", field, got, want)
+            )
+    return out
+
+
+def _outputs_consistent(run: ProbeRun) -> list[Violation]:
+    emitted: dict[str, list[int]] = {}
+    for step in run.steps:
+        for rid, toks in step.emitted.items():
+            emitted.setdefault(rid, []).extend(toks)
+    return [
+        _v("emitted-vs-output", run, f"request {rid}: tokens emitted step by step {emitted.get(rid, [])} != final output {toks}")
+        for rid, toks in run.outputs.items()
+        if emitted.get(rid, []) != toks
+    ]
+
+
+def _truncation_applied(run: ProbeRun) -> list[Violation]:
+    out = []
+    for rid, cut in (run.notes.get("truncation") or {}).items():
+        kind, token = cut.get("kind"), cut.get("token")
+        finish, reason = cut.get("finish_reason"), cut.get("stop_reason")
+        want = {"eos": ("stop", None), "stop": ("stop", token), "max_tokens": ("length", None), "boundary": ("length", None)}.get(kind)
+        if want is not None and (finish, reason) != want:
+            out.append(_v("truncation-applied", run, f"request {rid}: cut {kind} at token {token} ended as finish={finish}, stop_reason={reason}; expected {want}"))
+        output = run.outputs.get(rid, [])
+        if kind in ("eos", "stop") and (not output or output[-1] != token or token in output[:-1]):
+            out.append(_v("truncation-applied", run, f"request {rid}: output does not end at the first {kind} token {token}"))
+    return out
+
+
+def _same_outputs(run: ProbeRun, batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> bool:
+    """Every request generated the same tokens in this run as in every other order and alone."""
+    for rid, toks in run.outputs.items():
+        if rid in alone and alone[rid].outputs.get(rid) != toks:
+            return False
+        if any(other.outputs.get(rid) != toks for other in batches):
+            return False
+    return True
+
+
+def _differs_from(run: ProbeRun, ref: ProbeRun, baseline: str) -> list[Violation]:
+    out = []
+    for rid in sorted(set(run.outputs) | set(ref.outputs)):
+        if run.outputs.get(rid) != ref.outputs.get(rid):
+            out.append(
+                _v("generated-tokens-differ", run, f"request {rid}: generated tokens differ from {baseline}'s", "outputs", run.outputs.get(rid), ref.outputs.get(rid))
+            )
+    if run.finish_reasons != ref.finish_reasons:
+        out.append(_v("finish-differs", run, f"finish reasons differ from {baseline}'s", "finish_reasons", run.finish_reasons, ref.finish_reasons))
+    for key in ("truncation_choice", "truncation"):
+        mine, theirs = _cut_tokens(run.notes.get(key)), _cut_tokens(ref.notes.get(key))
+        if mine != theirs:
+            out.append(_v("truncation-differs", run, f"{key} differs from {baseline}'s", key, mine, theirs))
+    return out
+
+
+def _cut_tokens(value: Any) -> Any:
+    """The part of a truncation note that must match across branches (not how the request ended)."""
+    if not value:
+        return None
+    if "token" in value:
+        return {k: value.get(k) for k in ("kind", "token", "position", "max_tokens")}
+    return {rid: _cut_tokens(v) for rid, v in value.items()}

@@ -1,0 +1,173 @@
+"""Engine scenario files (`scenarios/engine/*.yaml`): schema, run plan, probe data.
+
+Unlike scheduler scenarios, nothing here scripts the model: the engine runs a
+real tiny Llama greedily, so a scenario says which prompts to send, how each
+request may be cut (EOS / stop token / max_tokens inside accepted drafts, the
+cut chosen by the probe from a reference run), and which structured output it
+must follow. Every engine scenario of one job runs on ONE engine (one per
+process on CPU), so the engine settings must agree across the folder; the
+loader checks that before anything is run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from difftest.core.errors import ConfigError
+from difftest.probe.protocol import PlannedRun
+from difftest.tiers.common.scenario import ScenarioBase, load_folder, read_scenario_file, request_id, scenario_error
+
+GUIDE = "scenarios/README.md (Engine scenarios)"
+
+Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSettings(_Strict):
+    """The one engine of a probe process; identical across the scenarios of a job."""
+
+    prompt_lookup_min: int = Field(1, ge=1, le=8)
+    prompt_lookup_max: int = Field(3, ge=1, le=8)
+    max_model_len: int = Field(1024, ge=64, le=2048)
+    max_num_seqs: int = Field(8, ge=1, le=64)
+    #: `ngram` on CPU; `ngram_gpu` / `draft_model` (the tiny model drafting for itself) need CUDA.
+    method: Literal["ngram", "ngram_gpu", "draft_model"] = "ngram"
+    async_scheduling: bool = False
+    #: A local model folder (config.json, tokenizer, weights) to use instead of the tiny model.
+    model: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _local_model(cls, value: str | None) -> str | None:
+        if value is not None and not (Path(value).expanduser() / "config.json").is_file():
+            raise ValueError(f"{value!r} is not a local model folder (no config.json); nothing is downloaded")
+        return str(Path(value).expanduser().resolve()) if value else None
+
+
+class StructuredSpec(_Strict):
+    """Exactly one of a regex, a JSON schema or a list of choices (vLLM's StructuredOutputsParams)."""
+
+    regex: str | None = None
+    json_schema: dict[str, Any] | None = Field(None, alias="json")
+    choice: list[str] | None = Field(None, min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one(self) -> "StructuredSpec":
+        given = [k for k in ("regex", "json_schema", "choice") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of regex, json, choice (got {given or 'none'})")
+        return self
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments for vLLM's StructuredOutputsParams."""
+        if self.regex is not None:
+            return {"regex": self.regex}
+        if self.json_schema is not None:
+            return {"json": self.json_schema}
+        return {"choice": list(self.choice or [])}
+
+
+class EngineRequest(_Strict):
+    id: str
+    #: Text; the engine tokenizes it with the tiny model's tokenizer (must give >= 2 tokens).
+    prompt: str = Field(min_length=2)
+    max_tokens: int = Field(gt=0, le=512)
+    #: How the probe cuts this request inside accepted drafts, chosen from a reference run.
+    truncate: Truncate = "none"
+    #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can draft from it).
+    prime: int = Field(0, ge=0, le=64)
+    structured: StructuredSpec | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return request_id(value)
+
+
+class EngineScenario(ScenarioBase):
+    tier: Literal["engine"] = "engine"
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    #: `cuda`: needs a CUDA base (async scheduling, ngram_gpu/draft_model); not run on a CPU base, and
+    #: the evidence says so.
+    requires: Literal["cpu", "cuda"] = "cpu"
+    requests: list[EngineRequest] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EngineScenario":
+        self.check_request_ids()
+        if self.engine.prompt_lookup_min > self.engine.prompt_lookup_max:
+            raise ValueError("engine.prompt_lookup_min must be <= engine.prompt_lookup_max")
+        if self.engine.method != "ngram" and self.requires != "cuda":
+            raise ValueError(f"engine.method {self.engine.method!r} runs only on CUDA: set `requires: cuda`")
+        return self
+
+    def engine_key(self) -> dict[str, Any]:
+        """What must be equal across a job's scenarios (the probe's ENGINE_KEYS, plus method/async)."""
+        return {"k": self.k, "seed": self.seed, **self.engine.model_dump()}
+
+    def runs(self) -> list[PlannedRun]:
+        """Reference runs (uncut, for every truncating request) first, then batch orders, then alone."""
+        references: list[PlannedRun] = [
+            {"label": f"reference:{r.id}", "order": [r.id], "role": "reference"}
+            for r in self.requests
+            if r.truncate != "none"
+        ]
+        return references + self.batch_and_alone_runs()
+
+    def probe_data(self) -> dict[str, Any]:
+        """The plain dict the engine probe plays."""
+        return {
+            "name": self.name,
+            "tier": "engine",
+            "seed": self.seed,
+            "k": self.k,
+            "engine": self.engine_key(),
+            "requests": [
+                {
+                    "id": r.id,
+                    "prompt": r.prompt,
+                    "max_tokens": r.max_tokens,
+                    "truncate": r.truncate,
+                    "prime": r.prime,
+                    "structured": r.structured.params() if r.structured else None,
+                }
+                for r in self.requests
+            ],
+        }
+
+
+def load_engine_scenario(path: Path) -> EngineScenario:
+    raw = read_scenario_file(path, GUIDE)
+    try:
+        return EngineScenario.model_validate(raw)
+    except ValidationError as exc:
+        raise scenario_error(exc, path, {}, GUIDE) from None
+
+
+def load_engine_scenarios(folder: Path) -> list[EngineScenario]:
+    """Every `*.yaml` in `folder`, sorted; one engine config for all, unique names."""
+    scenarios: list[EngineScenario] = load_folder(folder, load_engine_scenario)  # type: ignore[assignment]
+    check_shared_engine(scenarios)
+    return scenarios
+
+
+def check_shared_engine(scenarios: list[EngineScenario]) -> None:
+    """One engine per probe process: every scenario must ask for the same engine."""
+    if not scenarios:
+        return
+    first = scenarios[0]
+    for s in scenarios[1:]:
+        if s.engine_key() != first.engine_key():
+            diff = {k: (first.engine_key()[k], v) for k, v in s.engine_key().items() if first.engine_key()[k] != v}
+            raise ConfigError(
+                f"{s.file}: engine settings differ from {first.file}: {diff}",
+                "all engine scenarios of a folder share one engine (one per process on CPU): use the same k, seed and `engine:`",
+            )

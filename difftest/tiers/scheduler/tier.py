@@ -1,0 +1,31 @@
+"""The scheduler tier: a scripted model drives each branch's REAL vLLM Scheduler / AsyncScheduler.
+
+The oracle works from the scenario alone (the model is scripted), so every
+counter is predicted exactly; probes are single-threaded and light, so every
+branch runs at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from difftest.core.records import ProbeRun, Reading, Totals
+from difftest.tiers.base import ByLabel, Tier
+from difftest.tiers.scheduler import invariants, oracle
+from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
+
+
+class SchedulerTier(Tier):
+    name = "scheduler"
+    folder = "scheduler"
+    probe_entry = "scheduler"
+    scenario_model = Scenario
+
+    def load(self, folder: Path) -> list[Scenario]:  # type: ignore[override]
+        return load_scenarios(folder)
+
+    def expected(self, scenario: Scenario, run: ProbeRun, reading: Reading) -> Totals:  # type: ignore[override]
+        return oracle.expected_totals(scenario, run.order, reading)
+
+    def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
+        return invariants.check(scenario, runs)
