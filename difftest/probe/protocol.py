@@ -15,8 +15,8 @@ that run, never a crash that loses the other runs.
                     {"kind": "trailer", "runs": N} last; its absence means the probe died
 
 Each run is played under `CallInfo.from_call` (the shape of pytest's CallInfo):
-the result, or the failure with its kind, its last line and where it was raised,
-plus the duration. A failure in one run never stops the next one.
+the result, or the failure with its kind, a one-line summary (`Type: message`),
+where it was raised and whether vLLM's code raised it, plus the duration. A failure in one run never stops the next one.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class StepRecord(TypedDict):
 class Failure(TypedDict):
     kind: FailureKind
     type: str
-    #: The exception's last line, `Type: message` (what reports show).
+    #: `Type: message` in one line, as a traceback's last line reads (what reports show).
     summary: str
     #: The innermost frame, `path:line in function`.
     where: str
@@ -222,11 +222,12 @@ def describe_failure(exc: BaseException) -> Failure:
         kind = "timeout"
     elif isinstance(exc, DidNotFinish):
         kind = "did-not-finish"
-    summary = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    message = [line for line in str(exc).strip().splitlines() if line.strip()]
+    summary = type(exc).__name__ + (f": {message[0]}" if message else "") + (" ..." if len(message) > 1 else "")
     return {
         "kind": kind,
         "type": type(exc).__name__,
-        "summary": summary[-1] if summary else type(exc).__name__,
+        "summary": summary,
         "where": where,
         "origin": origin,  # type: ignore[typeddict-item]
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),

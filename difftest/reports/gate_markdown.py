@@ -20,7 +20,7 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
         title,
         "",
         f"Oracle reading: **{md_escape(outcome.reading or 'unknown')}** · "
-        f"{outcome.compared} (scenario, order) pair(s) measured on both sides",
+        f"{outcome.compared} (scenario, run) pair(s) measured on both sides",
         "",
     ]
     sections = [
@@ -47,7 +47,7 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
             )
         lines.append("")
     if not outcome.findings:
-        lines += ["Every (scenario, order) matches the oracle on the head as on the base.", ""]
+        lines += ["Every (scenario, run) matches the oracle on the head as on the base.", ""]
     return "\n".join(lines)
 
 

@@ -79,7 +79,7 @@ def _grid(evidence: Evidence) -> list[str]:
 
 
 def _details(evidence: Evidence) -> list[str]:
-    """One block per non-pass (branch, scenario, order)."""
+    """One block per non-pass (branch, scenario, run)."""
     blocks = []
     for view in scenario_views(evidence):
         for branch in view.branches:
@@ -93,7 +93,7 @@ def _detail(result: Result, header: bool) -> str:
     lines = ["### Details", ""] if header else []
     lines += [
         f"#### {ICONS[result.verdict]} {md_escape(result.scenario)} · {md_escape(result.branch)} · "
-        f"order {md_escape(result.label)}: {VERDICT_WORDS[result.verdict]}",
+        f"run {md_escape(result.label)}: {VERDICT_WORDS[result.verdict]}",
         "",
     ]
     if result.statement:

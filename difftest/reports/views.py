@@ -75,7 +75,7 @@ class ScenarioView:
     labels: list[str]
     branches: list[str]
     rows: list[Row]
-    #: Per branch, the verdict over all orders, e.g. `broken (2/6 orders)`.
+    #: Per branch, the verdict over all runs, e.g. `broken (4/9 runs)`.
     verdicts: list[Cell]
     reasons: dict[str, list[Reason]] = field(default_factory=dict)
 
@@ -99,7 +99,7 @@ def results_for(evidence: Evidence, scenario: str, branch: str) -> list[Result]:
 
 
 def verdict_cell(results: list[Result]) -> Cell:
-    """All orders of one branch on one scenario, summarised in one cell."""
+    """All runs of one branch on one scenario (batch orders and requests alone), summarised in one cell."""
     if not results:
         return Cell(NOT_RUN, "error")
     top = worst(r.verdict for r in results)
@@ -110,9 +110,9 @@ def verdict_cell(results: list[Result]) -> Cell:
     for verdict in VERDICTS:
         count = sum(r.verdict == verdict for r in results)
         if count and verdict != "pass":
-            parts.append(f"{VERDICT_WORDS[verdict]} ({count}/{n} orders)")
+            parts.append(f"{VERDICT_WORDS[verdict]} ({count}/{n} runs)")
     if not parts:
-        return Cell(f"pass ({n}/{n} orders)")
+        return Cell(f"pass ({n}/{n} runs)")
     return Cell(", ".join(parts), top)
 
 

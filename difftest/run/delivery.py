@@ -97,6 +97,9 @@ def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: b
             delivery.header = _header(record, delivery, number)
         elif kind == "run":
             run_records += 1
+            if delivery.header is None:
+                delivery.untrusted.append(f"line {number} reports a run before the probe's header")
+                continue
             _run(record, delivery, planned, number)
         elif kind == "trailer":
             delivery.trailer = _trailer(record, delivery, number)

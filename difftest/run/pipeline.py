@@ -150,12 +150,14 @@ def _mark_unavailable(chosen: TierScenarios, base: dict, log: Log) -> None:
             log(f"{scenario.name}: not run on this base: {reason}")
 
 
-def make_job(tier: Tier, scenarios: list[ScenarioBase], run_timeout_s: float | None) -> Job:
-    """The JOB.json the tier's probe reads."""
+def make_job(
+    tier: Tier, scenarios: list[ScenarioBase], run_timeout_s: float | None, work_dir: Path | None = None
+) -> Job:
+    """The JOB.json the tier's probe reads; `work_dir` is where it builds its model folders."""
     return {
         "protocol": PROTOCOL_VERSION,
         "entry": tier.probe_entry,
-        "work_dir": str(paths.models_dir()),
+        "work_dir": str(work_dir or paths.models_dir()),
         "run_timeout_s": run_timeout_s,
         "scenarios": [s.job_scenario() for s in scenarios],
     }

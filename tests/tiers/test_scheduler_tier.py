@@ -10,36 +10,30 @@ sits, which the invariants flag.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from difftest.tiers.common.invariants import COMPARED, check_invariants
-from difftest.tiers.scheduler.oracle import expected_totals
 from difftest.core.records import ProbeRun
+from difftest.tiers.common.invariants import COMPARED
+from difftest.tiers.scheduler.invariants import check as check_invariants
+from difftest.tiers.scheduler.oracle import expected_outputs, expected_totals
 from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
+from tests.factories import ROOT
 
 pytestmark = pytest.mark.slow
 
-SCENARIOS = {s.name: s for s in load_scenarios(Path(__file__).resolve().parents[1] / "scenarios")}
+SCENARIOS = {s.name: s for s in load_scenarios(ROOT / "scenarios" / "scheduler")}
 TRUNCATION = ("eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block")
 CONTROLS = ("eos-on-bonus", "grammar-trim-sync", "partial-invalid-async")
 MIXED = "mixed-batch-invalid-async"
 
 
 @pytest.fixture(scope="module")
-def runs_of(scheduler_runs):
-    cache: dict[str, dict[str, list[ProbeRun]]] = {}
-
+def runs_of(probe_runs):
     def get(branch: str) -> dict[str, list[ProbeRun]]:
-        if branch not in cache:
-            by_scenario: dict[str, list[ProbeRun]] = {}
-            for line in scheduler_runs(branch):
-                if line.get("kind") == "run":
-                    record = {k: v for k, v in line.items() if k != "kind"}
-                    by_scenario.setdefault(record["scenario"], []).append(ProbeRun.model_validate(record))
-            cache[branch] = by_scenario
-        return cache[branch]
+        by_scenario: dict[str, list[ProbeRun]] = {}
+        for run in probe_runs("scheduler", branch):
+            by_scenario.setdefault(run.scenario, []).append(run)
+        return by_scenario
 
     return get
 
@@ -50,13 +44,11 @@ def _matches(scenario: Scenario, run: ProbeRun, reading: str) -> list[str]:
 
 
 def _batch(runs: list[ProbeRun]) -> list[ProbeRun]:
-    return [r for r in runs if not r.label.startswith("alone:")]
+    return [r for r in runs if r.role == "batch"]
 
 
 @pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style"])
 def test_every_run_ok_and_outputs_follow_the_script(runs_of, branch: str) -> None:
-    from difftest.tiers.scheduler.oracle import expected_outputs
-
     runs = runs_of(branch)
     assert set(SCENARIOS) <= set(runs)
     for name, scenario_runs in runs.items():
@@ -123,4 +115,4 @@ def test_56195_loses_stats_by_order(runs_of) -> None:
             assert first_decode.stats is None
         if position == 1:  # middle: the earlier request is lost, the later one kept
             first_decode = next(s for s in run.steps if s.drafts)
-            assert first_decode.stats is not None and first_decode.stats["num_drafts"] == 1
+            assert first_decode.stats is not None and first_decode.stats.num_drafts == 1

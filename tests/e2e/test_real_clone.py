@@ -18,6 +18,7 @@ from difftest.cli import main
 from difftest.core.config import load_config
 from difftest.build.refs import read_blob
 from difftest.build.workspace import prepare
+from tests.factories import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +42,9 @@ def clone(tmp_path, fixture_repo) -> Path:
 
 
 def write_config(tmp_path: Path, clone: Path, branches: list[dict]) -> Path:
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "branches.yaml").read_text())
-    raw.update(repo={"path": str(clone), "base_ref": "v0.32.0"}, branches=branches, baseline=branches[0]["name"])
+    raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
+    raw.update(repo={"path": str(clone), "base_ref": "v0.32.0"}, branches=branches, baseline=branches[0]["name"],
+               scenarios_dir=str(ROOT / "scenarios"))
     path = tmp_path / "real.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -68,3 +70,13 @@ def test_a_path_that_is_not_a_repository_exits_2(tmp_path, capsys):
     config = write_config(tmp_path, tmp_path / "plain-folder", [{"name": "main", "ref": "main"}])
     assert main(["envs", "--build", "-c", str(config)]) == 2
     assert "not a git repository" in capsys.readouterr().err.lower()
+
+
+def test_a_typo_in_a_ref_exits_2_before_the_base_is_built(tmp_path, clone, monkeypatch, capsys):
+    """With a real clone, refs are resolved first: a typo costs seconds, not a base build."""
+    home = tmp_path / "empty-home"
+    monkeypatch.setenv("DIFFTEST_HOME", str(home))
+    config = write_config(tmp_path, clone, [{"name": "upstream", "ref": "origin/mian"}])
+    assert main(["run", "-c", str(config), "--out", str(tmp_path / "out")]) == 2
+    assert "origin/mian" in capsys.readouterr().err
+    assert not list((home / "envs").glob("base-*"))

@@ -7,39 +7,37 @@ case is the smallest pair of results that should (or should not) fail a PR.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
-from difftest.core.gate import compare_for_gate, distance, gate_exit_code, render_gate_markdown
-from difftest.core.records import Difference, Result, Violation
-from tests.factories import ORACLE
+from difftest.core.gate import compare_for_gate, distance, gate_exit_code
+from difftest.core.records import Difference, Result, Verdict
+from difftest.reports.gate_markdown import render_gate_markdown
+from tests.factories import EMITTED, LABEL, SCENARIO, make_expected, make_result, make_totals
 
 
-
-def result(verdict: str = "pass", order: str = "r1", scenario: str = "eos", reading: str = "strict", **measured) -> Result:
-    """A result whose verdict is given; `measured` overrides oracle values."""
-    totals = None if verdict == "error" else ORACLE.model_copy(update=measured)
-    diffs = [Difference(counter=k, measured=v, expected=getattr(ORACLE, k)) for k, v in measured.items() if k != "mean_acceptance_length"]
-    violations = [Violation(invariant="order_independence", label=order, detail="stats of request a lost")] if verdict == "broken" else []
-    return Result(
-        branch="x",
-        scenario=scenario,
-        tier="scheduler",
-        order=order,
-        verdict=verdict,
+def result(verdict: Verdict = "pass", label: str = LABEL, reading: str = "strict", **measured: Any) -> Result:
+    """A result with this verdict; `measured` overrides counters of the oracle's totals (MAL derived from them)."""
+    expected = make_expected()
+    return make_result(
+        verdict,
+        label=label,
         reading=reading,
-        measured=totals,
-        expected=ORACLE,
-        differences=diffs,
-        violations=violations,
-        error="ImportError: boom\ntraceback" if verdict == "error" else None,
+        measured=None if verdict == "error" else make_totals(**{"mean_acceptance_length": None, **measured}),
+        differences=[
+            Difference(counter=k, measured=v, expected=getattr(expected, k))
+            for k, v in measured.items()
+            if k != "mean_acceptance_length"
+        ],
     )
 
 
 def test_identical_passing_runs_are_not_worse() -> None:
     outcome = compare_for_gate([result()], [result()])
     assert not outcome.worse and outcome.reasons == [] and outcome.compared == 1
+    assert outcome.findings == []
     assert gate_exit_code(outcome, [result()]) == EXIT_OK
 
 
@@ -50,13 +48,22 @@ def test_head_broken_anywhere_is_worse_even_if_base_is_broken() -> None:
     assert gate_exit_code(outcome, []) == EXIT_FAILED
 
 
+def test_head_broken_on_a_run_the_base_never_had_is_worse() -> None:
+    outcome = compare_for_gate([], [result("broken", label="order:new")])
+    assert outcome.worse and "not run on base" in outcome.reasons[0]
+
+
 @pytest.mark.parametrize("verdict", ["diverge", "broken"])
-def test_pass_turning_bad_is_worse(verdict: str) -> None:
+def test_pass_turning_bad_is_worse(verdict: Verdict) -> None:
     head = result(verdict, num_emitted_tokens=13)
     outcome = compare_for_gate([result()], [head])
     assert outcome.worse
     assert any(f.kind == ("broken" if verdict == "broken" else "regressed") and "base pass" in f.text for f in outcome.findings)
-    assert any(f.kind == "further" and f.counter == "num_emitted_tokens" and (f.base, f.head, f.expected) == (11, 13, 11) for f in outcome.findings)
+    assert any(
+        f.kind == "further" and f.counter == "num_emitted_tokens" and (f.base, f.head, f.expected) == (EMITTED, 13, EMITTED)
+        for f in outcome.findings
+    )
+    assert all(f.label == LABEL and f.scenario == SCENARIO for f in outcome.findings)
 
 
 def test_diverging_less_than_base_is_not_worse_and_is_reported_as_better() -> None:
@@ -72,6 +79,7 @@ def test_same_divergence_is_not_worse_but_is_still_shown() -> None:
     outcome = compare_for_gate([result("diverge", num_emitted_tokens=13)], [result("diverge", num_emitted_tokens=13)])
     assert not outcome.worse and gate_exit_code(outcome, [result("diverge")]) == EXIT_OK
     assert [(f.kind, f.counter) for f in outcome.findings] == [("unchanged", "num_emitted_tokens")]
+    assert outcome.unchanged == outcome.findings
     markdown = render_gate_markdown(outcome, "main", "head")
     assert "Still differs from the oracle, as on the base" in markdown and "distance 2" in markdown
 
@@ -106,12 +114,13 @@ def test_head_error_is_unmeasured_not_worse() -> None:
     assert not outcome.worse
     (finding,) = outcome.unmeasured
     assert "base pass" in finding.text and "ImportError: boom" in finding.text
+    assert "Traceback" not in finding.text  # the error's last line, not its first
     assert gate_exit_code(outcome, head) == EXIT_UNMEASURED
 
 
 def test_worse_wins_over_unmeasured() -> None:
-    head = [result("error", order="r1"), result("diverge", order="r2", num_drafts=3)]
-    outcome = compare_for_gate([result(order="r1"), result(order="r2")], head)
+    head = [result("error", label="r1"), result("diverge", label="r2", num_drafts=3)]
+    outcome = compare_for_gate([result(label="r1"), result(label="r2")], head)
     assert outcome.worse and outcome.unmeasured
     assert gate_exit_code(outcome, head) == EXIT_FAILED
 
@@ -122,10 +131,10 @@ def test_base_error_gives_nothing_to_compare() -> None:
 
 
 def test_scenario_missing_on_head_is_unmeasured() -> None:
-    head = [result(order="r1")]
-    outcome = compare_for_gate([result(order="r1"), result(order="r2")], head)
+    head = [result(label="r1")]
+    outcome = compare_for_gate([result(label="r1"), result(label="r2")], head)
     assert not outcome.worse
-    assert [f.order for f in outcome.unmeasured] == ["r2"]
+    assert [f.label for f in outcome.unmeasured] == ["r2"]
     assert gate_exit_code(outcome, head) == EXIT_UNMEASURED
 
 
@@ -139,18 +148,23 @@ def test_mixed_readings_are_refused() -> None:
         compare_for_gate([result(reading="strict")], [result(reading="lenient")])
 
 
+def test_outcome_records_the_reading() -> None:
+    assert compare_for_gate([result(reading="lenient")], [result(reading="lenient")]).reading == "lenient"
+
+
 def test_markdown_explains_why() -> None:
     outcome = compare_for_gate([result("diverge", num_emitted_tokens=12)], [result("diverge", num_emitted_tokens=14)])
     md = render_gate_markdown(outcome, "main", "pr|<b>")
     assert "is worse than main" in md
     assert "pr\\|&lt;b&gt;" in md and "<b>" not in md
     assert "**strict**" in md
-    row = next(line for line in md.splitlines() if line.startswith("| eos |"))
-    assert "| r1 | num\\_emitted\\_tokens | 12 | 14 | 11 |" in row
+    row = next(line for line in md.splitlines() if line.startswith(f"| {SCENARIO} |"))
+    assert "| order:a | num\\_emitted\\_tokens | 12 | 14 | 11 |" in row
 
 
 def test_markdown_when_not_worse_and_unmeasured() -> None:
     ok = render_gate_markdown(compare_for_gate([result()], [result()]), "main", "head")
     assert "is not worse than main" in ok
+    assert "matches the oracle" in ok
     unmeasured = render_gate_markdown(compare_for_gate([result()], [result("error")]), "main", "head")
     assert "could not measure" in unmeasured.lower() and "ImportError: boom" in unmeasured

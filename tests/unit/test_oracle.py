@@ -1,18 +1,26 @@
-"""The oracle on hand-computed truncation examples and on every shipped scenario (pure, fast)."""
+"""The scheduler tier's oracle on hand-computed truncation examples and on every shipped scenario (pure, fast).
+
+Each hand-built scenario is one request with a scripted target and drafter,
+small enough that the expected counters can be worked out on paper (the
+comments say how); the shipped scenarios are checked for the properties a
+correct answer must have whatever the numbers are.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from difftest.tiers.scheduler.oracle import expected_totals, simulate_request
+from difftest.probe.scheduler import script
+from difftest.tiers.scheduler.oracle import expected_outputs, expected_totals
+from difftest.tiers.scheduler.play import ScriptViolation, play_request
 from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
+from tests.factories import SCENARIOS_DIR
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+SCENARIOS = SCENARIOS_DIR / "scheduler"
 
 
 def _one(target: str, steps: list[str], k: int = 3, path: str = "sync", **req: object) -> Scenario:
+    """One request `r` (prompt `hi`, max_tokens 20 unless given) with a scripted target and drafter."""
     then = "perfect" if path == "async" else "none"
     request = {"id": "r", "prompt": "hi", "max_tokens": 20, "target": target,
                "drafter": {"kind": "scripted", "steps": steps, "then": then}, **req}
@@ -62,8 +70,33 @@ def test_all_invalid_async_request_depends_on_reading() -> None:
 
 def test_sync_grammar_trims_before_counting() -> None:
     scenario = _one("green<eos>", ["rzz", "enz"], grammar={"choice": ["red", "green", "blue"]})
-    rows = simulate_request(scenario, "r").steps
+    played = play_request(scenario.probe_data(), "r")
+    rows = played.verifications
     assert [(r.real_drafts, r.scheduled_drafts, r.accepted, r.emitted) for r in rows] == [(1, 1, 1, 2), (2, 2, 2, 3)]
+    assert played.output == script.tokens("green<eos>") and played.finish == "stop"
+
+
+def test_async_pads_invalid_drafts_to_k() -> None:
+    # k placeholders are scheduled; `zzz` is invalid under the grammar: 0 real drafts, 3 scheduled.
+    scenario = _one("yes<eos>", ["zzz", "zzz", "zzz"], path="async", grammar={"choice": ["yes", "no"]})
+    rows = play_request(scenario.probe_data(), "r").verifications
+    assert {(r.real_drafts, r.scheduled_drafts) for r in rows} == {(0, 3)}
+
+
+def test_max_tokens_finishes_with_length() -> None:
+    played = play_request(_one("abcdefgh", ["bcde"], k=4, max_tokens=4).probe_data(), "r")
+    assert played.finish == "length" and played.output == script.tokens("abcd")
+
+
+def test_expected_outputs_are_the_played_outputs() -> None:
+    scenario = _one("xa<eos>cd", ["a<eos>c"])
+    assert expected_outputs(scenario, ["r"]) == {"r": script.tokens("xa<eos>")}
+
+
+def test_a_target_that_breaks_its_grammar_is_a_script_violation() -> None:
+    scenario = _one("maybe<eos>", [], grammar={"choice": ["yes"]})
+    with pytest.raises(ScriptViolation, match="grammar"):
+        play_request(scenario.probe_data(), "r")
 
 
 @pytest.mark.parametrize("scenario", load_scenarios(SCENARIOS), ids=lambda s: s.name)

@@ -15,7 +15,7 @@ import pytest
 
 from difftest.core import paths
 from difftest.core.config import BaseSpec, BranchSpec
-from difftest.envs import branch as branch_module
+from difftest.build.envs import branch as branch_module
 from difftest.build.envs.base import ensure_base
 from difftest.build.envs.branch import ensure_branch_env
 from difftest.build.envs.cache import list_envs, prune

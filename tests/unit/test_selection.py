@@ -1,4 +1,4 @@
-"""`-k EXPR` selects scenarios by name like pytest's -k (pure)."""
+"""`-k EXPR` selects scenarios by name like pytest's -k (pure: names in, names out)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ def chosen(expression: str) -> list[str]:
         ("k3", ["long-random-k3"]),
     ],
 )
-def test_expressions_select_like_pytest(expression, expected):
+def test_expressions_select_like_pytest(expression: str, expected: list[str]) -> None:
     assert chosen(expression) == expected
 
 
 @pytest.mark.parametrize("expression", ["", "eos and", "(eos", "eos)", "or eos", "eos not"])
-def test_malformed_expressions_are_usage_errors(expression):
+def test_malformed_expressions_are_usage_errors(expression: str) -> None:
     with pytest.raises(ConfigError) as info:
         compile_selection(expression)
     assert "-k" in str(info.value) and "fix:" in str(info.value)

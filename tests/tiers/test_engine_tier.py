@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
+from difftest import tiers
 from difftest.cli import main
+from difftest.core import paths
 from difftest.core.config import load_config
-
-from difftest.tiers.engine.invariants import check_engine_invariants, cross_branch_violations
-from difftest.tiers.engine.oracle import expected_engine_totals
+from difftest.run.pipeline import make_job
+from difftest.run.runner import run_probe
+from difftest.tiers.engine.invariants import across_branches, check
+from difftest.tiers.engine.oracle import expected_totals
 from difftest.tiers.engine.scenario import load_engine_scenarios
+from tests.factories import ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = {s.name: s for s in load_engine_scenarios(ROOT / "scenarios" / "engine")}
 BRANCHES = ("main", "pr-56137-style", "pr-56195-style")
 TRUNCATION = ("engine-eos-in-accepted-drafts", "engine-stop-token-in-accepted-drafts", "engine-max-tokens-mid-block")
@@ -34,18 +36,26 @@ STRUCTURED = ("engine-structured-outputs", "engine-structured-mixed-batch")
 CONTROLS = ("engine-plain-control",) + STRUCTURED
 
 
-def _by_scenario(engine_runs, branch):
-    header, runs = engine_runs(branch)
-    out: dict = {}
-    for run in runs:
-        out.setdefault(run.scenario, []).append(run)
-    return header, out
+@pytest.fixture(scope="module")
+def engine_runs(probe_runs):
+    """engine_runs(branch) -> {scenario: [ProbeRun]} of every shipped engine scenario."""
+
+    def by_scenario(branch: str) -> dict:
+        out: dict = {}
+        for run in probe_runs("engine", branch):
+            out.setdefault(run.scenario, []).append(run)
+        return out
+
+    return by_scenario
+
+
+def expected_engine_totals(scenario, run, reading):
+    return expected_totals(scenario.k, run, reading)
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_every_planned_run_is_measured(engine_runs, branch):
-    header, by = _by_scenario(engine_runs, branch)
-    assert header is not None and header["tier"] == "engine"
+    by = engine_runs(branch)
     for name, scenario in SCENARIOS.items():
         got = {r.label: r for r in by.get(name, [])}
         for plan in scenario.runs():
@@ -56,15 +66,15 @@ def test_every_planned_run_is_measured(engine_runs, branch):
 
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_invariants_hold(engine_runs, branch):
-    _, by = _by_scenario(engine_runs, branch)
+    by = engine_runs(branch)
     for name, scenario in SCENARIOS.items():
-        found = check_engine_invariants(scenario, by[name])
+        found = check([r for r in by[name] if r.role != "reference"])
         assert not any(found.values()), f"{branch}/{name}: {found}"
 
 
 @pytest.mark.parametrize("name", TRUNCATION)
 def test_truncation_lands_inside_accepted_drafts(engine_runs, name):
-    _, by = _by_scenario(engine_runs, "main")
+    by = engine_runs("main")
     cut_runs = [r for r in by[name] if "truncation" in r.notes]
     assert cut_runs
     for run in cut_runs:
@@ -77,7 +87,7 @@ def test_truncation_lands_inside_accepted_drafts(engine_runs, name):
 
 @pytest.mark.parametrize("name", TRUNCATION)
 def test_main_overcounts_truncation(engine_runs, name):
-    _, by = _by_scenario(engine_runs, "main")
+    by = engine_runs("main")
     for run in by[name]:
         if "truncation" in run.notes:
             expected = expected_engine_totals(SCENARIOS[name], run, "strict")
@@ -88,8 +98,8 @@ def test_main_overcounts_truncation(engine_runs, name):
 @pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("name", CONTROLS)
 def test_controls_trim_nothing_and_match_the_oracle_on_every_branch(engine_runs, branch, name):
-    _, by = _by_scenario(engine_runs, branch)
-    measured = [r for r in by[name] if r.notes.get("role") != "reference"]
+    by = engine_runs(branch)
+    measured = [r for r in by[name] if r.role != "reference"]
     assert measured
     for run in measured:
         for rid, cut in (run.notes.get("truncation") or {}).items():
@@ -103,7 +113,7 @@ def test_controls_trim_nothing_and_match_the_oracle_on_every_branch(engine_runs,
 @pytest.mark.parametrize("branch", ("pr-56137-style", "pr-56195-style"))
 @pytest.mark.parametrize("name", TRUNCATION + STRUCTURED)
 def test_pr_branches_match_the_oracle(engine_runs, branch, name):
-    _, by = _by_scenario(engine_runs, branch)
+    by = engine_runs(branch)
     for run in by[name]:
         expected = expected_engine_totals(SCENARIOS[name], run, "strict")
         got = run.totals
@@ -116,13 +126,13 @@ def test_pr_branches_match_the_oracle(engine_runs, branch, name):
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_generated_tokens_identical_across_branches(engine_runs, name):
-    runs = {b: _by_scenario(engine_runs, b)[1][name] for b in BRANCHES}
-    found = cross_branch_violations(SCENARIOS[name], runs, "main")
+    runs = {b: engine_runs(b)[name] for b in BRANCHES}
+    found = across_branches(runs, "main")
     assert not any(v for per in found.values() for v in per.values()), found
 
 
 def test_structured_requests_were_drafted(engine_runs):
-    _, by = _by_scenario(engine_runs, "main")
+    by = engine_runs("main")
     for name in STRUCTURED:
         for run in by[name]:
             if not set(run.order) & {"regex", "json", "choice"}:
@@ -153,20 +163,16 @@ def test_gpu_profile_reaches_the_async_invalid_draft_path(tmp_path):
 
 def test_a_local_model_folder_replaces_the_tiny_model(engine_runs, workspace, tmp_path):
     """`engine.model` loads a model folder from disk; the tiny model's own folder stands in for a real one."""
-    from difftest.core import paths
-    from difftest.run.runner import run_probe
-    from difftest.tiers.scheduler.scenario import probe_job
-
     engine_runs("main")  # the tiny model exists once the shipped engine scenarios have run
     (folder,) = paths.models_dir().glob("tiny-llama-*")
     base = SCENARIOS["engine-max-tokens-mid-block"]
     scenario = base.model_copy(update={"engine": base.engine.model_copy(update={"model": str(folder)})})
-    job = probe_job([scenario], tmp_path / "no-model-built-here", "engine")
+    job = make_job(tiers.get("engine"), [scenario], 120, work_dir=tmp_path / "no-model-built-here")
     env = workspace.branch("main").env
-    result = run_probe("main", env.python, job, tmp_path, 600, len(scenario.runs()))
+    result = run_probe("main", env.python, job, "engine", tmp_path, 600)
     assert result.error is None, result.error
-    assert result.header["model"]["path"] == str(folder) and len(result.header["model"]["config_sha256"]) == 64
+    model = result.header.info["model"]
+    assert model["path"] == str(folder) and len(model["config_sha256"]) == 64
     assert result.runs and all(r.status == "ok" for r in result.runs)
     assert not (tmp_path / "no-model-built-here").exists()
-    _, shipped = _by_scenario(engine_runs, "main")
-    assert [r.outputs for r in result.runs] == [r.outputs for r in shipped[base.name]]
+    assert [r.outputs for r in result.runs] == [r.outputs for r in engine_runs("main")[base.name]]

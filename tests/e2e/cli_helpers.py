@@ -1,0 +1,39 @@
+"""What the end-to-end tests share: running the CLI on a config and reading what it wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from difftest.cli import main
+
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+METRICS = "vllm/v1/spec_decode/metrics.py"
+#: A scheduler scenario every branch passes (EOS on the bonus token): fast, 4 runs.
+CONTROL = "eos-on-bonus"
+#: A line of the Scheduler's __init__ after which planted faults go.
+INIT_MARKER = "        self.vllm_config = vllm_config\n"
+
+
+def results_of(out: Path) -> list[dict]:
+    return json.loads((out / "evidence.json").read_text())["results"]
+
+
+def by_branch(out: Path, branch: str) -> list[dict]:
+    return [r for r in results_of(out) if r["branch"] == branch]
+
+
+def run_cli(*args: str) -> int:
+    return main([str(a) for a in args])
+
+
+def control_beside_main(config: Path, out: Path, *extra: str) -> int:
+    """`run -k CONTROL --tier scheduler` on a config holding main and one faulty branch."""
+    return run_cli("run", "-c", config, "--tier", "scheduler", "-k", CONTROL, "--out", out, *extra)
+
+
+def assert_main_intact(out: Path) -> None:
+    """main's results survived the other branch's failure, and every report was written."""
+    assert {r["verdict"] for r in by_branch(out, "main")} == {"pass"}
+    for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
+        assert (out / name).stat().st_size > 0

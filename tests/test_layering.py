@@ -1,0 +1,153 @@
+"""The architecture, checked from the source (AST): what may import what, and where tiers are named.
+
+- The probe package runs inside branch environments, which hold only it and the
+  base's packages: it imports the standard library, vLLM and the base's own
+  libraries, and nothing of difftest's host layers.
+- Host layers import one way (`ALLOWED`), and no module imports itself back
+  through others (no cycles; imports under `if TYPE_CHECKING:` do not run).
+- No code outside the tier registry compares a value with a tier's name.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from difftest import tiers
+from tests.factories import ROOT
+
+PACKAGE = ROOT / "difftest"
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+#: What the base environment provides besides the standard library and vLLM.
+BASE_PACKAGES = {"vllm", "torch", "tokenizers", "transformers", "safetensors", "xgrammar", "numpy"}
+#: Layer -> the difftest layers it may import (itself included). cli sits on top and may import all.
+ALLOWED = {
+    "probe": {"probe"},
+    "core": {"core", "probe.protocol"},
+    "tiers": {"tiers", "core", "probe.protocol", "probe.scheduler.script"},
+    "build": {"build", "core"},
+    "run": {"run", "build", "tiers", "core", "probe.protocol"},
+    "reports": {"reports", "tiers", "core"},
+    "cli": {"cli", "run", "build", "reports", "tiers", "core", "probe.protocol"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p) for p in SOURCES}
+
+
+def _type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of every module `path` imports at run time (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if _type_checking_block(node):
+            skipped |= {id(n) for n in ast.walk(node)}
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            # `from a.b import c` imports the module a.b.c when there is one, else names of a.b.
+            submodules = {f"{prefix}.{alias.name}" for alias in node.names} & MODULES
+            found |= submodules or {prefix}
+    return found
+
+
+def difftest_imports(path: Path) -> set[str]:
+    return {name for name in imports_of(path) if name in MODULES and name != "difftest"}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if layer_of(module_name(p)) == "probe"], ids=lambda p: p.name)
+def test_the_probe_imports_only_the_standard_library_vllm_and_the_base(path: Path) -> None:
+    for name in imports_of(path):
+        top = name.split(".")[0]
+        if top == "difftest":
+            assert name.startswith("difftest.probe") or name == "difftest", f"{path}: imports host code {name}"
+        else:
+            assert top in sys.stdlib_module_names or top in BASE_PACKAGES or top == "__future__", f"{path}: {name}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
+def test_host_layers_import_one_way(path: Path) -> None:
+    layer = layer_of(module_name(path))
+    if layer is None:
+        return  # difftest/__init__.py imports nothing
+    allowed = ALLOWED[layer]
+    for name in difftest_imports(path):
+        target = name.removeprefix("difftest.")
+        assert any(target == a or target.startswith(a + ".") for a in allowed), (
+            f"{module_name(path)} ({layer}) imports {name}; {layer} may import {sorted(allowed)}"
+        )
+
+
+def test_no_import_cycles() -> None:
+    graph = {module_name(p): difftest_imports(p) for p in SOURCES}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                # A package's __init__ importing its own submodules is not a cycle between modules.
+                if not all(n == cycle[0] or n.startswith(cycle[0] + ".") for n in cycle):
+                    raise AssertionError("import cycle: " + " -> ".join(cycle))
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_no_tier_name_is_compared_outside_the_registry() -> None:
+    names = set(tiers.REGISTRY)
+    offenders = []
+    for path in SOURCES:
+        if path == PACKAGE / "tiers" / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                constants = [n for n in [node.left, *node.comparators] if isinstance(n, ast.Constant)]
+                if any(c.value in names for c in constants):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders, "tier names compared outside the registry:\n" + "\n".join(offenders)
+
+
+def test_every_registered_tier_is_wired_to_a_probe_entry() -> None:
+    from difftest.probe.__main__ import ENTRIES
+
+    for name, tier in tiers.REGISTRY.items():
+        assert tier.name == name
+        assert tier.probe_entry in ENTRIES, f"tier {name}: no probe entry {tier.probe_entry!r}"
+        assert (PACKAGE / "tiers" / name / "tier.py").is_file()

@@ -1,0 +1,170 @@
+"""The evidence file: round trip, stable text, version upgrades, and clear errors on bad files.
+
+Built from hand-made `Result`s and `ProbeRun`s (`tests.factories`): the file
+format is what is under test, not how the values were measured. Version-1
+files are made from version-2 data by undoing each documented change, so the
+upgrade is checked against exactly what it claims to reverse.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from difftest.core.errors import DifftestError
+from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, evidence_json, read_evidence, write_evidence
+from difftest.core.records import Difference, Failure
+from tests.factories import make_evidence, make_result, make_run, make_totals
+
+
+def rich_evidence(with_runs: bool = True) -> Evidence:
+    """One diverging result and every role of run, so every field of the schema is written."""
+    result = make_result(
+        "diverge",
+        reading="lenient",
+        measured=make_totals(num_emitted_tokens=13, mean_acceptance_length=3.25),
+        differences=[Difference(counter="num_emitted_tokens", measured=13, expected=11)],
+    )
+    runs = [
+        make_run("order:a,b"),
+        make_run("alone:a", duration_s=0.5, notes={"prometheus": {"num_drafts": 4}}),
+        make_run("reference:a", totals=None, status="error", error="ValueError: x"),
+    ]
+    return make_evidence(reading="lenient", results=[result], runs={"main": runs} if with_runs else None)
+
+
+def write_raw(tmp_path: Path, raw: Any) -> Path:
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def as_version_1(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-1 file: results keyed by `order` with `explanation`; runs without `role`."""
+    raw = json.loads(evidence_json(evidence))
+    raw["schema_version"] = "1"
+    for result in raw["results"]:
+        result["order"] = result.pop("label")
+        result["explanation"] = result.pop("statement")
+        result.pop("duration_s")  # new in version 2, default 0
+    for scenario in raw["scenarios"].values():
+        scenario.pop("skipped")  # new in version 2, default None
+    for runs in (raw["runs"] or {}).values():
+        for run in runs:
+            run.pop("role")
+            assert run.pop("failure") is None  # new in version 2; version-1 runs had none
+    return raw
+
+
+def test_round_trip_is_lossless(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    failure = Failure(kind="exception", type="ValueError", summary="ValueError: x", where="f.py:1 in g", origin="vllm")
+    evidence.runs["main"][2] = evidence.runs["main"][2].model_copy(update={"failure": failure})  # type: ignore[index]
+    path = write_evidence(evidence, tmp_path / "sub" / "evidence.json")
+    assert read_evidence(path) == evidence
+
+
+def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> None:
+    path = write_evidence(rich_evidence(with_runs=False), tmp_path / "evidence.json")
+    text = path.read_text()
+    raw = json.loads(text)
+    assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    assert raw["schema_version"] == SCHEMA_VERSION == "2" and raw["reading"] == "lenient"
+    record = raw["results"][0]
+    for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
+        assert key in record
+    assert "order" not in record and "explanation" not in record
+    assert raw["difftest_version"] and raw["created_at"]
+    assert raw["runs"] is None
+
+
+def test_runs_carry_their_role(tmp_path: Path) -> None:
+    raw = json.loads(evidence_json(rich_evidence()))
+    assert [run["role"] for run in raw["runs"]["main"]] == ["batch", "alone", "reference"]
+
+
+def test_writing_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    path = tmp_path / "evidence.json"
+    path.write_text("old")
+    write_evidence(rich_evidence(), path)
+    assert [p.name for p in tmp_path.iterdir()] == ["evidence.json"]
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert evidence_json(rich_evidence()).count("\n") > 10
+
+
+def test_version_1_file_reads_as_the_same_version_2_data(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    raw = as_version_1(evidence)
+    assert "role" not in raw["runs"]["main"][0] and "order" in raw["results"][0]
+    assert read_evidence(write_raw(tmp_path, raw)) == evidence
+
+
+def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    raw = as_version_1(evidence)
+    # A version-1 engine reference run: label without the prefix, role in `notes`.
+    raw["runs"]["main"][2]["notes"] = {"role": "reference"}
+    raw["runs"]["main"][2]["label"] = "ref-a"
+    upgraded = read_evidence(write_raw(tmp_path, raw)).runs["main"][2]  # type: ignore[index]
+    assert (upgraded.role, upgraded.label, upgraded.notes) == ("reference", "ref-a", {})
+
+
+def test_version_1_without_runs_upgrades(tmp_path: Path) -> None:
+    evidence = rich_evidence(with_runs=False)
+    assert read_evidence(write_raw(tmp_path, as_version_1(evidence))) == evidence
+
+
+def test_every_older_version_has_an_upgrade_step() -> None:
+    assert set(UPGRADES) == {str(v) for v in range(1, int(SCHEMA_VERSION))}
+
+
+def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
+    raw = {**json.loads(evidence_json(rich_evidence())), "schema_version": "99"}
+    with pytest.raises(DifftestError) as info:
+        read_evidence(write_raw(tmp_path, raw))
+    assert "schema version '99'" in info.value.problem
+    assert "'1', '2'" in info.value.problem
+    assert info.value.hint
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not an evidence file"),
+        ('{"schema_version": "3"}', "schema version '3'"),
+        ("{}", "schema version None"),
+        ('{"schema_version": "2"}', "invalid evidence file"),
+        ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
+    ],
+)
+def test_bad_files_raise_difftest_error_with_a_fix(tmp_path: Path, content: str, needle: str) -> None:
+    path = tmp_path / "evidence.json"
+    path.write_text(content)
+    with pytest.raises(DifftestError) as info:
+        read_evidence(path)
+    assert needle in info.value.problem
+    assert info.value.hint
+    assert "fix:" in str(info.value)
+
+
+def test_missing_file_raises_difftest_error(tmp_path: Path) -> None:
+    with pytest.raises(DifftestError, match="does not exist"):
+        read_evidence(tmp_path / "nope.json")
+
+
+def test_invalid_field_is_named(tmp_path: Path) -> None:
+    raw = json.loads(evidence_json(rich_evidence()))
+    raw["results"][0]["verdict"] = "maybe"
+    with pytest.raises(DifftestError, match=r"results\.0\.verdict"):
+        read_evidence(write_raw(tmp_path, raw))
+
+
+def test_a_non_integer_counter_in_a_run_is_refused(tmp_path: Path) -> None:
+    raw = json.loads(evidence_json(rich_evidence()))
+    raw["runs"]["main"][0]["totals"]["num_drafts"] = 4.5
+    with pytest.raises(DifftestError, match=r"runs\.main\.0\.totals\.num_drafts"):
+        read_evidence(write_raw(tmp_path, raw))

@@ -1,0 +1,154 @@
+"""The probe's side of the wire format (`difftest.probe.protocol`), exercised in-process.
+
+A probe plays each run under `CallInfo.from_call` and describes any failure
+with `describe_failure`; both are plain Python, so the failures are raised
+here on purpose. Code "from vLLM" is a function compiled into a module whose
+`__name__` is `vllm....`, which is all `describe_failure` looks at.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from difftest.probe import protocol
+from difftest.probe.protocol import CallInfo, DidNotFinish, RecordWriter, RunTimeout, describe_failure, step_record
+
+RESULT: protocol.RunResult = {"steps": [], "totals": {"num_drafts": 1}, "outputs": {"a": [1]}, "finish_reasons": {}, "notes": {}}
+
+
+def module_function(module_name: str, source: str, filename: str) -> Callable[..., Any]:
+    """`boom` from `source`, compiled as if it lived in module `module_name` (file `filename`)."""
+    module = types.ModuleType(module_name)
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module.boom
+
+
+VLLM_BOOM = module_function(
+    "vllm.v1.core.sched.fake", "def boom():\n    raise KeyError('req-1')\n", "vllm/v1/core/sched/fake.py"
+)
+#: vLLM code calling back into the probe (the scripted model), which raises.
+PROBE_CALLBACK = module_function(
+    "difftest.probe.scheduler.fake", "def boom():\n    raise ValueError('script ran out')\n", "difftest/probe/scheduler/fake.py"
+)
+VLLM_CALLING_PROBE = module_function(
+    "vllm.v1.worker.fake", "def boom(callback):\n    callback()\n", "vllm/v1/worker/fake.py"
+)
+
+
+def raise_here() -> protocol.RunResult:
+    raise ValueError("bad value\nsecond line of the message")
+
+
+def test_a_call_that_returns_is_ok() -> None:
+    call = CallInfo.from_call(lambda: RESULT, limit_s=5)
+    assert (call.result, call.failure, call.status) == (RESULT, None, "ok")
+    assert 0 <= call.duration_s < 5
+
+
+def test_a_call_that_raises_is_an_error_summarised_in_one_line() -> None:
+    call = CallInfo.from_call(raise_here, limit_s=None)
+    assert call.result is None and call.status == "error"
+    failure = call.failure
+    assert failure is not None
+    assert (failure["kind"], failure["type"]) == ("exception", "ValueError")
+    # `Type: message` as a traceback ends, first line only, the rest marked as cut.
+    assert failure["summary"] == "ValueError: bad value ..."
+    assert not failure["summary"].startswith("Traceback")
+    assert failure["traceback"].startswith("Traceback (most recent call last)")
+    assert failure["where"].endswith(f"{raise_here.__code__.co_filename.split('/')[-1]}:{raise_here.__code__.co_firstlineno + 1} in raise_here")
+
+
+def test_summary_is_type_and_message() -> None:
+    try:
+        raise KeyError("req-1")
+    except KeyError as exc:
+        failure = describe_failure(exc)
+    assert failure["summary"] == "KeyError: 'req-1'"
+    assert describe_failure(RuntimeError())["summary"] == "RuntimeError"
+
+
+def test_a_call_past_its_time_limit_is_a_timeout() -> None:
+    started = time.perf_counter()
+    call = CallInfo.from_call(lambda: time.sleep(5), limit_s=0.05)  # type: ignore[arg-type, return-value]
+    assert time.perf_counter() - started < 2
+    assert call.status == "timeout"
+    assert call.failure is not None and call.failure["kind"] == "timeout" and call.failure["type"] == "RunTimeout"
+    assert "0.05 s" in call.failure["summary"]
+
+
+def test_the_time_limit_is_lifted_after_the_call() -> None:
+    CallInfo.from_call(lambda: RESULT, limit_s=0.05)
+    time.sleep(0.1)  # a leftover alarm would raise RunTimeout here
+
+
+def test_a_driver_out_of_steps_did_not_finish() -> None:
+    def stuck() -> protocol.RunResult:
+        raise DidNotFinish("3 requests unfinished after 500 steps")
+
+    call = CallInfo.from_call(stuck, limit_s=None)
+    assert call.status == "error"
+    assert call.failure is not None and call.failure["kind"] == "did-not-finish"
+    assert call.failure["summary"] == "DidNotFinish: 3 requests unfinished after 500 steps"
+
+
+@pytest.mark.parametrize(
+    "call, origin, where",
+    [
+        (lambda: VLLM_BOOM(), "vllm", "vllm/v1/core/sched/fake.py:2 in boom"),
+        (lambda: VLLM_CALLING_PROBE(PROBE_CALLBACK), "probe", "difftest/probe/scheduler/fake.py:2 in boom"),
+        (raise_here, "other", "in raise_here"),
+    ],
+    ids=["raised-in-vllm", "probe-callback-under-vllm", "raised-elsewhere"],
+)
+def test_origin_says_whose_code_raised(call: Callable[[], Any], origin: str, where: str) -> None:
+    info = CallInfo.from_call(call, limit_s=None)
+    assert info.failure is not None
+    assert (info.failure["origin"], info.failure["where"].endswith(where)) == (origin, True)
+
+
+def test_origin_without_a_probe_frame() -> None:
+    try:
+        VLLM_BOOM()
+    except KeyError as exc:
+        assert describe_failure(exc)["origin"] == "vllm"
+    try:
+        raise_here()
+    except ValueError as exc:
+        assert describe_failure(exc)["origin"] == "other"
+
+
+def test_an_exception_that_was_never_raised_has_no_frame() -> None:
+    failure = describe_failure(RunTimeout("late"))
+    assert (failure["kind"], failure["where"], failure["origin"]) == ("timeout", "", "other")
+
+
+def test_step_record_drops_requests_without_drafts() -> None:
+    record = step_record(3, ["a", "b"], {"a": [1, 2], "b": []}, {}, {"a": [1, 9]}, {"a": [1, 9]}, {}, None)
+    assert record["drafts"] == {"a": [1, 2]}
+    assert record["step"] == 3 and record["stats"] is None
+    assert set(record) == set(protocol.StepRecord.__annotations__)
+
+
+def test_record_writer_stamps_every_record_and_counts_runs() -> None:
+    stream = io.StringIO()
+    writer = RecordWriter(stream, "n0nce")
+    writer.header({"vllm": "0.32.0"}, import_s=1.23456, setup_s=0.5)
+    scenario: protocol.JobScenario = {"name": "eos", "file": "eos.yaml", "data": {}, "runs": []}
+    planned: protocol.PlannedRun = {"label": "order:a", "order": ["a"], "role": "batch"}
+    writer.run(scenario, planned, CallInfo(RESULT, None, 0.25))
+    writer.run(scenario, planned, CallInfo.from_call(raise_here, None))
+    writer.trailer()
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [r["kind"] for r in records] == ["header", "run", "run", "trailer"]
+    assert {r["nonce"] for r in records} == {"n0nce"}
+    assert records[0]["protocol"] == protocol.PROTOCOL_VERSION and records[0]["import_s"] == 1.235
+    assert (records[1]["status"], records[1]["totals"], records[1]["role"]) == ("ok", {"num_drafts": 1}, "batch")
+    assert (records[2]["status"], records[2]["totals"], records[2]["steps"]) == ("error", None, [])
+    assert records[3]["runs"] == 2

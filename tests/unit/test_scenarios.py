@@ -1,0 +1,179 @@
+"""Scenario files: the shipped ones load and plan the right runs; bad files fail with a clear ConfigError.
+
+Pure and fast: loading validates the schema and plays each scheduler script
+once in Python, no vLLM. Bad files are the smallest valid file (`GOOD`) with
+one key changed, so each error message is checked for exactly that key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from difftest import tiers
+from difftest.core.errors import ConfigError
+from difftest.probe.protocol import PROTOCOL_VERSION
+from difftest.run.pipeline import make_job
+from difftest.tiers.engine.scenario import load_engine_scenario
+from difftest.tiers.scheduler.scenario import load_scenario, load_scenarios
+from tests.factories import SCENARIOS_DIR
+
+SCENARIOS = SCENARIOS_DIR / "scheduler"
+REQUIRED = {
+    "eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block", "eos-on-bonus",
+    "grammar-all-invalid-async", "mixed-batch-invalid-async", "partial-invalid-async", "grammar-trim-sync",
+    "long-random-k1", "long-random-k3", "long-random-k5",
+}
+GOOD: dict[str, Any] = {
+    "statement": "one line",
+    "k": 2,
+    "requests": [{"id": "r", "prompt": "hi", "max_tokens": 3, "target": "abcd", "drafter": {"kind": "scripted", "steps": ["b"]}}],
+}
+GOOD_ENGINE: dict[str, Any] = {"statement": "one line", "k": 2, "requests": [{"id": "r", "prompt": "yes no", "max_tokens": 8}]}
+TWO_REQUESTS: dict[str, Any] = {**GOOD, "requests": [GOOD["requests"][0], {**GOOD["requests"][0], "id": "s"}]}
+
+
+def _write(tmp_path: Path, data: dict[str, Any], name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_shipped_scenarios_load_with_statement_and_hash() -> None:
+    scenarios = load_scenarios(SCENARIOS)
+    assert REQUIRED <= {s.name for s in scenarios}
+    for s in scenarios:
+        assert s.statement and "\n" not in s.statement
+        assert len(s.sha256) == 64 and s.file.endswith(".yaml")
+
+
+def test_orders_all_and_alone_runs() -> None:
+    mixed = next(s for s in load_scenarios(SCENARIOS) if s.name == "mixed-batch-invalid-async")
+    assert len(mixed.orders()) == 6
+    runs = mixed.runs()
+    labels = [r["label"] for r in runs]
+    assert labels[:1] == ["order:grammar,plain1,plain2"] and labels[-3:] == ["alone:grammar", "alone:plain1", "alone:plain2"]
+    assert [r["role"] for r in runs] == ["batch"] * 6 + ["alone"] * 3
+    assert runs[-1]["order"] == ["plain2"]
+    alone = next(s for s in load_scenarios(SCENARIOS) if s.name == "grammar-all-invalid-async")
+    assert [(r["label"], r["role"]) for r in alone.runs()] == [("order:grammar", "batch")]
+
+
+def test_explicit_orders_and_alone_false(tmp_path: Path) -> None:
+    scenario = load_scenario(_write(tmp_path, {**TWO_REQUESTS, "orders": [["s", "r"]], "alone": False}))
+    assert [(r["label"], r["order"], r["role"]) for r in scenario.runs()] == [("order:s,r", ["s", "r"], "batch")]
+
+
+def test_job_scenario_is_plain_json_with_the_planned_runs() -> None:
+    scenario = next(s for s in load_scenarios(SCENARIOS) if s.name == "mixed-batch-invalid-async")
+    entry = scenario.job_scenario()
+    assert set(entry) == {"name", "file", "data", "runs"}
+    assert entry["name"] == scenario.name and entry["runs"] == scenario.runs()
+    assert entry["data"]["orders"] == "all" and "file" not in entry["data"] and "sha256" not in entry["data"]
+    assert json.loads(json.dumps(entry)) == entry
+
+
+def test_make_job_for_each_tier(tmp_path: Path) -> None:
+    tier = tiers.get("scheduler")
+    scenarios = load_scenarios(SCENARIOS)
+    job = make_job(tier, scenarios, run_timeout_s=30.0, work_dir=tmp_path)
+    assert (job["protocol"], job["entry"], job["work_dir"], job["run_timeout_s"]) == (
+        PROTOCOL_VERSION, tier.probe_entry, str(tmp_path), 30.0,
+    )
+    assert [s["name"] for s in job["scenarios"]] == [s.name for s in scenarios]
+    json.dumps(job)
+
+
+@pytest.mark.parametrize(
+    "patch, words",
+    [
+        ({"k": 0}, ["k", "0", "1 to 8"]),
+        ({"colour": 1}, ["colour", "unknown key"]),
+        ({"draft_path": "later"}, ["draft_path", "later", "sync"]),
+        ({"orders": [["x"]]}, ["orders", "permutation"]),
+        ({"statement": "two\nlines"}, ["statement", "one line"]),
+    ],
+)
+def test_schema_errors_name_key_value_and_fix(tmp_path: Path, patch: dict[str, Any], words: list[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_write(tmp_path, {**GOOD, **patch}))
+    text = str(err.value)
+    assert "s.yaml" in text and "fix:" in text
+    for word in words:
+        assert word in text
+
+
+@pytest.mark.parametrize(
+    "orders, words",
+    [([], ["empty list"]), ([["r", "s"], ["s", "r"], ["r", "s"]], ["['r', 's']", "listed twice"])],
+    ids=["empty", "duplicate"],
+)
+@pytest.mark.parametrize("loader, good", [(load_scenario, TWO_REQUESTS), (load_engine_scenario, GOOD_ENGINE)], ids=["scheduler", "engine"])
+def test_orders_must_run_something_and_each_order_once(
+    tmp_path: Path, loader: Any, good: dict[str, Any], orders: list[list[str]], words: list[str]
+) -> None:
+    requests = [{**good["requests"][0], "id": rid} for rid in ("r", "s")]
+    path = _write(tmp_path, {**good, "requests": requests, "orders": orders}, "bad-orders.yaml")
+    with pytest.raises(ConfigError) as err:
+        loader(path)
+    text = str(err.value)
+    assert "bad-orders.yaml" in text and "orders" in text
+    for word in words:
+        assert word in text
+
+
+@pytest.mark.parametrize(
+    "req, words",
+    [
+        ({"prompt": "h"}, ["prompt", "2 tokens"]),
+        ({"target": "a<oops>"}, ["target", "<oops>"]),
+        ({"drafter": {"kind": "guess"}}, ["drafter", "guess"]),
+        ({"target": "ab", "max_tokens": 9}, ["requests.r", "too short"]),
+        ({"target": "maybe<eos>", "grammar": {"choice": ["yes"]}}, ["requests.r", "grammar"]),
+        ({"id": "a,b"}, ["id", "run labels"]),
+    ],
+)
+def test_request_errors(tmp_path: Path, req: dict[str, Any], words: list[str]) -> None:
+    data = {**GOOD, "requests": [{**GOOD["requests"][0], **req}]}
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_write(tmp_path, data))
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_duplicate_request_ids(tmp_path: Path) -> None:
+    data = {**GOOD, "requests": [GOOD["requests"][0], GOOD["requests"][0]]}
+    with pytest.raises(ConfigError, match=r"duplicate id\(s\) \['r'\]"):
+        load_scenario(_write(tmp_path, data))
+
+
+def test_async_drafter_must_propose_k(tmp_path: Path) -> None:
+    data = {**GOOD, "draft_path": "async"}
+    with pytest.raises(ConfigError, match="exactly k=2"):
+        load_scenario(_write(tmp_path, data))
+
+
+def test_scenario_names_must_be_unique_in_a_folder(tmp_path: Path) -> None:
+    _write(tmp_path, {**GOOD, "name": "same"}, "a.yaml")
+    _write(tmp_path, {**GOOD, "name": "same"}, "b.yaml")
+    with pytest.raises(ConfigError, match="'same' already used by a.yaml"):
+        load_scenarios(tmp_path)
+
+
+def test_an_empty_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no \*\.yaml scenario files"):
+        load_scenarios(tmp_path)
+
+
+@pytest.mark.parametrize("content, words", [("[1, 2]", ["top level must be a mapping"]), ("k: [", ["not valid YAML"])])
+def test_files_that_are_not_a_mapping(tmp_path: Path, content: str, words: list[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    for word in words:
+        assert word in str(err.value)
