@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from difftest.core.records import ProbeHeader, ProbeRun, Trailer
 from difftest.probe.protocol import Job, PlannedRun
 
+M = TypeVar("M", bound=BaseModel)
 #: How many characters of a rejected value an error message quotes.
 MAX_QUOTED = 80
 
@@ -94,7 +95,7 @@ def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: b
             continue
         kind = record.get("kind")
         if kind == "header":
-            delivery.header = _header(record, delivery, number)
+            delivery.header = _envelope(ProbeHeader, record, delivery, number)
         elif kind == "run":
             run_records += 1
             if delivery.header is None:
@@ -102,7 +103,7 @@ def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: b
                 continue
             _run(record, delivery, planned, number)
         elif kind == "trailer":
-            delivery.trailer = _trailer(record, delivery, number)
+            delivery.trailer = _envelope(Trailer, record, delivery, number)
         else:
             delivery.untrusted.append(f"line {number} has an unknown kind {_quote(kind)}")
     if delivery.trailer is not None and delivery.trailer.runs != run_records:
@@ -114,19 +115,12 @@ def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: b
     return delivery
 
 
-def _header(record: dict[str, Any], delivery: Delivery, number: int) -> ProbeHeader | None:
+def _envelope(model: type[M], record: dict[str, Any], delivery: Delivery, number: int) -> M | None:
+    """The header or the trailer, validated; a bad one makes the whole output untrusted."""
     try:
-        return ProbeHeader.model_validate(record)
+        return model.model_validate(record)
     except ValidationError as exc:
-        delivery.untrusted.append(f"line {number}: invalid header: {validation_summary(exc)}")
-        return None
-
-
-def _trailer(record: dict[str, Any], delivery: Delivery, number: int) -> Trailer | None:
-    try:
-        return Trailer.model_validate(record)
-    except ValidationError as exc:
-        delivery.untrusted.append(f"line {number}: invalid trailer: {validation_summary(exc)}")
+        delivery.untrusted.append(f"line {number}: invalid {record.get('kind')}: {validation_summary(exc)}")
         return None
 
 
