@@ -32,17 +32,91 @@ def faulty_config(tmp_path, name: str, patch, **extra):
     return write_config(tmp_path, [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}], **extra)
 
 
-def test_a_branch_that_fails_to_import_reads_error_and_keeps_the_others(tmp_path, fixture_repo):
-    patch = prepend(tmp_path / "broken.patch", fixture_repo, SCHEDULER, 'raise ImportError("difftest: planted import failure")')
-    out = tmp_path / "out"
-    assert control_beside_main(faulty_config(tmp_path, "broken", patch), out) == 3
+#: Branch code that rewrites the probe's step records in its own process (the host must reject the key).
+TAMPER = (
+    "import difftest.probe.protocol as _protocol\n"
+    "_step_record = _protocol.step_record\n"
+    "_protocol.step_record = lambda *a, **k: {**_step_record(*a, **k), 'surprise': 1}\n"
+)
+#: Branch code that ends the process quietly (exit code 0) when the third scheduler is built.
+QUIT = (
+    "        import builtins\n"
+    "        builtins._difftest_built = getattr(builtins, '_difftest_built', 0) + 1\n"
+    "        if builtins._difftest_built == 3:\n"
+    "            import os; os._exit(0)\n"
+)
+
+
+#: The tests of the shared faulty run go to one worker, so it runs once (`--dist loadgroup`).
+faulty = pytest.mark.xdist_group("faulty-run")
+
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory, fixture_repo):
+    """One `run -k CONTROL` of main beside five faulty branches (they run in parallel, as in real use)."""
+    tmp = tmp_path_factory.mktemp("faulty")
+    patches = {
+        "broken": prepend(tmp / "broken.patch", fixture_repo, SCHEDULER, 'raise ImportError("difftest: planted import failure")'),
+        "native": make_patch(tmp / "native.patch", "csrc/cache_kernels.cu", "", "// changes a kernel\n"),
+        "half": insert_after(tmp / "half.patch", fixture_repo, METRICS, "        self.num_accepted_tokens += num_accepted_tokens\n",
+                             "        self.num_accepted_tokens += 0.5\n"),
+        "extra": prepend(tmp / "extra.patch", fixture_repo, METRICS, TAMPER),
+        "quit": insert_after(tmp / "quit.patch", fixture_repo, SCHEDULER, INIT_MARKER, QUIT),
+    }
+    branches = [shipped_branch("main")] + [{"name": n, "ref": "main", "patches": [str(p)]} for n, p in patches.items()]
+    out = tmp / "out"
+    code = control_beside_main(write_config(tmp, branches), out)
+    return code, out
+
+
+@faulty
+def test_the_run_of_faulty_branches_could_not_measure_and_kept_main(faulty_run):
+    code, out = faulty_run
+    assert code == 3
     assert_main_intact(out)
+
+
+@faulty
+def test_a_branch_that_fails_to_import_reads_error(faulty_run):
+    _, out = faulty_run
     errors = by_branch(out, "broken")
     assert errors and all(r["verdict"] == "error" for r in errors)
     # The cell shows the exception's last line, not "Traceback (most recent call last):".
     assert all(r["error"].endswith("ImportError: difftest: planted import failure") for r in errors)
     junit = (out / "junit.xml").read_text()
     assert "<error" in junit and "planted import failure" in junit
+
+
+@faulty
+def test_a_branch_that_cannot_be_built_reads_error(faulty_run):
+    _, out = faulty_run
+    refused = by_branch(out, "native")
+    assert refused and all(r["verdict"] == "error" and "native code" in r["error"] for r in refused)
+
+
+@faulty
+def test_a_non_integer_counter_is_an_error_naming_the_field(faulty_run):
+    """The branch adds half a token to every accepted count: its records cannot be validated."""
+    _, out = faulty_run
+    half = by_branch(out, "half")
+    assert half and all(r["verdict"] == "error" for r in half)
+    assert all("invalid" in r["error"] and "num_accepted_tokens" in r["error"] for r in half)
+
+
+@faulty
+def test_a_record_with_an_unknown_key_is_an_error(faulty_run):
+    _, out = faulty_run
+    extra = by_branch(out, "extra")
+    assert extra and all(r["verdict"] == "error" and "surprise" in r["error"] for r in extra)
+
+
+@faulty
+def test_a_probe_that_exits_0_without_its_trailer_keeps_what_it_reported(faulty_run):
+    _, out = faulty_run
+    results = by_branch(out, "quit")
+    assert [r["verdict"] for r in results[:2]] == ["pass", "pass"]
+    lost = results[2:]
+    assert lost and all(r["verdict"] == "error" and "without its trailer" in r["error"] for r in lost)
 
 
 def test_a_hanging_probe_is_killed_and_reported(tmp_path, fixture_repo):
@@ -53,15 +127,6 @@ def test_a_hanging_probe_is_killed_and_reported(tmp_path, fixture_repo):
     assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", CONTROL, "--out", out, "hang") == 3
     hung = by_branch(out, "hang")
     assert hung and all(r["verdict"] == "error" and "timed out after 5 s" in r["error"] for r in hung)
-
-
-def test_a_branch_that_cannot_be_built_reads_error(tmp_path):
-    native = make_patch(tmp_path / "native.patch", "csrc/cache_kernels.cu", "", "// changes a kernel\n")
-    out = tmp_path / "out"
-    assert control_beside_main(faulty_config(tmp_path, "native", native), out) == 3
-    assert_main_intact(out)
-    refused = by_branch(out, "native")
-    assert refused and all(r["verdict"] == "error" and "native code" in r["error"] for r in refused)
 
 
 def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixture_repo):
@@ -94,47 +159,6 @@ def test_a_hanging_run_times_out_and_the_next_scenarios_still_run(tmp_path, fixt
     assert hung and all(r["verdict"] == "error" and "time limit of 3 s" in r["error"] for r in hung)
     after = [r for r in results if r["scenario"] == "grammar-trim-sync"]
     assert len(after) == 4 and {r["verdict"] for r in after} == {"pass"}
-
-
-def test_a_non_integer_counter_is_an_error_naming_the_field(tmp_path, fixture_repo):
-    """The branch adds half a token to every accepted count: its records cannot be validated."""
-    marker = "        self.num_accepted_tokens += num_accepted_tokens\n"
-    patch = insert_after(tmp_path / "half.patch", fixture_repo, METRICS, marker, "        self.num_accepted_tokens += 0.5\n")
-    out = tmp_path / "out"
-    assert control_beside_main(faulty_config(tmp_path, "half", patch), out) == 3
-    assert_main_intact(out)
-    half = by_branch(out, "half")
-    assert half and all(r["verdict"] == "error" for r in half)
-    assert all("invalid" in r["error"] and "num_accepted_tokens" in r["error"] for r in half)
-
-
-def test_a_record_with_an_unknown_key_is_an_error(tmp_path, fixture_repo):
-    """Branch code rewrites the probe's step records in its own process: the host rejects the extra key."""
-    tamper = (
-        "import difftest.probe.protocol as _protocol\n"
-        "_step_record = _protocol.step_record\n"
-        "_protocol.step_record = lambda *a, **k: {**_step_record(*a, **k), 'surprise': 1}\n"
-    )
-    patch = prepend(tmp_path / "extra.patch", fixture_repo, METRICS, tamper)
-    out = tmp_path / "out"
-    assert control_beside_main(faulty_config(tmp_path, "extra", patch), out) == 3
-    assert_main_intact(out)
-    extra = by_branch(out, "extra")
-    assert extra and all(r["verdict"] == "error" and "surprise" in r["error"] for r in extra)
-
-
-def test_a_probe_that_exits_0_without_its_trailer_is_an_error(tmp_path, fixture_repo):
-    """Branch code ends the process quietly (exit code 0) on the first scheduler built for the async path."""
-    quit_ = "        if type(self).__name__ == 'AsyncScheduler':\n            import os; os._exit(0)\n"
-    patch = insert_after(tmp_path / "quit.patch", fixture_repo, SCHEDULER, INIT_MARKER, quit_)
-    out = tmp_path / "out"
-    config = faulty_config(tmp_path, "quit", patch)
-    # main diverges on the all-invalid grammar scenario (strict reading), so the run exits 1.
-    assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", "grammar", "--out", out) == 1
-    results = by_branch(out, "quit")
-    assert results and all(r["verdict"] == "error" and "without its trailer" in r["error"] for r in results)
-    assert {r["scenario"] for r in results} == {"grammar-all-invalid-async", "grammar-trim-sync"}
-    assert "error" not in {r["verdict"] for r in by_branch(out, "main")}
 
 
 @pytest.mark.parametrize("jobs, overlap", [(None, True), (1, False)])

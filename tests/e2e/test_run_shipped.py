@@ -20,7 +20,8 @@ from difftest.core.evidence import SCHEMA_VERSION
 from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
 from tests.factories import ROOT, shipped_branch, write_config
 
-pytestmark = pytest.mark.slow
+#: One worker runs this module's tests, so the shared run happens once (`--dist loadgroup`).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shipped-run")]
 
 SHIPPED = ROOT / "branches.yaml"
 
