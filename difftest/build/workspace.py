@@ -26,6 +26,7 @@ from difftest.build.refs import (
     resolve_branch,
     resolve_ref,
 )
+from difftest.build.tests.sdist import upstream_tests
 from difftest.core.errors import ConfigError, EnvironmentBuildError, RefError
 
 
@@ -79,7 +80,18 @@ def open_source_repo(
         log("--fetch ignored: the fixture repo has no remote")
     if base is None:
         base = ensure_base(config.base, log)
-    return open_repo(ensure_fixture_repo(base.vllm_dir, config.base.package, config.base.version))
+    tests = upstream_tests(config.base.version)
+    if tests is None:
+        log(f"no source distribution is pinned for vLLM {config.base.version}: the fixture repo has no tests/")
+    return open_repo(
+        ensure_fixture_repo(
+            base.vllm_dir,
+            config.base.package,
+            config.base.version,
+            upstream=tests.folder if tests else None,
+            upstream_id=tests.sha256 if tests else "",
+        )
+    )
 
 
 def prepare(

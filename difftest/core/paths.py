@@ -46,6 +46,26 @@ def models_dir() -> Path:
     return _sub("models")
 
 
+def sources_dir() -> Path:
+    """Downloaded source distributions (pinned by hash) and what was taken from them."""
+    return _sub("sdists")
+
+
+def test_roots_dir() -> Path:
+    """The tests tier's test trees, one folder per git tree (and grafted PR tests)."""
+    return _sub("test-roots")
+
+
+def test_deps_dir() -> Path:
+    """Test-only packages, one folder per base, put on PYTHONPATH (never into an environment)."""
+    return _sub("test-deps")
+
+
+def hf_standins_dir() -> Path:
+    """Offline Hugging Face caches holding locally written stand-in configs."""
+    return _sub("hf-standins")
+
+
 def _sub(name: str) -> Path:
     path = difftest_home() / name
     path.mkdir(parents=True, exist_ok=True)

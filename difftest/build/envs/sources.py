@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import configparser
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from difftest.core.config import TorchSource
@@ -27,8 +29,9 @@ def _pip_config_files() -> list[Path]:
     return files
 
 
-def detected_find_links() -> list[str]:
-    """Local wheel folders pip is configured with, existing ones only, in order."""
+def _pip_setting(key: str, sections: tuple[str, ...] = ("global", "install", "download")) -> list[str]:
+    """Every value pip's config files give `key` (whitespace-separated lists split), then its
+    environment variable's (`PIP_<KEY>`), in pip's order: later ones win for single values."""
     found: list[str] = []
     for path in _pip_config_files():
         if not path.is_file():
@@ -38,11 +41,38 @@ def detected_find_links() -> list[str]:
             parser.read(path)
         except configparser.Error:
             continue
-        for section in ("global", "install"):
-            found += parser.get(section, "find-links", fallback="").split()
-    found += os.environ.get("PIP_FIND_LINKS", "").split()
-    local = [f.removeprefix("file://") for f in found]
+        for section in sections:
+            found += parser.get(section, key, fallback="").split()
+    found += os.environ.get("PIP_" + key.upper().replace("-", "_"), "").split()
+    return found
+
+
+def detected_find_links() -> list[str]:
+    """Local wheel folders pip is configured with, existing ones only, in order."""
+    local = [f.removeprefix("file://") for f in _pip_setting("find-links", ("global", "install"))]
     return list(dict.fromkeys(p for p in local if Path(p).is_dir()))
+
+
+def pip_index_urls() -> list[str]:
+    """The package indexes pip is configured with, read now: its index (configured, or pip's own
+    default) first, then the extra ones. Nothing here names a registry; pip does."""
+    configured = _pip_setting("index-url")
+    index = configured[-1] if configured else _pip_default_index()
+    extra = _pip_setting("extra-index-url")
+    return list(dict.fromkeys(url for url in [index, *extra] if url))
+
+
+def _pip_default_index() -> str | None:
+    """pip's built-in index, asked from an interpreter that has pip (None where none has)."""
+    probe = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
+    for python in dict.fromkeys([sys.executable, "python3"]):
+        try:
+            done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return None
 
 
 def wheel_source_args(torch: TorchSource) -> list[str]:

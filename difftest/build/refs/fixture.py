@@ -7,6 +7,11 @@ repository (`vllm/...` at the root). Identity, dates, file modes and git config
 are fixed, so every machine builds the same SHAs from the same wheel, and a
 patch series on top of it gives the same SHAs too.
 
+Where the release's own tests are known (`upstream`: `tests/` and
+`pyproject.toml` from its source distribution, see `build.tests.sdist`), they
+are committed next to the sources, so patch series can add or change tests as
+real pull requests do, and the tests tier finds them where a real clone has them.
+
 The repository is bare: nothing is ever checked out, branches are built as
 commits (see `patches.py`) and read back blob by blob (see `diff.py`).
 """
@@ -73,18 +78,38 @@ def fixture_files(vllm_src: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def source_digest(vllm_src: Path, record: Path | None = None) -> str:
+def upstream_files(upstream: Path) -> list[tuple[str, Path]]:
+    """(path in the repository, file on disk) for every file of an extracted `tests/` + `pyproject.toml`."""
+    found: list[tuple[str, Path]] = []
+    for folder, dirs, files in os.walk(upstream):
+        dirs[:] = sorted(d for d in dirs if d not in _EXCLUDED_DIRS)
+        rel = Path(folder).relative_to(upstream)
+        for name in files:
+            full = Path(folder) / name
+            repo_path = (rel / name).as_posix()
+            if repo_path.split("/", 1)[0] not in ("tests", "pyproject.toml") or not full.is_file():
+                continue
+            if name.endswith((".pyc", ".pyo")) or "\n" in name:
+                continue
+            found.append((repo_path, full))
+    return found
+
+
+def source_digest(vllm_src: Path, record: Path | None = None, upstream_id: str = "") -> str:
     """A cheap fingerprint of the installed sources: names and sizes (+ the wheel's RECORD).
 
     It names the fixture's folder, so a different wheel gets a different
     fixture; it reads no file contents except RECORD, which holds the wheel's
-    own hash of every file and so catches same-size edits.
+    own hash of every file and so catches same-size edits. `upstream_id` (the
+    pinned sdist hash the tests come from) joins it when tests are committed.
     """
     digest = hashlib.sha256(f"difftest-fixture {FORMAT}\n".encode())
     for repo_path, full in fixture_files(vllm_src):
         digest.update(os.fsencode(repo_path) + b"\0" + str(full.stat().st_size).encode() + b"\n")
     if record is not None:
         digest.update(b"RECORD\0" + Path(record).read_bytes())
+    if upstream_id:
+        digest.update(b"UPSTREAM\0" + upstream_id.encode())
     return digest.hexdigest()[:16]
 
 
@@ -94,13 +119,20 @@ def fixture_repo_path(package: str, version: str, source_digest: str) -> Path:
     return paths.repos_dir() / name
 
 
-def ensure_fixture_repo(vllm_src: Path, package: str, version: str, record: Path | None = None) -> Path:
-    """The cached fixture for this wheel, built on first use."""
-    digest = source_digest(vllm_src, record)
-    return build_fixture_repo(vllm_src, version, fixture_repo_path(package, version, digest))
+def ensure_fixture_repo(
+    vllm_src: Path,
+    package: str,
+    version: str,
+    record: Path | None = None,
+    upstream: Path | None = None,
+    upstream_id: str = "",
+) -> Path:
+    """The cached fixture for this wheel (and the release's tests, if given), built on first use."""
+    digest = source_digest(vllm_src, record, upstream_id if upstream is not None else "")
+    return build_fixture_repo(vllm_src, version, fixture_repo_path(package, version, digest), upstream)
 
 
-def build_fixture_repo(vllm_src: Path, version: str, dest: Path) -> Path:
+def build_fixture_repo(vllm_src: Path, version: str, dest: Path, upstream: Path | None = None) -> Path:
     """Build (or reuse) the fixture repository of `vllm_src` at `dest`; return `dest`.
 
     The build happens in a sibling temp folder renamed onto `dest` at the end,
@@ -121,7 +153,7 @@ def build_fixture_repo(vllm_src: Path, version: str, dest: Path) -> Path:
             tmp = dest.parent / f".{dest.name}{_BUILDING}{os.getpid()}-{secrets.token_hex(4)}"
             try:
                 started = time.monotonic()
-                commit, count = _build(Path(vllm_src), version, tmp)
+                commit, count = _build(Path(vllm_src), version, tmp, upstream)
                 os.rename(tmp, dest)
                 _log.info(
                     "fixture repository v%s (%s, %d files) built in %.1f s at %s",
@@ -191,11 +223,14 @@ def _remove_stale_builds(dest: Path) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _build(vllm_src: Path, version: str, tmp: Path) -> tuple[str, int]:
-    """Commit the sources into a new bare repository at `tmp`; return (commit, file count)."""
+def _build(vllm_src: Path, version: str, tmp: Path, upstream: Path | None = None) -> tuple[str, int]:
+    """Commit the sources (and the release's tests) into a new bare repository at `tmp`;
+    return (commit, file count)."""
     files = fixture_files(vllm_src)
     if not files:
         raise RefError(f"{vllm_src} holds no source files", "pass the installed package folder, `<site-packages>/vllm`")
+    if upstream is not None:
+        files = sorted(files + upstream_files(upstream), key=lambda item: os.fsencode(item[0]))
     tmp.mkdir()
     env = isolated_env(str(tmp))
     g = git.Git(str(tmp))
@@ -231,6 +266,8 @@ def _build(vllm_src: Path, version: str, tmp: Path) -> tuple[str, int]:
             f"vLLM {version}: Python sources of the installed package\n\n"
             "Built by difftest from the installed wheel; compiled files (*.so, *.pyc) are left out.\n"
         )
+        if upstream is not None:
+            message += "tests/ and pyproject.toml come from the release's source distribution.\n"
         commit = g.commit_tree("--no-gpg-sign", "-m", message, tree, env=env)
         g.update_ref("refs/heads/main", commit, env=env)
         g.update_ref(tag, commit, env=env)
@@ -241,6 +278,13 @@ def _build(vllm_src: Path, version: str, tmp: Path) -> tuple[str, int]:
         ) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    marker = {"format": FORMAT, "version": version, "commit": commit, "tag": f"v{version}", "files": len(files)}
+    marker = {
+        "format": FORMAT,
+        "version": version,
+        "commit": commit,
+        "tag": f"v{version}",
+        "files": len(files),
+        "tests": upstream is not None,
+    }
     (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return commit, len(files)
