@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
-from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, Totals, Verdict, Violation
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence, TestSourceEvidence
+from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, TestRecord, Totals, Verdict, Violation
 
 # -- the repository ------------------------------------------------------------
 
@@ -189,6 +189,24 @@ def make_evidence(**overrides: Any) -> Evidence:
         runs={BRANCH: [make_run()]},
     )
     return Evidence(**{**fields, **overrides})
+
+
+#: The default test of the tests tier: a PR's regression test, judged on main's code.
+TEST_ID = "tests/v1/core/test_scheduler.py::test_stats_survive"
+TEST_SOURCE = "from:pr-56137-style"
+
+
+def make_test_record(**overrides: Any) -> TestRecord:
+    """One test of a PR's source that passes on main's code (the baseline)."""
+    fields: dict[str, Any] = dict(
+        source=TEST_SOURCE, code=BRANCH, test=TEST_ID, outcome="passed", judgement="pass", duration_s=0.4
+    )
+    return TestRecord(**{**fields, **overrides})
+
+
+def make_test_source(**overrides: Any) -> TestSourceEvidence:
+    fields: dict[str, Any] = dict(origin="pr-56137-style", sha="c" * 40, selection=[TEST_ID], session="shared")
+    return TestSourceEvidence(**{**fields, **overrides})
 
 
 # -- end-to-end configs --------------------------------------------------------

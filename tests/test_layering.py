@@ -23,13 +23,17 @@ PACKAGE = ROOT / "difftest"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 #: What the base environment provides besides the standard library and vLLM.
 BASE_PACKAGES = {"vllm", "torch", "tokenizers", "transformers", "safetensors", "xgrammar", "numpy"}
+#: The tests tier's pytest plugin also has the test-only folder on its path (pytest and friends).
+SUITE_PLUGIN_PACKAGES = {"pytest"}
 #: Layer -> the difftest layers it may import (itself included). cli sits on top and may import all.
+#: `probe.protocol` and `probe.tests.contract` are the wire contracts between the host and what runs
+#: inside branch environments (the probe; the tests tier's pytest plugin), shared by both sides.
 ALLOWED = {
     "probe": {"probe"},
     "core": {"core", "probe.protocol"},
-    "tiers": {"tiers", "core", "probe.protocol", "probe.scheduler.script"},
+    "tiers": {"tiers", "core", "probe.protocol", "probe.scheduler.script", "probe.tests.contract"},
     "build": {"build", "core"},
-    "run": {"run", "build", "tiers", "core", "probe.protocol"},
+    "run": {"run", "build", "tiers", "core", "probe.protocol", "probe.tests.contract"},
     "reports": {"reports", "tiers", "core"},
     "cli": {"cli", "run", "build", "reports", "tiers", "core", "probe.protocol"},
 }
@@ -90,7 +94,8 @@ def test_the_probe_imports_only_the_standard_library_vllm_and_the_base(path: Pat
         if top == "difftest":
             assert name.startswith("difftest.probe") or name == "difftest", f"{path}: imports host code {name}"
         else:
-            assert top in sys.stdlib_module_names or top in BASE_PACKAGES or top == "__future__", f"{path}: {name}"
+            extra = SUITE_PLUGIN_PACKAGES if path.parent.name == "tests" else set()
+            assert top in sys.stdlib_module_names or top in BASE_PACKAGES | extra or top == "__future__", f"{path}: {name}"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
@@ -144,10 +149,15 @@ def test_no_tier_name_is_compared_outside_the_registry() -> None:
     assert not offenders, "tier names compared outside the registry:\n" + "\n".join(offenders)
 
 
-def test_every_registered_tier_is_wired_to_a_probe_entry() -> None:
+def test_every_registered_tier_is_wired_to_what_runs_inside_the_branches() -> None:
+    """A probe-measured tier names a probe entry; a suite-measured tier names its pytest plugin."""
     from difftest.probe.__main__ import ENTRIES
 
     for name, tier in tiers.REGISTRY.items():
         assert tier.name == name
-        assert tier.probe_entry in ENTRIES, f"tier {name}: no probe entry {tier.probe_entry!r}"
         assert (PACKAGE / "tiers" / name / "tier.py").is_file()
+        if tier.method == "probes":
+            assert tier.probe_entry in ENTRIES, f"tier {name}: no probe entry {tier.probe_entry!r}"
+        else:
+            assert tier.method == "suites" and tier.plugin.startswith("difftest.probe."), tier.plugin
+            assert (ROOT / (tier.plugin.replace(".", "/") + ".py")).is_file(), f"tier {name}: no plugin {tier.plugin}"

@@ -39,6 +39,7 @@ _HINTS = {
     "baseline": "name one of the branches listed under `branches`",
     "branches": "list at least one branch as `{name: NAME, ref: REF}`",
     "oracle.reading": "write `strict` (a fully invalidated request is no row) or `lenient` (a row with 0 drafts)",
+    "tests": "write `tests: {select: [PATH, ...], deselect: [NODE_ID, ...], keyword: EXPR}` (see README, the tests tier)",
 }
 
 
@@ -108,8 +109,78 @@ class OracleSpec(_Strict):
 class Timeouts(_Strict):
     #: One probe process per branch: import of vLLM plus every scenario of a tier.
     probe_s: float = Field(default=600.0, gt=0)
-    #: One (scenario, order) run inside the probe; a run over it is recorded as a timeout.
+    #: One (scenario, order) run inside the probe, or one test of the tests tier; past it: a timeout.
     run_s: float = Field(default=120.0, gt=0)
+    #: One pytest session of the tests tier (every branch at once); past it the session is stopped
+    #: and keeps the tests that finished.
+    suite_s: float = Field(default=1800.0, gt=0)
+
+
+#: The tests tier's default selection: the upstream tests around the stats path that run on CPU.
+#: `keyword` (pytest's -k) keeps the spec-decoding, stop and grammar tests of test_scheduler.py
+#: and test_async_scheduler.py; module names already match it for the other files.
+DEFAULT_TEST_SELECT = [
+    "tests/v1/core/test_scheduler.py",
+    "tests/v1/core/test_async_scheduler.py",
+    "tests/v1/metrics/test_stats.py",
+    "tests/v1/worker/test_grammar_invalid_drafts.py",
+    "tests/v1/spec_decode/test_request_acceptance.py",
+    "tests/v1/spec_decode/test_ngram.py",
+]
+DEFAULT_TEST_KEYWORD = "spec or draft or stop or stats or grammar or structured or accept or ngram"
+#: Test-only packages put on PYTHONPATH (pins of vLLM 0.32's CPU test requirements, plus xdist).
+DEFAULT_TEST_REQUIREMENTS = [
+    "pytest==9.1.0",
+    "pytest-asyncio==1.4.0",
+    "pytest-timeout==2.3.1",
+    "pytest-xdist==3.8.0",
+    "tblib==3.1.0",
+]
+
+
+class TestsSpec(_Strict):
+    """The tests tier: which of the repository's own tests run in every branch environment.
+
+    `select` holds pytest arguments relative to the repository root (files,
+    folders, node ids); `keyword` is pytest's `-k`; `deselect` node ids (or
+    prefixes) are left out everywhere, PR tests included. Tests a branch adds
+    or changes always run too, on every branch's code. The default `keyword`
+    belongs to the default `select`: a config that names its own files gets no
+    keyword unless it writes one.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    select: list[str] = Field(default_factory=lambda: list(DEFAULT_TEST_SELECT), min_length=1)
+    keyword: str | None = DEFAULT_TEST_KEYWORD
+    deselect: list[str] = Field(default_factory=list)
+    #: Test-only packages (pip requirements), installed once per base into their own folder.
+    requirements: list[str] = Field(default_factory=lambda: list(DEFAULT_TEST_REQUIREMENTS))
+
+    @model_validator(mode="after")
+    def _keyword_goes_with_the_default_select(self) -> "TestsSpec":
+        if "select" in self.model_fields_set and "keyword" not in self.model_fields_set:
+            object.__setattr__(self, "keyword", None)
+        return self
+
+    @field_validator("select", "deselect")
+    @classmethod
+    def _relative(cls, value: list[str]) -> list[str]:
+        for item in value:
+            path = item.split("::", 1)[0]
+            if not path or path.startswith(("/", "-")) or ".." in Path(path).parts:
+                raise ValueError(f"{item!r}: write a path inside the repository (e.g. tests/v1/core/test_scheduler.py)")
+        return value
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                Requirement(item)
+            except InvalidRequirement as exc:
+                raise ValueError(f"{item!r} is not a requirement: {exc}") from None
+        return value
 
 
 class Config(_Strict):
@@ -120,6 +191,8 @@ class Config(_Strict):
     oracle: OracleSpec = OracleSpec()
     stats_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_STATS_PATHS))
     timeouts: Timeouts = Timeouts()
+    #: The tests tier's selection; None: the tier runs only when asked for (`--tier tests`).
+    tests: TestsSpec | None = None
     scenarios_dir: Path = Path("scenarios")
     #: Folder of the config file; relative paths above are resolved against it.
     root: Path = Path(".")
@@ -180,6 +253,8 @@ def _hint_for(key: str) -> str | None:
         return f"{generic}: {_HINTS[generic]}"
     if generic.startswith("branches"):
         return "each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...]}`"
+    if generic.startswith("tests"):
+        return f"tests: {_HINTS['tests']}"
     return None
 
 

@@ -9,7 +9,9 @@ an unknown version fails with a message instead of a pydantic dump.
 
 Versions: 1 (results keyed by `order`, statement as `explanation`); 2 (results
 keyed by run `label`, `statement`; runs carry their `role` and the probe's
-`failure`; scenarios not run on this base say why in `skipped`).
+`failure`; scenarios not run on this base say why in `skipped`); 3 (the tests
+tier: `tests` holds every (test source, code branch, test, outcome, message)
+and `test_sources` where each source's tests came from).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from difftest import __version__
 from difftest.core.errors import DifftestError
-from difftest.core.records import ProbeRun, Reading, Result
+from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 
 class BaseEvidence(BaseModel):
@@ -62,8 +64,27 @@ class ScenarioEvidence(BaseModel):
     skipped: str | None = None
 
 
+class TestSourceEvidence(BaseModel):
+    """Where one source of tests of the tests tier came from, and what it selected."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    #: The branch whose tree holds the tests (the baseline for `upstream`).
+    origin: str
+    #: That tree's commit.
+    sha: str | None = None
+    #: What was selected: pytest arguments for `upstream`, the node ids a branch adds or changes otherwise.
+    selection: list[str] = Field(default_factory=list)
+    keyword: str | None = None
+    #: Other branches whose test changes are identical (their tests ran once, under this source).
+    same_as: list[str] = Field(default_factory=list)
+    #: How it ran: in the shared session (baseline tree, changed modules grafted in) or on its own tree.
+    session: str = ""
+    note: str = ""
+
+
 class Evidence(BaseModel):
-    schema_version: Literal["2"] = SCHEMA_VERSION
+    schema_version: Literal["3"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -75,6 +96,10 @@ class Evidence(BaseModel):
     results: list[Result] = Field(default_factory=list)
     #: Raw probe runs per branch, kept so verdicts can be re-checked offline.
     runs: dict[str, list[ProbeRun]] | None = None
+    #: The tests tier: every test of every source on every branch's code, with its judgement.
+    tests: list[TestRecord] = Field(default_factory=list)
+    #: The tests tier's sources by label (`upstream`, `from:<branch>`).
+    test_sources: dict[str, TestSourceEvidence] = Field(default_factory=dict)
 
 
 def evidence_json(evidence: Evidence) -> str:
@@ -158,8 +183,13 @@ def _run_from_1(run: dict[str, Any]) -> dict[str, Any]:
     return run
 
 
+def upgrade_from_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3: no tests tier yet, so no test records and no test sources."""
+    return {**raw, "schema_version": "3", "tests": raw.get("tests") or [], "test_sources": raw.get("test_sources") or {}}
+
+
 #: schema version -> the step that brings a file of that version one version up.
-UPGRADES = {"1": upgrade_from_1}
+UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -26,6 +26,9 @@ __all__ = [
     "Result",
     "RunRole",
     "StepRecord",
+    "TestJudgement",
+    "TestOutcome",
+    "TestRecord",
     "Totals",
     "Trailer",
     "Verdict",
@@ -34,6 +37,15 @@ __all__ = [
 
 Verdict = Literal["pass", "diverge", "broken", "error"]
 Reading = Literal["strict", "lenient"]
+#: What one test did on one branch's code (the tests tier). `not-collected`: its module did not
+#: import or collect in that environment; `not-run`: the session or the worker never got to it.
+TestOutcome = Literal["passed", "failed", "error", "skipped", "xfailed", "not-collected", "not-run"]
+#: How a test outcome is judged against the baseline's outcome of the same test:
+#: `pass` passes (as on the baseline), `fixed` passes where the baseline does not, `regression`
+#: passes on the baseline and fails here (the branch is broken), `fails-on-baseline` does not pass
+#: here nor on the baseline (judged by nobody), `skipped` is skipped here, `unmeasured` could not
+#: be collected or run here while the baseline could (could not measure).
+TestJudgement = Literal["pass", "fixed", "regression", "fails-on-baseline", "skipped", "unmeasured"]
 
 
 class _Record(BaseModel):
@@ -207,4 +219,22 @@ class Result(BaseModel):
     error: str | None = None
     #: The scenario's one-line statement of what it probes.
     statement: str = ""
+    duration_s: float = 0.0
+
+
+class TestRecord(BaseModel):
+    """One test of one test source, run on one branch's code, and how it is judged."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    #: The test source: `upstream` (the selection, from the baseline's tree) or `from:<branch>`.
+    source: str
+    #: The branch whose code ran the test.
+    code: str
+    #: The pytest node id, as in the source's own tree.
+    test: str
+    outcome: TestOutcome
+    #: The failure's first line (the failing assertion), the skip reason, or why it was not run.
+    message: str = ""
+    judgement: TestJudgement
     duration_s: float = 0.0

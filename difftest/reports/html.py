@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from difftest.core.evidence import Evidence
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
+from difftest.reports.tests_matrix import LEGEND, cross_matrix, tests_matrices
 from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
 
 TEMPLATE = "report.html.j2"
@@ -47,4 +48,7 @@ def render_html(evidence: Evidence) -> str:
         verdicts=SUMMARY_ORDER,
         words=VERDICT_WORDS,
         nonpass=nonpass,
+        test_matrices=tests_matrices(evidence),
+        cross=cross_matrix(tests_matrices(evidence)),
+        tests_legend=LEGEND,
     )

@@ -15,6 +15,7 @@ from difftest.core.records import Result
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
 from difftest.reports.format import fenced, md_escape
+from difftest.reports.tests_matrix import markdown_lines
 from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
 
 ICONS: dict[str, str] = {"pass": "✅", "diverge": "⚠️", "broken": "❌", "error": "⛔"}
@@ -23,7 +24,7 @@ MAX_CHARS = 60_000
 
 
 def render_markdown(evidence: Evidence) -> str:
-    head = [*_header(evidence), *_summary(evidence), *_grid(evidence)]
+    head = [*_header(evidence), *_summary(evidence), *_grid(evidence), *markdown_lines(evidence)]
     details = _details(evidence)
     text = "\n".join(head)
     for i, block in enumerate(details):

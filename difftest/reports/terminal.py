@@ -21,6 +21,7 @@ from rich.text import Text
 
 from difftest.core.evidence import Evidence
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
+from difftest.reports.tests_matrix import terminal_renderables
 from difftest.reports.views import VERDICT_WORDS, Cell, ScenarioView, branch_names, scenario_views, timestamp
 
 STYLES: dict[str, str] = {
@@ -43,9 +44,13 @@ def render_terminal(evidence: Evidence, console: Console | None = None) -> None:
     console.print(_header(evidence))
     for view in scenario_views(evidence):
         console.print()
-        console.print(_scenario_table(view))
+        if view.rows:  # tiers without counter rows (tests) show their own matrix below
+            console.print(_scenario_table(view))
         for line in _reason_lines(view):
             console.print(line)
+    for renderable in terminal_renderables(evidence):
+        console.print()
+        console.print(renderable)
     console.print()
     console.print(_summary_table(evidence))
     console.print(Text("reading  ", style="bold") + Text(READINGS.get(evidence.reading, evidence.reading)))

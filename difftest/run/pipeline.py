@@ -22,15 +22,16 @@ from difftest import tiers
 from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
-from difftest.core.records import ProbeRun, Reading, Result, Violation
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence, TestSourceEvidence
+from difftest.core.records import ProbeRun, Reading, Result, TestRecord, Violation
 from difftest.core.selection import compile_selection
 from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.runner import BranchRun, Progress, run_branches
+from difftest.run.suite import SuiteMeasurement, measure_suites
 from difftest.tiers.base import Tier
-from difftest.tiers.common.scenario import ScenarioBase
+from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
 
 Log = Callable[[str], None]
 #: (tier name, branch names) -> a context manager yielding that tier's progress callback.
@@ -63,7 +64,7 @@ class TierScenarios:
     """One tier's selected scenarios, and those this base cannot run (with the reason)."""
 
     tier: Tier
-    scenarios: list[ScenarioBase]
+    scenarios: list[ScenarioIdentity]
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -71,8 +72,10 @@ class TierScenarios:
 class Comparison:
     workspace: Workspace
     evidence: Evidence
-    #: tier name -> branch name -> what its probe delivered.
+    #: tier name -> branch name -> what its probe delivered (tiers measured by probes).
     delivered: dict[str, dict[str, BranchRun]]
+    #: tier name -> what its test sessions measured (tiers measured by suites).
+    suites: dict[str, SuiteMeasurement] = field(default_factory=dict)
 
 
 def compare(
@@ -88,18 +91,26 @@ def compare(
     for chosen in selected:
         _mark_unavailable(chosen, workspace.base.fingerprint, log)
     delivered: dict[str, dict[str, BranchRun]] = {}
+    suites: dict[str, SuiteMeasurement] = {}
     for chosen in selected:
         runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
         if not runnable:
             continue
         names = [b.name for b in workspace.branches if b.env is not None]
         with progress(chosen.tier.name, names) as callback:
+            if chosen.tier.method == "suites":
+                (scenario,) = runnable
+                suites[chosen.tier.name] = measure_suites(
+                    workspace, chosen.tier, scenario, request.out / chosen.tier.name, reading, callback, log
+                )
+                continue
             delivered[chosen.tier.name] = measure_tier(workspace, chosen.tier, runnable, request.out / "probe", request.jobs, callback)
         for branch, run in delivered[chosen.tier.name].items():
             state = f"failed: {run.error}" if run.error else "done"
             log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
-    results = judge_all(workspace, selected, delivered, reading)
-    return Comparison(workspace, make_evidence(workspace, selected, delivered, results, reading), delivered)
+    results = judge_all(workspace, selected, delivered, reading) + [r for m in suites.values() for r in m.results]
+    evidence = make_evidence(workspace, selected, delivered, results, reading, suites)
+    return Comparison(workspace, evidence, delivered, suites)
 
 
 def select_scenarios(config: Config, tier_names: list[str] | None, select: str | None) -> list[TierScenarios]:
@@ -108,15 +119,9 @@ def select_scenarios(config: Config, tier_names: list[str] | None, select: str |
     matcher = compile_selection(select) if select is not None else None
     chosen: list[TierScenarios] = []
     for tier in chosen_tiers:
-        folder = config.scenarios_dir / tier.folder
-        if not folder.is_dir():
-            if tier_names:
-                raise ConfigError(
-                    f"no scenario folder for the {tier.name} tier: {folder} does not exist",
-                    "point `scenarios_dir` in the config at a folder with one subfolder per tier",
-                )
+        scenarios = tier.scenarios(config, explicit=bool(tier_names))
+        if scenarios is None:
             continue
-        scenarios = tier.load(folder)
         if matcher is not None:
             scenarios = [s for s in scenarios if matcher(s.name)]
         if scenarios:
@@ -151,7 +156,7 @@ def _mark_unavailable(chosen: TierScenarios, base: dict, log: Log) -> None:
 
 
 def make_job(
-    tier: Tier, scenarios: list[ScenarioBase], run_timeout_s: float | None, work_dir: Path | None = None
+    tier: Tier, scenarios: list[ScenarioIdentity], run_timeout_s: float | None, work_dir: Path | None = None
 ) -> Job:
     """The JOB.json the tier's probe reads; `work_dir` is where it builds its model folders."""
     return {
@@ -159,14 +164,14 @@ def make_job(
         "entry": tier.probe_entry,
         "work_dir": str(work_dir or paths.models_dir()),
         "run_timeout_s": run_timeout_s,
-        "scenarios": [s.job_scenario() for s in scenarios],
+        "scenarios": [s.job_scenario() for s in scenarios],  # type: ignore[attr-defined]
     }
 
 
 def measure_tier(
     workspace: Workspace,
     tier: Tier,
-    scenarios: list[ScenarioBase],
+    scenarios: list[ScenarioIdentity],
     work_dir: Path,
     jobs: int | None = None,
     progress: Progress | None = None,
@@ -195,6 +200,8 @@ def judge_all(
     names = [b.name for b in workspace.branches]
     baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
     for chosen in selected:
+        if chosen.tier.method != "probes":
+            continue  # judged from its test outcomes (`measure_suites`)
         tier_runs = delivered.get(chosen.tier.name, {})
         for scenario in chosen.scenarios:
             if scenario.name in chosen.skipped:
@@ -236,6 +243,7 @@ def make_evidence(
     delivered: dict[str, dict[str, BranchRun]],
     results: list[Result],
     reading: Reading,
+    suites: dict[str, SuiteMeasurement] | None = None,
 ) -> Evidence:
     base_fp = workspace.base.fingerprint
     branches = {}
@@ -250,7 +258,7 @@ def make_evidence(
         )
     scenarios = {
         s.name: ScenarioEvidence(
-            file=f"{chosen.tier.folder}/{s.file}",
+            file=f"{chosen.tier.folder}/{s.file}" if chosen.tier.folder else s.file,
             sha256=s.sha256,
             seed=s.seed,
             tier=chosen.tier.name,
@@ -266,6 +274,8 @@ def make_evidence(
     for per_branch in delivered.values():
         for name, run in per_branch.items():
             runs.setdefault(name, []).extend(r.model_copy(update={"steps": []}) for r in run.runs)
+    tests: list[TestRecord] = [r for m in (suites or {}).values() for r in m.records]
+    test_sources: dict[str, TestSourceEvidence] = {k: v for m in (suites or {}).values() for k, v in m.sources.items()}
     return Evidence(
         command=sys.argv[:],
         reading=reading,
@@ -279,4 +289,6 @@ def make_evidence(
         scenarios=scenarios,
         results=results,
         runs=runs,
+        tests=tests,
+        test_sources=test_sources,
     )

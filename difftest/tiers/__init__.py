@@ -10,8 +10,9 @@ from difftest.core.errors import ConfigError
 from difftest.tiers.base import Tier
 from difftest.tiers.engine.tier import EngineTier
 from difftest.tiers.scheduler.tier import SchedulerTier
+from difftest.tiers.tests.tier import TestsTier
 
-REGISTRY: dict[str, Tier] = {tier.name: tier for tier in (SchedulerTier(), EngineTier())}
+REGISTRY: dict[str, Tier] = {tier.name: tier for tier in (SchedulerTier(), EngineTier(), TestsTier())}
 
 
 def names() -> list[str]:

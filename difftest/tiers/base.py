@@ -1,33 +1,55 @@
 """What a tier is: the catalogue of everything a tier provides, with the defaults.
 
 A tier is one way of exercising each branch's stats path (a scripted model
-against the real scheduler; the real engine on a tiny model; ...). The host
-never asks which tier it holds: it calls these hooks, in this order, for every
-tier the user selected (`difftest.run.pipeline`):
+against the real scheduler; the real engine on a tiny model; the repository's
+own tests). The host never asks which tier it holds: it calls these hooks, in
+this order, for every tier the user selected (`difftest.run.pipeline`):
 
-    load(folder)                      -> scenarios          (validation: before anything is built)
+    scenarios(config, explicit)       -> scenarios or None  (validation: before anything is built;
+                                         the default reads `load(folder)` from `scenarios_dir/folder`)
     unavailable(scenario, base)       -> reason or None     (e.g. needs CUDA on a CPU base)
+
+then, by `method`, one of two ways of measuring and judging:
+
+`method = "probes"` (scheduler, engine): a difftest probe process per branch plays planned runs.
+
     scenario.runs(), job_scenario()   -> the planned runs and what the probe plays
     probe_entry                       -> which probe runs it inside each branch environment
     default_jobs(branches, cores)     -> how many branch probes at once
     expected(scenario, run, reading)  -> the oracle's totals for one measured run
     invariants(scenario, runs)        -> violations per run label, for one branch
     across_branches(scenario, runs, baseline) -> violations per branch and label
-    report_rows()                     -> the counter rows reports show
+
+`method = "suites"` (tests): the repository's own pytest tests run in every branch
+environment, all branches at once in one pytest-xdist session per test tree
+(`difftest.run.suite`); the verdicts come from test outcomes, not counter totals.
+
+    plan_suites(scenario, baseline, branches) -> which tests come from where, and the sessions
+    suite_requirements(scenario)      -> test-only packages (a folder on PYTHONPATH, never installed)
+    plugin                            -> the pytest plugin (under `difftest.probe`) loaded in every process
+    judge_suites(scenario, outcomes, ...) -> one verdict per (branch, test source), and the judged records
+
+and for every tier:
+
+    report_rows()                     -> the counter rows reports show (none: no counter table)
 
 Adding a tier is one folder under `difftest/tiers/` with a `tier.py`, one under
-`difftest/probe/` with its `start(job)`, and one line in `tiers.REGISTRY`.
+`difftest/probe/` (its `start(job)`, or its pytest plugin), and one line in
+`tiers.REGISTRY`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from difftest.core.records import COUNTERS, ProbeRun, Reading, Totals
+from difftest.core.config import Config
+from difftest.core.errors import ConfigError
+from difftest.core.records import COUNTERS, ProbeRun, Reading, Result, TestRecord, Totals
+from difftest.core.suites import BranchTests, RawOutcome, SuitePlan
 from difftest.core.verdicts import MAL
 from difftest.tiers.common.invariants import ByLabel
-from difftest.tiers.common.scenario import ScenarioBase
+from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
 
 #: Report row key after the counters: where the branch's emitted count comes from.
 EMITTED_SOURCE = "emitted_source"
@@ -38,12 +60,29 @@ class Tier:
 
     #: Registry key, `--tier` choice and the value recorded in the evidence.
     name: ClassVar[str]
-    #: Subfolder of `scenarios_dir` holding this tier's scenario files.
-    folder: ClassVar[str]
-    #: Key of `difftest.probe.__main__.ENTRIES`: the probe that plays this tier's jobs.
-    probe_entry: ClassVar[str]
-    #: The pydantic model of one scenario file.
-    scenario_model: ClassVar[type[ScenarioBase]]
+    #: How the pipeline measures and judges the tier (see the module docstring).
+    method: ClassVar[Literal["probes", "suites"]] = "probes"
+    #: Subfolder of `scenarios_dir` holding this tier's scenario files ("" for none).
+    folder: ClassVar[str] = ""
+    #: Key of `difftest.probe.__main__.ENTRIES`: the probe that plays this tier's jobs ("probes").
+    probe_entry: ClassVar[str] = ""
+    #: Module under `difftest.probe` loaded as a pytest plugin in every pytest process ("suites").
+    plugin: ClassVar[str] = ""
+    #: The pydantic model of one scenario.
+    scenario_model: ClassVar[type[ScenarioIdentity]]
+
+    def scenarios(self, config: Config, explicit: bool) -> list[ScenarioIdentity] | None:
+        """This tier's validated scenarios for `config`; None when the config has none for it (a run
+        of every tier then leaves it out). `explicit`: the user named the tier (`--tier NAME`)."""
+        folder = config.scenarios_dir / self.folder
+        if not folder.is_dir():
+            if explicit:
+                raise ConfigError(
+                    f"no scenario folder for the {self.name} tier: {folder} does not exist",
+                    "point `scenarios_dir` in the config at a folder with one subfolder per tier",
+                )
+            return None
+        return list(self.load(folder))
 
     def load(self, folder: Path) -> list[ScenarioBase]:
         """Read and validate every scenario file of `folder`; raise ConfigError naming file, key, fix."""
@@ -74,3 +113,27 @@ class Tier:
     def report_rows(self) -> list[str]:
         """Row keys of the per-scenario counter table: the counters, the emitted source, the mean."""
         return [*COUNTERS, EMITTED_SOURCE, MAL]
+
+    # -- tiers measured by test suites (`method = "suites"`) -----------------------------------
+
+    def plan_suites(self, scenario: ScenarioIdentity, baseline: BranchTests, branches: list[BranchTests]) -> SuitePlan:
+        """Which tests come from where (`TestSource`s) and the pytest sessions that run them."""
+        raise NotImplementedError
+
+    def suite_requirements(self, scenario: ScenarioIdentity) -> list[str]:
+        """Test-only packages the sessions need, as pip requirements."""
+        raise NotImplementedError
+
+    def judge_suites(
+        self,
+        scenario: ScenarioIdentity,
+        plan: SuitePlan,
+        outcomes: list[RawOutcome],
+        codes: list[str],
+        baseline: str,
+        reading: Reading,
+        unmeasured: dict[str, str],
+    ) -> tuple[list[Result], list[TestRecord]]:
+        """One Result per (code branch, source) and every outcome judged; `unmeasured`: branches
+        whose code ran nothing, and why."""
+        raise NotImplementedError

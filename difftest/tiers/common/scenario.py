@@ -25,19 +25,15 @@ from difftest.probe.protocol import JobScenario, PlannedRun
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
-class ScenarioBase(BaseModel):
-    """Subclasses add `tier` and `requests` (each request has an `id`)."""
+class ScenarioIdentity(BaseModel):
+    """What the pipeline, the evidence and the reports need of any tier's scenario: a name, a
+    one-line statement, and where it was read from (file and hash), for `verify`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     name: str
     statement: str = Field(min_length=1)
-    k: int = Field(ge=1, le=8)
     seed: int = 0
-    #: YAML key `orders`: `listed`, `all` (every permutation) or explicit id lists.
-    batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
-    #: Run each request alone too (needed by the additivity invariant); default: when there are several.
-    alone: bool | None = None
     #: Set by the loader, not written in the file.
     file: str = ""
     sha256: str = ""
@@ -48,6 +44,21 @@ class ScenarioBase(BaseModel):
         if "\n" in value.strip():
             raise ValueError("must be one line")
         return value.strip()
+
+    def runs(self) -> list[PlannedRun]:
+        """The planned runs a probe plays (none for tiers that are not measured by probes)."""
+        return []
+
+
+class ScenarioBase(ScenarioIdentity):
+    """A batch of requests played in several orders. Subclasses add `tier` and `requests`
+    (each request has an `id`)."""
+
+    k: int = Field(ge=1, le=8)
+    #: YAML key `orders`: `listed`, `all` (every permutation) or explicit id lists.
+    batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
+    #: Run each request alone too (needed by the additivity invariant); default: when there are several.
+    alone: bool | None = None
 
     @property
     def request_ids(self) -> list[str]:

@@ -1,0 +1,1 @@
+"""pytest plugin of the tests tier (runs inside branch environments, under pytest-xdist)."""

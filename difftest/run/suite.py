@@ -1,0 +1,273 @@
+"""Measuring a suite tier: the repository's own tests in every branch environment, at once.
+
+One pytest-xdist session per test tree (`tiers.tests.sources` keeps them few):
+the controller is the baseline's environment (it must import the tests'
+`conftest.py`, so it needs torch and vLLM itself), and every branch is one
+`popen//python=<branch python>` gateway, with `--dist each` so that every
+worker runs every selected test. Everything xdist gets silently wrong for this
+is handled by the tier's pytest plugin (`difftest.probe.tests.plugin`) and
+checked here when reading the results (`run.suite_results`): each worker's
+results are labelled by the controller, each worker's `vllm` must come from its
+own environment, and a test a worker did not collect or run reads "could not
+measure" for that branch only.
+
+Test-only packages come from one folder per base on PYTHONPATH, model configs
+from an offline stand-in cache; nothing is installed into an environment, and
+nothing is downloaded from a hub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difftest.build.tests.deps import site_dir, test_deps
+from difftest.build.tests.standins import hub_cache
+from difftest.build.tests.trees import PYTEST_CONFIG, branch_tests, has_tests, test_root
+from difftest.build.workspace import Workspace
+from difftest.core import paths
+from difftest.core.evidence import TestSourceEvidence
+from difftest.core.records import Reading, Result, TestRecord
+from difftest.core.suites import BranchTests, RawOutcome, SuitePlan, SuiteSession
+from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, OUT_ENV
+from difftest.run.runner import Progress, probe_environ
+from difftest.run.suite_results import read_session
+from difftest.tiers.base import Tier
+from difftest.tiers.common.scenario import ScenarioIdentity
+
+Log = Any
+#: Variables that would change what pytest loads or how xdist distributes.
+_PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_XDIST_AUTO_NUM_WORKERS")
+#: Probe settings that do not belong in a test run (tests choose their own engine mode and KV cache).
+_PROBE_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND")
+
+
+@dataclass
+class SessionRun:
+    """One pytest-xdist session as it ran: where its files are, how long it took, why it failed."""
+
+    name: str
+    out: Path
+    root: Path | None = None
+    command: list[str] = field(default_factory=list)
+    returncode: int | None = None
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+@dataclass
+class SuiteMeasurement:
+    """What a suite tier measured and judged."""
+
+    results: list[Result]
+    records: list[TestRecord]
+    sources: dict[str, TestSourceEvidence]
+    sessions: list[SessionRun] = field(default_factory=list)
+
+
+def measure_suites(
+    workspace: Workspace,
+    tier: Tier,
+    scenario: ScenarioIdentity,
+    work_dir: Path,
+    reading: Reading,
+    progress: Progress | None = None,
+    log: Log = lambda _m: None,
+    extra_args: list[str] | None = None,
+) -> SuiteMeasurement:
+    """Plan, run and judge every test session of one suite scenario across the workspace's branches."""
+    names = [b.name for b in workspace.branches]
+    baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
+    built = [b for b in workspace.branches if b.env is not None]
+    unmeasured = {b.name: b.error or "no environment" for b in workspace.branches if b.env is None}
+    base_branch = workspace.branch(baseline)
+    repo = workspace.repo
+    if not has_tests(repo, base_branch.resolved.sha):
+        why = (
+            f"the baseline {baseline} ({base_branch.resolved.sha[:12]}) has no tests/ folder: nothing to run "
+            "(with the fixture repo, no source distribution is pinned for this vLLM version; use a vLLM clone)"
+        )
+        log(why)
+        return SuiteMeasurement(
+            tier.judge_suites(scenario, SuitePlan([], []), [], names, baseline, reading, dict.fromkeys(names, why))[0],
+            [], {},
+        )
+    base_tests = BranchTests(baseline, base_branch.resolved.sha)
+    others = [branch_tests(repo, b.name, b.resolved.sha, base_tests.sha) for b in workspace.branches if b.name != baseline]
+    plan = tier.plan_suites(scenario, base_tests, others)
+    sources = {
+        s.label: TestSourceEvidence(origin=s.origin, sha=s.sha, selection=list(s.tests), keyword=s.keyword,
+                                    same_as=list(s.same_as), note=s.note)
+        for s in plan.sources
+    }
+    if not built:
+        return SuiteMeasurement(tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0], [], sources)
+    controller = (base_branch.env or built[0].env).python  # type: ignore[union-attr]
+    deps = site_dir(test_deps(workspace.base, tier.suite_requirements(scenario), log))
+    hub = hub_cache()
+    workers = [(b.name, b.env.python, b.env.path) for b in built]  # type: ignore[union-attr]
+    outcomes: list[RawOutcome] = []
+    runs = []
+    for session in plan.sessions:
+        for source in plan.sources:
+            if session.default_source == source.label or source.label in {o for o, _ in session.owners.values()}:
+                sources[source.label].session = session.name
+        root = test_root(repo, session.sha, session.grafts)
+        log(f"tests: session {session.name} ({len(workers)} branches) from {root.name}: {' '.join(session.args)}")
+        run = run_session(
+            session, root, controller, workers, deps, hub, tier.plugin, work_dir / session.name,
+            workspace.config.timeouts.run_s, workspace.config.timeouts.suite_s, progress, extra_args or [],
+        )
+        runs.append(run)
+        found, problems = read_session(session, run.out, {name: path for name, _, path in workers}, run.error)
+        outcomes += found
+        for code, why in problems.items():
+            unmeasured.setdefault(code, why)
+        log(f"tests: session {session.name} {'failed: ' + run.error if run.error else 'done'} in {run.duration_s:.1f} s")
+    results, records = tier.judge_suites(scenario, plan, outcomes, names, baseline, reading, unmeasured)
+    return SuiteMeasurement(results, records, sources, runs)
+
+
+def session_command(
+    session: SuiteSession,
+    root: Path,
+    controller: Path,
+    workers: list[tuple[str, Path, Path]],
+    plugin: str,
+    out: Path,
+    run_timeout_s: float,
+    extra_args: list[str] = (),  # type: ignore[assignment]
+) -> list[str]:
+    """The controller's command line: distribution to every branch, JUnit, the plugin, the selection."""
+    config = root / PYTEST_CONFIG
+    if not config.is_file():
+        config = out / "empty.ini"
+        config.write_text("[pytest]\n")
+    return [
+        str(controller), "-m", "pytest",
+        "-p", plugin,
+        "-p", "no:cacheprovider",  # nothing written into the test tree
+        "--rootdir", str(root),
+        "-c", str(config),
+        "-o", "addopts=",  # the tree's own addopts (a real clone's `-n0`, say) must not change the run
+        "-o", "junit_family=xunit1",
+        "-o", "junit_logging=no",
+        "-o", f"timeout={run_timeout_s:g}",  # pytest-timeout, per test
+        "--dist", "each",
+        *[f"--tx=popen//python={python}//env:{CODE_ENV}={name}" for name, python, _ in workers],
+        f"--junitxml={out / 'junit.xml'}",
+        "-q", "--color=no", "-p", "no:randomly",
+        *extra_args,
+        *session.args,
+    ]
+
+
+def session_environ(session: SuiteSession, deps: Path, hub: Path, out: Path, workers: int) -> dict[str, str]:
+    """The probes' offline environment, with the test-only packages and the stand-in model cache."""
+    env = {k: v for k, v in probe_environ(workers).items() if k not in (*_PYTEST_VARIABLES, *_PROBE_ONLY)}
+    env = {k: v for k, v in env.items() if not k.startswith(("PYTEST_XDIST_", "DIFFTEST_"))}
+    env.update(
+        PYTHONPATH=str(deps),
+        HF_HUB_CACHE=str(hub),
+        HF_HOME=str(out / "hf-home"),
+        VLLM_CACHE_ROOT=str(paths.vllm_cache_dir()),
+        **{OUT_ENV: str(out), GRAFTS_ENV: json.dumps(session.allowed_grafts)},
+    )
+    return env
+
+
+def run_session(
+    session: SuiteSession,
+    root: Path,
+    controller: Path,
+    workers: list[tuple[str, Path, Path]],
+    deps: Path,
+    hub: Path,
+    plugin: str,
+    out: Path,
+    run_timeout_s: float,
+    timeout_s: float,
+    progress: Progress | None = None,
+    extra_args: list[str] = (),  # type: ignore[assignment]
+) -> SessionRun:
+    """Run one session under a time limit; never raises for what the branches do."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("junit.xml", "workers.json", "progress.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    command = session_command(session, root, controller, workers, plugin, out, run_timeout_s, extra_args)
+    run = SessionRun(session.name, out, root, command)
+    started = time.monotonic()
+    with open(out / "pytest.log", "wb") as log:
+        proc = subprocess.Popen(
+            command, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=session_environ(session, deps, hub, out, len(workers)), start_new_session=True,
+        )
+        seen: dict[str, int] = {}
+        while proc.poll() is None:
+            if time.monotonic() - started > timeout_s:
+                _stop(proc)
+                run.error = f"the test session timed out after {timeout_s:.0f} s (raise `timeouts.suite_s`)"
+                break
+            seen = _report_progress(out, seen, progress, session.name)
+            time.sleep(0.5)
+        _report_progress(out, seen, progress, session.name)
+    run.returncode = proc.returncode
+    run.duration_s = round(time.monotonic() - started, 2)
+    # pytest: 0 all passed, 1 some failed, 5 nothing collected; anything else is the session's own failure.
+    if run.error is None and proc.returncode not in (0, 1, 5):
+        tail = [line for line in (out / "pytest.log").read_text(errors="replace").splitlines() if line.strip()]
+        run.error = f"pytest exited with code {proc.returncode}: " + (tail[-1] if tail else "no output")
+    return run
+
+
+#: How long an interrupted session gets to write its JUnit report before it is killed.
+_GRACE_S = 30
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    """Interrupt the controller (as Ctrl-C does: it stops the workers and writes what it has), then
+    kill whatever is left of the session's process group."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _report_progress(out: Path, seen: dict[str, int], progress: Progress | None, name: str) -> dict[str, int]:
+    """Per branch: tests finished of tests collected, from the plugin's progress file."""
+    path = out / "progress.jsonl"
+    if progress is None or not path.exists():
+        return seen
+    done: dict[str, int] = {}
+    total: dict[str, int] = {}
+    last: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        code = str(record.get("code"))
+        if "collected" in record:
+            total[code] = int(record["collected"])
+        else:
+            done[code] = done.get(code, 0) + 1
+            last[code] = str(record.get("test", ""))
+    for code, count in done.items():
+        if seen.get(code) != count:
+            try:
+                progress(code, count, total.get(code, count), last[code].split("::")[0], name)
+            except KeyError:
+                continue  # not a branch of this run (a report from the controller itself)
+    return done
