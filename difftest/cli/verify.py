@@ -2,9 +2,10 @@
 
 Refuses (exit 2, naming the mismatch) when the same environment cannot be
 rebuilt: a different base wheel or lock, another Python or platform, a branch
-that now resolves to another commit, a scenario file whose bytes changed.
-Otherwise re-runs exactly the recorded branches and scenarios and exits 0 when
-every result is identical, 1 when any differs (each difference is printed).
+that now resolves to another commit, a scenario file (or the tests tier's
+selection) whose bytes changed. Otherwise re-runs exactly the recorded branches
+and scenarios and exits 0 when every result, and every test outcome of the
+tests tier, is identical, 1 when any differs (each difference is printed).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence
-from difftest.core.records import Result
+from difftest.core.records import Result, TestRecord
 from difftest.run.pipeline import CompareRequest, compare, select_scenarios
 
 _BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
@@ -37,7 +38,8 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
                 f"base {key} differs: the evidence used {then!r}, this machine has {now!r}",
                 "verify with the branches.yaml (base.requirement, Python, torch source) that produced the evidence",
             )
-    scenarios = {s.name: s for group in select_scenarios(config, None, None) for s in group.scenarios}
+    recorded_tiers = list(dict.fromkeys(s.tier for s in recorded.scenarios.values())) or None
+    scenarios = {s.name: s for group in select_scenarios(config, recorded_tiers, None) for s in group.scenarios}
     for name, then in recorded.scenarios.items():
         now = scenarios.get(name)
         if now is None or now.sha256 != then.sha256:
@@ -86,6 +88,24 @@ def differences(recorded: list[Result], rerun: list[Result]) -> list[str]:
     return found
 
 
+def test_differences(recorded: list[TestRecord], rerun: list[TestRecord]) -> list[str]:
+    """Every (test source, code branch, test) whose outcome changed, or that only one side has."""
+
+    def key(record: TestRecord) -> tuple[str, str, str]:
+        return (record.code, record.source, record.test)
+
+    before, after = {key(r): r for r in recorded}, {key(r): r for r in rerun}
+    found = []
+    for k in sorted(set(before) | set(after)):
+        old, new = before.get(k), after.get(k)
+        where = "/".join(k)
+        if old is None or new is None:
+            found.append(f"{where}: {'not in the evidence' if old is None else 'not re-run'}")
+        elif old.outcome != new.outcome:
+            found.append(f"{where}: outcome {old.outcome} -> {new.outcome}")
+    return found
+
+
 class VerifyCommand(Command):
     name = "verify"
     help = "re-run the branches and scenarios an evidence file records and compare the results"
@@ -104,7 +124,7 @@ class VerifyCommand(Command):
         request = CompareRequest(branches=names, tiers=recorded_tiers, reading=recorded.reading, out=Path(args.out))
         evidence = compare(config, request, log, probe_progress).evidence
         rerun = [r for r in evidence.results if r.scenario in recorded.scenarios]
-        found = differences(recorded.results, rerun)
+        found = differences(recorded.results, rerun) + test_differences(recorded.tests, evidence.tests)
         if found:
             print(f"difftest verify: {len(found)} result(s) differ from {args.evidence}:")
             for line in found:

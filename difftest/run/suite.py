@@ -35,7 +35,7 @@ from difftest.core import paths
 from difftest.core.evidence import TestSourceEvidence
 from difftest.core.records import Reading, Result, TestRecord
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan, SuiteSession
-from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, OUT_ENV
+from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, INHERIT_PATH_ENV, OUT_ENV
 from difftest.run.runner import Progress, probe_environ
 from difftest.run.suite_results import read_session
 from difftest.tiers.base import Tier
@@ -109,7 +109,7 @@ def measure_suites(
     if not built:
         return SuiteMeasurement(tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0], [], sources)
     controller = (base_branch.env or built[0].env).python  # type: ignore[union-attr]
-    deps = site_dir(test_deps(workspace.base, tier.suite_requirements(scenario), log))
+    python_path = [site_dir(test_deps(workspace.base, tier.suite_requirements(scenario), log))]
     hub = hub_cache()
     workers = [(b.name, b.env.python, b.env.path) for b in built]  # type: ignore[union-attr]
     outcomes: list[RawOutcome] = []
@@ -121,7 +121,7 @@ def measure_suites(
         root = test_root(repo, session.sha, session.grafts)
         log(f"tests: session {session.name} ({len(workers)} branches) from {root.name}: {' '.join(session.args)}")
         run = run_session(
-            session, root, controller, workers, deps, hub, tier.plugin, work_dir / session.name,
+            session, root, controller, workers, python_path, hub, tier.plugin, work_dir / session.name,
             workspace.config.timeouts.run_s, workspace.config.timeouts.suite_s, progress, extra_args or [],
         )
         runs.append(run)
@@ -168,12 +168,14 @@ def session_command(
     ]
 
 
-def session_environ(session: SuiteSession, deps: Path, hub: Path, out: Path, workers: int) -> dict[str, str]:
+def session_environ(
+    session: SuiteSession, python_path: list[Path], hub: Path, out: Path, workers: int
+) -> dict[str, str]:
     """The probes' offline environment, with the test-only packages and the stand-in model cache."""
     env = {k: v for k, v in probe_environ(workers).items() if k not in (*_PYTEST_VARIABLES, *_PROBE_ONLY)}
     env = {k: v for k, v in env.items() if not k.startswith(("PYTEST_XDIST_", "DIFFTEST_"))}
     env.update(
-        PYTHONPATH=str(deps),
+        PYTHONPATH=os.pathsep.join(str(p) for p in python_path),
         HF_HUB_CACHE=str(hub),
         HF_HOME=str(out / "hf-home"),
         VLLM_CACHE_ROOT=str(paths.vllm_cache_dir()),
@@ -187,7 +189,7 @@ def run_session(
     root: Path,
     controller: Path,
     workers: list[tuple[str, Path, Path]],
-    deps: Path,
+    python_path: list[Path],
     hub: Path,
     plugin: str,
     out: Path,
@@ -195,8 +197,12 @@ def run_session(
     timeout_s: float,
     progress: Progress | None = None,
     extra_args: list[str] = (),  # type: ignore[assignment]
+    inherit_controller_path: bool = False,
 ) -> SessionRun:
-    """Run one session under a time limit; never raises for what the branches do."""
+    """Run one session under a time limit; never raises for what the branches do.
+
+    `inherit_controller_path` is for difftest's own tests only: it leaves xdist's default (every
+    worker gets the controller's sys.path), to show what the plugin's fix prevents."""
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("junit.xml", "workers.json", "progress.jsonl"):
         (out / stale).unlink(missing_ok=True)
@@ -206,7 +212,9 @@ def run_session(
     with open(out / "pytest.log", "wb") as log:
         proc = subprocess.Popen(
             command, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=session_environ(session, deps, hub, out, len(workers)), start_new_session=True,
+            env={**session_environ(session, python_path, hub, out, len(workers)),
+                 **({INHERIT_PATH_ENV: "1"} if inherit_controller_path else {})},
+            start_new_session=True,
         )
         seen: dict[str, int] = {}
         while proc.poll() is None:

@@ -129,12 +129,12 @@ def _junit(
         children = [c for c in case if c.tag in ("failure", "error", "skipped")]
         code, node = props.get(CODE_PROPERTY), props.get(NODEID_PROPERTY)
         if code is None or node is None:
-            label = next((_LABEL.search(_text(c)) for c in children if _LABEL.search(_text(c))), None)
-            if label is not None:
-                text = next(_text(c) for c in children if _LABEL.search(_text(c)))
-                collect_errors[(label["code"], label["node"])] = _message(_LABEL.sub("", text, count=1))
-            else:
-                strays.append(f"{case.get('classname')}::{case.get('name')}")
+            # Collection errors: JUnit merges every worker's into one case; each is labelled by its worker.
+            # Anything else unlabelled is a test interrupted before its teardown reached the controller.
+            for child in children:
+                label = _LABEL.search(_text(child))
+                if label is not None:
+                    collect_errors[(label["code"], label["node"])] = _message(_LABEL.sub("", _text(child), count=1))
             continue
         if code == "controller":
             strays.append(node)
