@@ -11,7 +11,9 @@ tests tier, is identical, 1 when any differs (each difference is printed).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from difftest.build.envs.base import ensure_base
 from difftest.build.envs.branch import probe_digest
@@ -25,6 +27,7 @@ from difftest.core.evidence import Evidence, read_evidence
 from difftest.core.records import Result, TestRecord
 from difftest.run.pipeline import CompareRequest, compare, select_scenarios
 
+T = TypeVar("T")
 _BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
 
 
@@ -71,39 +74,45 @@ def result_key(result: Result) -> tuple[str, str, str]:
     return (result.branch, result.scenario, result.label)
 
 
-def differences(recorded: list[Result], rerun: list[Result]) -> list[str]:
-    """Every (branch, scenario, run) whose verdict or measured totals changed."""
-    before = {result_key(r): r for r in recorded}
-    after = {result_key(r): r for r in rerun}
+def test_key(record: TestRecord) -> tuple[str, str, str]:
+    return (record.code, record.source, record.test)
+
+
+def _keyed_differences(
+    before: dict[tuple[str, str, str], T], after: dict[tuple[str, str, str], T], change: Callable[[T, T], str | None]
+) -> list[str]:
+    """`where: what changed` for every key whose `change(old, new)` says so, or that one side lacks."""
     found = []
     for key in sorted(set(before) | set(after)):
         old, new = before.get(key), after.get(key)
         where = "/".join(key)
         if old is None or new is None:
             found.append(f"{where}: {'not in the evidence' if old is None else 'not re-run'}")
-        elif old.verdict != new.verdict:
-            found.append(f"{where}: verdict {old.verdict} -> {new.verdict}")
-        elif old.measured != new.measured:
-            found.append(f"{where}: measured totals differ: {old.measured} -> {new.measured}")
+        elif (what := change(old, new)) is not None:
+            found.append(f"{where}: {what}")
     return found
+
+
+def differences(recorded: list[Result], rerun: list[Result]) -> list[str]:
+    """Every (branch, scenario, run) whose verdict or measured totals changed."""
+
+    def change(old: Result, new: Result) -> str | None:
+        if old.verdict != new.verdict:
+            return f"verdict {old.verdict} -> {new.verdict}"
+        if old.measured != new.measured:
+            return f"measured totals differ: {old.measured} -> {new.measured}"
+        return None
+
+    return _keyed_differences({result_key(r): r for r in recorded}, {result_key(r): r for r in rerun}, change)
 
 
 def test_differences(recorded: list[TestRecord], rerun: list[TestRecord]) -> list[str]:
-    """Every (test source, code branch, test) whose outcome changed, or that only one side has."""
+    """Every (code branch, test source, test) whose outcome changed, or that only one side has."""
 
-    def key(record: TestRecord) -> tuple[str, str, str]:
-        return (record.code, record.source, record.test)
+    def change(old: TestRecord, new: TestRecord) -> str | None:
+        return f"outcome {old.outcome} -> {new.outcome}" if old.outcome != new.outcome else None
 
-    before, after = {key(r): r for r in recorded}, {key(r): r for r in rerun}
-    found = []
-    for k in sorted(set(before) | set(after)):
-        old, new = before.get(k), after.get(k)
-        where = "/".join(k)
-        if old is None or new is None:
-            found.append(f"{where}: {'not in the evidence' if old is None else 'not re-run'}")
-        elif old.outcome != new.outcome:
-            found.append(f"{where}: outcome {old.outcome} -> {new.outcome}")
-    return found
+    return _keyed_differences({test_key(r): r for r in recorded}, {test_key(r): r for r in rerun}, change)
 
 
 class VerifyCommand(Command):

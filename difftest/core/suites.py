@@ -78,6 +78,9 @@ class SuiteSession:
     owners: dict[str, tuple[str, str]]
     #: The source of every test whose file is not in `owners`.
     default_source: str
+    #: The branch whose tree this is: its environment is the controller, which imports the tree's
+    #: `conftest.py` (a branch that changes it may need its own code to import it).
+    origin: str = ""
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,14 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftest.build.tests.deps import site_dir, test_deps
+from difftest.build.tests.deps import site_dir, suite_packages
 from difftest.build.tests.standins import hub_cache
-from difftest.build.tests.trees import PYTEST_CONFIG, branch_tests, has_tests, test_root
+from difftest.build.tests.trees import PYTEST_CONFIG, branch_tests, has_tests, suite_tree
 from difftest.build.workspace import Workspace
 from difftest.core import paths
 from difftest.core.evidence import TestSourceEvidence
@@ -41,7 +42,7 @@ from difftest.run.suite_results import read_session
 from difftest.tiers.base import Tier
 from difftest.tiers.common.scenario import ScenarioIdentity
 
-Log = Any
+Log = Callable[[str], None]
 #: Variables that would change what pytest loads or how xdist distributes.
 _PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_XDIST_AUTO_NUM_WORKERS")
 #: Probe settings that do not belong in a test run (tests choose their own engine mode and KV cache).
@@ -80,8 +81,11 @@ def measure_suites(
     progress: Progress | None = None,
     log: Log = lambda _m: None,
     extra_args: list[str] | None = None,
+    inherit_controller_path: bool = False,
 ) -> SuiteMeasurement:
-    """Plan, run and judge every test session of one suite scenario across the workspace's branches."""
+    """Plan, run and judge every test session of one suite scenario across the workspace's branches.
+
+    `extra_args` and `inherit_controller_path` are for difftest's own tests (see `run_session`)."""
     names = [b.name for b in workspace.branches]
     baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
     built = [b for b in workspace.branches if b.env is not None]
@@ -108,8 +112,8 @@ def measure_suites(
     }
     if not built:
         return SuiteMeasurement(tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0], [], sources)
-    controller = (base_branch.env or built[0].env).python  # type: ignore[union-attr]
-    python_path = [site_dir(test_deps(workspace.base, tier.suite_requirements(scenario), log))]
+    envs = {b.name: b.env for b in built}
+    python_path = [site_dir(suite_packages(workspace.base, tier.suite_requirements(scenario), log))]
     hub = hub_cache()
     workers = [(b.name, b.env.python, b.env.path) for b in built]  # type: ignore[union-attr]
     outcomes: list[RawOutcome] = []
@@ -118,11 +122,14 @@ def measure_suites(
         for source in plan.sources:
             if session.default_source == source.label or source.label in {o for o, _ in session.owners.values()}:
                 sources[source.label].session = session.name
-        root = test_root(repo, session.sha, session.grafts)
+        root = suite_tree(repo, session.sha, session.grafts)
+        # The controller imports the tree's conftest.py: the tree's own branch's code, else the baseline's.
+        controller = (envs.get(session.origin) or envs.get(baseline) or built[0].env).python  # type: ignore[union-attr]
         log(f"tests: session {session.name} ({len(workers)} branches) from {root.name}: {' '.join(session.args)}")
         run = run_session(
             session, root, controller, workers, python_path, hub, tier.plugin, work_dir / session.name,
             workspace.config.timeouts.run_s, workspace.config.timeouts.suite_s, progress, extra_args or [],
+            inherit_controller_path,
         )
         runs.append(run)
         found, problems = read_session(session, run.out, {name: path for name, _, path in workers}, run.error)
@@ -217,13 +224,17 @@ def run_session(
             start_new_session=True,
         )
         seen: dict[str, int] = {}
-        while proc.poll() is None:
-            if time.monotonic() - started > timeout_s:
-                _stop(proc)
-                run.error = f"the test session timed out after {timeout_s:.0f} s (raise `timeouts.suite_s`)"
-                break
-            seen = _report_progress(out, seen, progress, session.name)
-            time.sleep(0.5)
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - started > timeout_s:
+                    _stop(proc)
+                    run.error = f"the test session timed out after {timeout_s:.0f} s (raise `timeouts.suite_s`)"
+                    break
+                seen = _report_progress(out, seen, progress, session.name)
+                time.sleep(0.5)
+        except BaseException:
+            _stop(proc)  # Ctrl-C or an error here: the session runs in its own process group, end it too
+            raise
         _report_progress(out, seen, progress, session.name)
     run.returncode = proc.returncode
     run.duration_s = round(time.monotonic() - started, 2)

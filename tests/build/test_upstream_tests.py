@@ -24,7 +24,7 @@ from refs_helpers import VERSION, commit_files, make_vllm_tree, tree_listing, wr
 from difftest.build.envs.sources import pip_index_urls
 from difftest.build.refs import build_fixture_repo, read_blob
 from difftest.build.tests import sdist
-from difftest.build.tests.trees import branch_tests, test_root as tree_root
+from difftest.build.tests.trees import branch_tests, suite_tree as tree_root
 from difftest.core.errors import EnvironmentBuildError, RefError
 
 #: The fixture commit of refs_helpers' tree plus the fake sdist's tests (pinned like PINNED_FIXTURE_SHA).

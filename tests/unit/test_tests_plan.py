@@ -178,3 +178,20 @@ def test_a_branch_without_an_environment_could_not_be_measured() -> None:
 
 def test_summary_words() -> None:
     assert summary(Counter({"pass": 83, "fails-on-baseline": 3}), 86) == "86 tests: 83 passed, 3 fail on the baseline too"
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+
+def test_verify_names_every_test_whose_outcome_changed() -> None:
+    from difftest.cli.verify import test_differences as outcome_changes
+    from tests.factories import make_test_record
+
+    recorded = [make_test_record(), make_test_record(code="pr-b")]
+    rerun = [make_test_record(outcome="failed", judgement="regression"), make_test_record(code="pr-c")]
+    assert outcome_changes(recorded, rerun) == [
+        "main/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: outcome passed -> failed",
+        "pr-b/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: not re-run",
+        "pr-c/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: not in the evidence",
+    ]
+    assert outcome_changes(recorded, recorded) == []

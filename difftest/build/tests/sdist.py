@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import tarfile
 import urllib.error
 import urllib.parse
@@ -27,9 +26,9 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from filelock import FileLock
-
+from difftest.build.envs.fingerprint import sha256_file
 from difftest.build.envs.sources import pip_index_urls
+from difftest.build.tests.folders import build_once
 from difftest.core import paths
 from difftest.core.errors import EnvironmentBuildError
 
@@ -64,21 +63,14 @@ def upstream_tests(version: str) -> UpstreamTests | None:
         return None
     filename, sha256 = pin
     dest = paths.sources_dir() / f"{filename.removesuffix('.tar.gz')}-tests-{sha256[:12]}"
-    found = UpstreamTests(dest, version, filename, sha256)
-    if (dest / DONE).is_file():
-        return found
-    with FileLock(str(paths.locks_dir() / f"{dest.name}.lock")):
-        if (dest / DONE).is_file():
-            return found
-        tarball = fetch_sdist(filename, sha256)
-        _extract(tarball, dest)
-    return found
+    build_once(dest, DONE, lambda tmp: _extract(fetch_sdist(filename, sha256), tmp))
+    return UpstreamTests(dest, version, filename, sha256)
 
 
 def fetch_sdist(filename: str, sha256: str) -> Path:
     """The sdist in the cache, downloaded if missing or damaged; its sha256 is always checked."""
     target = paths.sources_dir() / filename
-    if target.is_file() and _sha256(target) == sha256:
+    if target.is_file() and sha256_file(target) == sha256:
         return target
     problems: list[str] = []
     urls = pip_index_urls()
@@ -152,35 +144,21 @@ def _download(url: str, target: Path, sha256: str) -> None:
 
 def _extract(tarball: Path, dest: Path) -> None:
     """`tests/` and `pyproject.toml` of the sdist's top folder into `dest`, regular files only."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}")
-    shutil.rmtree(dest, ignore_errors=True)
-    try:
-        with tarfile.open(tarball, "r:gz") as archive:
-            for member in archive:
-                top, _, rel = member.name.partition("/")
-                if not rel or not member.isfile() or rel.split("/", 1)[0] not in TAKEN:
-                    continue
-                if rel.startswith("/") or ".." in rel.split("/"):
-                    raise EnvironmentBuildError(f"{tarball.name}: unsafe member {member.name!r}", "delete the file and retry")
-                out = tmp / rel
-                out.parent.mkdir(parents=True, exist_ok=True)
-                source = archive.extractfile(member)
-                assert source is not None
-                out.write_bytes(source.read())
-        if not (tmp / "tests").is_dir():
-            raise EnvironmentBuildError(f"{tarball.name} holds no tests/ folder", "check the pinned sdist")
-        (tmp / DONE).write_text(tarball.name + "\n")
-        os.rename(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    with tarfile.open(tarball, "r:gz") as archive:
+        for member in archive:
+            _top, _, rel = member.name.partition("/")
+            if not rel or not member.isfile() or rel.split("/", 1)[0] not in TAKEN:
+                continue
+            if rel.startswith("/") or ".." in rel.split("/"):
+                raise EnvironmentBuildError(f"{tarball.name}: unsafe member {member.name!r}", "delete the file and retry")
+            out = dest / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            source = archive.extractfile(member)
+            assert source is not None
+            out.write_bytes(source.read())
+    if not (dest / "tests").is_dir():
+        raise EnvironmentBuildError(f"{tarball.name} holds no tests/ folder", "check the pinned sdist")
+    (dest / DONE).write_text(tarball.name + "\n")
 
 
 def _shown(url: str) -> str:

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import secrets
-import shutil
 from pathlib import Path
 from typing import Any
 
+from difftest.build.tests.folders import build_once
 from difftest.core import paths
 
 #: Model id -> the stand-in config (the published config's architecture fields).
@@ -55,10 +53,8 @@ def hub_cache() -> Path:
     """The `HF_HUB_CACHE` folder holding every stand-in (built once per recipe)."""
     recipe = json.dumps(STANDINS, sort_keys=True)
     root = paths.hf_standins_dir() / hashlib.sha256(recipe.encode()).hexdigest()[:12]
-    if (root / DONE).is_file():
-        return root / "hub"
-    tmp = root.with_name(f".{root.name}.{os.getpid()}-{secrets.token_hex(4)}")
-    try:
+
+    def build(tmp: Path) -> None:
         for model, config in STANDINS.items():
             text = json.dumps(config, indent=2, sort_keys=True) + "\n"
             revision = hashlib.sha1(text.encode()).hexdigest()
@@ -68,11 +64,5 @@ def hub_cache() -> Path:
             (folder / "refs").mkdir()
             (folder / "refs" / "main").write_text(revision)
         (tmp / DONE).write_text(recipe + "\n")
-        try:
-            os.rename(tmp, root)
-        except OSError:
-            if not (root / DONE).is_file():  # another process finished the same recipe first
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root / "hub"
+
+    return build_once(root, DONE, build) / "hub"

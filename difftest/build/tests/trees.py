@@ -14,18 +14,15 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import secrets
-import shutil
 import tarfile
 from pathlib import Path
 
 import git
-from filelock import FileLock
 from git.exc import GitCommandError
 
 from difftest.build.refs import changed_files, read_blob, repo_label
 from difftest.build.refs._git import git_message
+from difftest.build.tests.folders import build_once
 from difftest.core import paths
 from difftest.core.errors import RefError
 from difftest.core.suites import BranchTests, ChangedFile
@@ -61,7 +58,7 @@ def has_tests(repo: git.Repo, sha: str) -> bool:
     return _object(repo, f"{sha}:{TESTS}") is not None
 
 
-def test_root(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | None = None) -> Path:
+def suite_tree(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | None = None) -> Path:
     """The folder for commit `sha` plus `grafts` (path in the tree -> (commit, path to copy))."""
     grafts = dict(grafts or {})
     tree = _object(repo, f"{sha}:{TESTS}")
@@ -77,25 +74,16 @@ def test_root(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | Non
             commit, original = grafts[path]
             raise RefError(f"{original} is not a file at {commit[:12]}", "report this: the test plan named a missing file")
     identity = json.dumps({"tests": tree, "config": config, "grafts": sources}, sort_keys=True)
-    dest = paths.test_roots_dir() / hashlib.sha256(identity.encode()).hexdigest()[:16]
-    if (dest / DONE).is_file():
-        return dest
-    with FileLock(str(paths.locks_dir() / f"test-root-{dest.name}.lock")):
-        if (dest / DONE).is_file():
-            return dest
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}")
-        try:
-            _archive(repo, sha, [TESTS] + ([PYTEST_CONFIG] if config else []), tmp)
-            for path, (commit, original) in grafts.items():
-                target = tmp / path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(read_blob(repo, commit, original))
-            (tmp / DONE).write_text(identity + "\n")
-            os.rename(tmp, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    def build(tmp: Path) -> None:
+        _archive(repo, sha, [TESTS] + ([PYTEST_CONFIG] if config else []), tmp)
+        for path, (commit, original) in grafts.items():
+            target = tmp / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(read_blob(repo, commit, original))
+        (tmp / DONE).write_text(identity + "\n")
+
+    return build_once(paths.test_roots_dir() / hashlib.sha256(identity.encode()).hexdigest()[:16], DONE, build)
 
 
 def _archive(repo: git.Repo, sha: str, members: list[str], dest: Path) -> None:
@@ -103,7 +91,6 @@ def _archive(repo: git.Repo, sha: str, members: list[str], dest: Path) -> None:
         data = repo.git.archive("--format=tar", sha, "--", *members, stdout_as_string=False)
     except GitCommandError as exc:
         raise RefError(f"cannot read {', '.join(members)} at {sha[:12]}: {git_message(exc)}", "check the repository") from None
-    dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         archive.extractall(dest, filter="data")
 

@@ -169,6 +169,7 @@ def _sessions(upstream: TestSource, others: list[TestSource], deselect: list[str
         allowed_grafts=allowed,
         owners=owners,
         default_source=UPSTREAM,
+        origin=upstream.origin,
     )
     sessions = [shared]
     for source in others:
@@ -183,6 +184,7 @@ def _sessions(upstream: TestSource, others: list[TestSource], deselect: list[str
                 allowed_grafts=[],
                 owners={},
                 default_source=source.label,
+                origin=source.origin,
             )
         )
     return sessions
