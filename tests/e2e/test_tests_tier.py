@@ -229,7 +229,7 @@ def test_the_gate_fails_on_a_head_that_breaks_an_upstream_test(faulty_tests_run,
     code = run_cli("gate", "-c", config, "--base", "main", "--head", "undercount", "--tier", "tests", "--out", tmp_path / "o")
     assert code == 1
     summary = (tmp_path / "o" / "gate.md").read_text()
-    assert "is worse than main" in summary and "test_prefix_cache_stats_hits_by_source_accumulate" in summary
+    assert "is worse than main" in summary and "head is broken (base pass): test-regression" in summary
 
 
 @faulty
