@@ -19,13 +19,16 @@ from rich.markup import escape
 from difftest import __version__
 from difftest.cli.base import Command
 from difftest.cli.envs import EnvsCommand
+from difftest.cli.fuzz import FuzzCommand
 from difftest.cli.gate import GateCommand
 from difftest.cli.run import RunCommand
 from difftest.cli.verify import VerifyCommand
 from difftest.core.config import load_config
 from difftest.core.errors import EXIT_USAGE, DifftestError
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (RunCommand(), GateCommand(), VerifyCommand(), EnvsCommand())}
+COMMANDS: dict[str, Command] = {
+    c.name: c for c in (RunCommand(), GateCommand(), VerifyCommand(), EnvsCommand(), FuzzCommand())
+}
 
 console = Console(stderr=True, highlight=False)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -40,5 +40,32 @@ def probe_progress(tier: str, branches: list[str]) -> Iterator[ProgressCallback]
                 if current.get(branch) != scenario:
                     current[branch] = scenario
                     console.print(f"difftest: {branch} {tier}: {done}/{total} runs done (last: {scenario})", markup=False)
+
+        yield update
+
+
+@contextmanager
+def fuzz_progress() -> Iterator[Callable[[int, int | None, int, int], None]]:
+    """One bar for the search: examples of the current round, round number, findings so far."""
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]fuzz[/] round {task.fields[round]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[findings]} finding(s)"),
+        console=console,
+        transient=not console.is_terminal,
+        disable=not console.is_terminal,
+    ) as bars:
+        task = bars.add_task("search", total=None, round=1, findings=0)
+        last = {"round": 0}
+
+        def update(done: int, total: int | None, round_: int, findings: int) -> None:
+            bars.update(task, completed=done, total=total, round=round_, findings=findings)
+            if not console.is_terminal and round_ != last["round"]:
+                # In a CI log: a line per search round instead of a live bar.
+                last["round"] = round_
+                console.print(f"difftest: fuzz round {round_} ({findings} finding(s) so far)", markup=False)
 
         yield update

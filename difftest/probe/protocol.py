@@ -14,6 +14,11 @@ that run, never a crash that loses the other runs.
                     {"kind": "run", ...}           once per planned run, flushed as it ends
                     {"kind": "trailer", "runs": N} last; its absence means the probe died
 
+A persistent probe (`serve_stream`, `python -m difftest.probe --serve`) keeps
+vLLM imported and plays job after job: one job per line on stdin, answered on
+stdout with exactly the lines above (header, runs, trailer), so the host checks
+each answer as it checks a RUNS.jsonl.
+
 Each run is played under `CallInfo.from_call` (the shape of pytest's CallInfo):
 the result, or the failure with its kind, a one-line summary (`Type: message`),
 where it was raised and whether vLLM's code raised it, plus the duration. A failure in one run never stops the next one.
@@ -296,15 +301,55 @@ class RecordWriter:
 
 
 def read_job(path: Path) -> Job:
-    job = json.loads(Path(path).read_text())
-    if job.get("protocol") != PROTOCOL_VERSION:
-        raise ValueError(f"job protocol {job.get('protocol')!r}; this probe speaks {PROTOCOL_VERSION}")
-    return job
+    return parse_job(Path(path).read_text())
+
+
+def parse_job(text: str) -> Job:
+    """A job from its JSON text; ValueError if it is not one this probe speaks."""
+    job = json.loads(text)
+    if not isinstance(job, dict) or job.get("protocol") != PROTOCOL_VERSION:
+        found = job.get("protocol") if isinstance(job, dict) else None
+        raise ValueError(f"job protocol {found!r}; this probe speaks {PROTOCOL_VERSION}")
+    return job  # type: ignore[return-value]
 
 
 def take_nonce() -> str:
     """Read the nonce and remove it from the environment before any branch code is imported."""
     return os.environ.pop(NONCE_ENV, "")
+
+
+@dataclass
+class _Started:
+    """A session and the timings its header reports."""
+
+    session: Session
+    info: dict[str, Any]
+    import_s: float
+    setup_s: float
+
+
+def _start(job: Job, start: Callable[[Job], Session]) -> _Started | None:
+    """Start the tier's session; None (traceback on stderr) if it cannot start."""
+    started = time.perf_counter()
+    try:
+        session = start(job)
+        info = session.header_info()
+    except Exception:
+        traceback.print_exc()
+        return None
+    import_s = float(info.pop("import_s", time.perf_counter() - started))
+    return _Started(session, info, import_s, time.perf_counter() - started - import_s)
+
+
+def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
+    """Header, one record per planned run, trailer: the whole answer to one job."""
+    writer = RecordWriter(stream, nonce)
+    writer.header(dict(started.info), started.import_s, started.setup_s)
+    for scenario in job["scenarios"]:
+        for planned in scenario["runs"]:
+            call = CallInfo.from_call(lambda: started.session.play(scenario, planned), job.get("run_timeout_s"))
+            writer.run(scenario, planned, call)
+    writer.trailer()
 
 
 def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session]) -> int:
@@ -313,22 +358,40 @@ def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session])
     A session that cannot start (vLLM does not import, the engine does not
     build) exits 3 with its traceback on stderr: nothing could be measured.
     """
-    started = time.perf_counter()
-    try:
-        session = start(job)
-        info = session.header_info()
-    except Exception:
-        traceback.print_exc()
+    started = _start(job, start)
+    if started is None:
         return 3
-    import_s = float(info.pop("import_s", time.perf_counter() - started))
-    setup_s = time.perf_counter() - started - import_s
     with Path(out_path).open("w", encoding="utf-8") as stream:
-        writer = RecordWriter(stream, nonce)
-        writer.header(info, import_s, setup_s)
-        for scenario in job["scenarios"]:
-            for planned in scenario["runs"]:
-                call = CallInfo.from_call(lambda: session.play(scenario, planned), job.get("run_timeout_s"))
-                writer.run(scenario, planned, call)
-        writer.trailer()
+        _answer(job, started, stream, nonce)
     sys.stdout.flush()
+    return 0
+
+
+def serve_stream(jobs: TextIO, channel: TextIO, nonce: str, start: Callable[[Job], Session]) -> int:
+    """Answer job after job (one JSON job per line of `jobs`) on `channel`, vLLM imported once.
+
+    The session starts with the first job; every later job must name the same
+    entry and work folder (one process serves one branch and one tier). Exits
+    0 when `jobs` ends, 2 on a job it cannot read, 3 if the session cannot start.
+    """
+    started: _Started | None = None
+    first: Job | None = None
+    for line in jobs:
+        if not line.strip():
+            continue
+        try:
+            job = parse_job(line)
+        except ValueError as exc:
+            print(f"difftest.probe: cannot read a job: {exc}", file=sys.stderr)
+            return 2
+        if first is None:
+            first = job
+            started = _start(job, start)
+            if started is None:
+                return 3
+        elif (job.get("entry"), job.get("work_dir")) != (first.get("entry"), first.get("work_dir")):
+            print("difftest.probe: a served job must keep the first job's entry and work_dir", file=sys.stderr)
+            return 2
+        assert started is not None
+        _answer(job, started, channel, nonce)
     return 0

@@ -65,11 +65,16 @@ class Delivery:
 
 
 def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: bool) -> Delivery:
-    """Check every line of `path` against the job's plan."""
+    """Check every line of `path` (a probe's RUNS.jsonl) against the job's plan."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+    return check_lines(lines, nonce, job, tier, exited_cleanly)
+
+
+def check_lines(lines: list[str], nonce: str, job: Job, tier: str, exited_cleanly: bool) -> Delivery:
+    """Check a probe's answer to one job, line by line (a file's lines, or a served probe's answer)."""
     plan = [(s["name"], run) for s in job["scenarios"] for run in s["runs"]]
     delivery = Delivery(plan=plan, tier=tier)
     planned = {(name, run["label"]): run for name, run in plan}
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
     run_records = 0
     for number, line in enumerate(lines, 1):
         if not line.strip():

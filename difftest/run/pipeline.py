@@ -23,7 +23,7 @@ from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
-from difftest.core.records import ProbeRun, Reading, Result, Violation
+from difftest.core.records import ProbeRun, Reading, Result, Totals, Violation
 from difftest.core.selection import compile_selection
 from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
@@ -222,12 +222,39 @@ def _judge_scenario(
         labels = [p["label"] for p in scenario.runs() if p["role"] in JUDGED_ROLES]
         why = branch.error or "no probe was run for this branch"
         return unmeasured(branch.name, scenario.name, tier.name, scenario.statement, labels, why, reading)
+    return judge_runs(tier, scenario, branch.name, runs, reading, across)
+
+
+def judge_runs(
+    tier: Tier,
+    scenario: ScenarioBase,
+    branch: str,
+    runs: list[ProbeRun],
+    reading: Reading,
+    across: dict[str, list[Violation]] | None = None,
+    expected: dict[str, Totals] | None = None,
+    baseline_violations: dict[str, list[Violation]] | None = None,
+) -> list[Result]:
+    """The verdicts of one branch's runs of one scenario: `run`'s judging, which `fuzz` shares.
+
+    `expected` replaces the oracle's totals (per run label) when a branch is
+    compared with another branch instead; violations that `baseline_violations`
+    holds too (same run, invariant and counter) are then not this branch's doing.
+    """
     judged = [r for r in runs if r.role in JUDGED_ROLES]
-    expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
+    if expected is None:
+        expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
     violations = tier.invariants(scenario, judged)
-    for label, extra in across.items():
+    for label, extra in (across or {}).items():
         violations.setdefault(label, []).extend(extra)
-    return judge(branch.name, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
+    if baseline_violations is not None:
+        violations = {label: _not_in(found, baseline_violations.get(label, [])) for label, found in violations.items()}
+    return judge(branch, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
+
+
+def _not_in(found: list[Violation], baseline: list[Violation]) -> list[Violation]:
+    shared = {(v.invariant, v.counter) for v in baseline}
+    return [v for v in found if (v.invariant, v.counter) not in shared]
 
 
 def make_evidence(

@@ -6,6 +6,7 @@ never asks which tier it holds: it calls these hooks, in this order, for every
 tier the user selected (`difftest.run.pipeline`):
 
     load(folder)                      -> scenarios          (validation: before anything is built)
+    parse_scenario(mapping, source)   -> one scenario, validated as `load` validates a file
     unavailable(scenario, base)       -> reason or None     (e.g. needs CUDA on a CPU base)
     scenario.runs(), job_scenario()   -> the planned runs and what the probe plays
     probe_entry                       -> which probe runs it inside each branch environment
@@ -14,6 +15,7 @@ tier the user selected (`difftest.run.pipeline`):
     invariants(scenario, runs)        -> violations per run label, for one branch
     across_branches(scenario, runs, baseline) -> violations per branch and label
     report_rows()                     -> the counter rows reports show
+    fuzz_strategy()                   -> Hypothesis strategy of scenario mappings (`difftest fuzz`), or None
 
 Adding a tier is one folder under `difftest/tiers/` with a `tier.py`, one under
 `difftest/probe/` with its `start(job)`, and one line in `tiers.REGISTRY`.
@@ -48,6 +50,15 @@ class Tier:
     def load(self, folder: Path) -> list[ScenarioBase]:
         """Read and validate every scenario file of `folder`; raise ConfigError naming file, key, fix."""
         raise NotImplementedError
+
+    def parse_scenario(self, raw: dict[str, Any], source: str) -> ScenarioBase:
+        """Validate one scenario mapping exactly as `load` validates a file (`source` names it in errors)."""
+        raise NotImplementedError
+
+    def fuzz_strategy(self) -> Any:
+        """A Hypothesis strategy of this tier's scenario mappings (no `name`), valid by construction,
+        for `difftest fuzz`; None if the tier cannot be fuzzed (the engine tier: no scripted model)."""
+        return None
 
     def unavailable(self, scenario: ScenarioBase, base: dict[str, Any]) -> str | None:
         """Why `scenario` cannot run on this base (its fingerprint), or None if it can."""

@@ -44,7 +44,7 @@ def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[s
     specs = {r["id"]: r for r in scenario["requests"]}
     reqs = {rid: _Request(specs[rid], seed) for rid in order}
 
-    scheduler = factory.scheduler(k, path)
+    scheduler = factory.scheduler(k, path, factory.blocks_for([specs[rid] for rid in order], k))
     for rid in order:
         scheduler.add_request(factory.request(scheduler, specs[rid]))
 

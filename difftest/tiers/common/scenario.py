@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -118,6 +118,12 @@ def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: the top level must be a mapping", f"see {guide} for the format")
     raw.setdefault("name", path.stem)
     return {**raw, "file": path.name, "sha256": hashlib.sha256(raw_bytes).hexdigest()}
+
+
+def scenario_file_text(raw: dict[str, Any], comments: Sequence[str] = ()) -> str:
+    """A scenario file for `raw`: `# ` comment lines, then the mapping as YAML (`read_scenario_file` reads it back)."""
+    head = "".join(f"# {line}\n" if line else "#\n" for comment in comments for line in comment.splitlines() or [""])
+    return head + yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, allow_unicode=True, width=120)
 
 
 def scenario_error(exc: ValidationError, path: Path, hints: dict[str, str], guide: str) -> ConfigError:

@@ -165,12 +165,16 @@ def _one(value: str) -> int:
 
 def load_scenario(path: Path) -> Scenario:
     """Read and validate one file, or raise ConfigError naming file, key, value and fix."""
-    raw = read_scenario_file(path, GUIDE)
+    return parse_scenario(read_scenario_file(path, GUIDE), path)
+
+
+def parse_scenario(raw: dict[str, Any], source: Path | str) -> Scenario:
+    """Validate a scenario mapping as the loader does (schema, then playable): a file's, or a generated one."""
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise scenario_error(exc, path, _HINTS, GUIDE) from None
-    _check_playable(scenario, path)
+        raise scenario_error(exc, Path(source), _HINTS, GUIDE) from None
+    _check_playable(scenario, source)
     return scenario
 
 
@@ -179,7 +183,7 @@ def load_scenarios(folder: Path) -> list[Scenario]:
     return load_folder(folder, load_scenario)  # type: ignore[return-value]
 
 
-def _check_playable(scenario: Scenario, path: Path) -> None:
+def _check_playable(scenario: Scenario, path: Path | str) -> None:
     """Play every request once; a script that cannot be played is the author's error, not a branch's."""
     data = scenario.probe_data()
     for req in scenario.requests:

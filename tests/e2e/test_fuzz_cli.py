@@ -1,0 +1,141 @@
+"""`difftest fuzz` through the CLI, on the real branches (slow: real vLLM in every branch environment).
+
+One shipped search (`--seed 0`, three branches, no scenario files involved)
+is shared by the tests that read it: what it finds for each branch and how
+small, that its files are valid scenarios that `difftest run` reproduces, and
+that its evidence is whole. A branch that only renames a local variable is
+compared `--against main` and must show nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from difftest.build.refs import read_blob
+from difftest.core.evidence import read_evidence
+from difftest.core.fuzz import FuzzReport
+from tests.e2e.cli_helpers import SCHEDULER, results_of, run_cli
+from tests.factories import shipped_branch, write_config
+from tests.patching import make_patch
+
+pytestmark = pytest.mark.slow
+
+#: Examples per search round in the shared shipped search (the issue's acceptance figure).
+EXAMPLES = 300
+shipped_search = pytest.mark.xdist_group("fuzz-shipped")
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory) -> tuple[int, Path, FuzzReport]:
+    tmp = tmp_path_factory.mktemp("fuzz")
+    config = write_config(tmp, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
+                          scenarios_dir=str(tmp / "no-scenarios"))
+    out = tmp / "out"
+    code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out)
+    return code, out, FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+
+
+def kinds(report: FuzzReport, branch: str) -> dict[tuple[str, str], Path]:
+    """(verdict, what) -> the finding's scenario file, for one branch."""
+    return {(o.kind.verdict, o.kind.what): Path(f.file) for o, f in report.by_branch()[branch]}
+
+
+def scenario_of(out: Path, file: Path) -> dict:
+    return yaml.safe_load((out / file).read_text())
+
+
+@shipped_search
+def test_the_shipped_search_finds_each_branch_s_known_story(shipped) -> None:
+    code, out, report = shipped
+    assert code == 1 and report.unmeasured == {} and report.stopped is None
+    assert report.searched == EXAMPLES
+    main = kinds(report, "main")
+    # main: the truncation overcount, shrunk to one request; plus the strict reading's residual.
+    assert set(main) == {("diverge", "num_emitted_tokens"), ("diverge", "num_drafts")}
+    truncation = scenario_of(out, main[("diverge", "num_emitted_tokens")])
+    assert len(truncation["requests"]) == 1
+    # pr-56137-style: nothing but the strict-reading residual (an all-invalid grammar request counted as a row).
+    assert set(kinds(report, "pr-56137-style")) == {("diverge", "num_drafts")}
+    residual = scenario_of(out, kinds(report, "pr-56137-style")[("diverge", "num_drafts")])
+    assert residual["draft_path"] == "async" and any("grammar" in r for r in residual["requests"])
+    # pr-56195-style: the lost stats of a mixed batch, shrunk to at most 3 requests.
+    lost = kinds(report, "pr-56195-style")
+    assert ("broken", "stats-lost") in lost
+    assert {verdict for verdict, _ in lost} == {"broken"}
+    mixed = scenario_of(out, lost[("broken", "stats-lost")])
+    assert 2 <= len(mixed["requests"]) <= 3 and mixed["draft_path"] == "async"
+    assert any("grammar" in r for r in mixed["requests"]) and any("grammar" not in r for r in mixed["requests"])
+
+
+@shipped_search
+def test_found_files_name_branch_difference_and_seed(shipped) -> None:
+    _, out, report = shipped
+    assert report.findings and all(f.reproduced for f in report.findings)
+    for finding in report.findings:
+        text = (out / finding.file).read_text()
+        comments = [line for line in text.splitlines() if line.startswith("#")]
+        assert "--seed 0" in comments[0]
+        for obs in finding.observations:
+            assert any(line.startswith(f"# {obs.kind.branch}: {obs.kind.verdict}") and obs.reason in line for line in comments)
+        assert f"-k {finding.name}" in comments[-1]
+
+
+@shipped_search
+def test_difftest_run_on_the_found_files_reproduces_every_finding(shipped, tmp_path) -> None:
+    _, out, report = shipped
+    again = tmp_path / "again"
+    assert run_cli("run", "-c", out / "found" / "branches.yaml", "--out", again) == 1
+    results = results_of(again)
+    for finding in report.findings:
+        for obs in finding.observations:
+            ours = [r for r in results if r["scenario"] == finding.name and r["branch"] == obs.kind.branch]
+            shown = {(r["verdict"], r["differences"][0]["counter"]) for r in ours if r["verdict"] == "diverge"}
+            shown |= {("broken", v["invariant"]) for r in ours if r["verdict"] == "broken" for v in r["violations"]}
+            assert (obs.kind.verdict, obs.kind.what) in shown, (finding.name, obs.kind)
+
+
+@shipped_search
+def test_each_finding_has_its_evidence(shipped) -> None:
+    _, out, report = shipped
+    for finding in report.findings:
+        evidence = read_evidence(out / finding.evidence)
+        scenario = evidence.scenarios[finding.name]
+        assert scenario.file == finding.file.removeprefix("found/")
+        import hashlib
+
+        assert scenario.sha256 == hashlib.sha256((out / finding.file).read_bytes()).hexdigest()
+        assert {r.branch for r in evidence.results} == {"main", "pr-56137-style", "pr-56195-style"}
+        assert evidence.runs and all(evidence.runs.values())
+    summary = (out / "fuzz.md").read_text()
+    assert all(f.file in summary for f in report.findings)
+
+
+def test_a_branch_that_only_renames_a_local_variable_shows_nothing_against_main(tmp_path, fixture_repo) -> None:
+    old = read_blob(fixture_repo, "v0.32.0", SCHEDULER).decode()
+    assert old.count("scheduled_spec_token_ids") == 3  # the one local variable of update_from_output renamed
+    patch = make_patch(tmp_path / "rename.patch", SCHEDULER, old, old.replace("scheduled_spec_token_ids", "spec_ids_of_step"))
+    config = write_config(tmp_path, [shipped_branch("main"), {"name": "rename", "ref": "main", "patches": [str(patch)]}])
+    out = tmp_path / "out"
+    assert run_cli("fuzz", "-c", config, "--against", "main", "--examples", EXAMPLES, "--out", out) == 0
+    report = FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+    assert (report.branches, report.against, report.findings, report.unmeasured) == (["rename"], "main", [], {})
+    assert report.searched == EXAMPLES and report.probed >= EXAMPLES // 2
+    assert not (out / "found").exists()
+    assert "nothing found" in (out / "fuzz.md").read_text()
+
+
+def test_usage_errors_exit_2_before_anything_is_built(tmp_path) -> None:
+    config = write_config(tmp_path, [shipped_branch("main")])
+    assert run_cli("fuzz", "-c", config, "--against", "main", "main", "--out", tmp_path / "o") == 2
+    assert run_cli("fuzz", "-c", config, "--against", "main", "--out", tmp_path / "o") == 2  # nothing left to fuzz
+    with pytest.raises(SystemExit) as exc:
+        run_cli("fuzz", "-c", config, "--examples", "0")
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        run_cli("fuzz", "-c", config, "--examples", "10", "--time", "5")
+    assert exc.value.code == 2
+    assert not (tmp_path / "o").exists()
