@@ -35,8 +35,6 @@ from difftest.probe.protocol import NONCE_ENV, Job
 from difftest.run.delivery import check_lines
 from difftest.run.runner import BranchRun, planned_count, probe_environ
 
-#: Seconds a job may take beyond `run_s` per planned run (writing and reading the records).
-JOB_SLACK_S = 10.0
 #: Seconds a closing probe gets to exit after its stdin is closed.
 CLOSE_GRACE_S = 5.0
 #: Lines of the probe's log quoted when it fails.
@@ -49,6 +47,8 @@ class ServerLimits:
     start_s: float
     #: Seconds per planned run of a job.
     run_s: float
+    #: Seconds a job may take beyond `run_s` per planned run (writing and reading the records).
+    slack_s: float = 10.0
 
 
 class ProbeServer:
@@ -91,7 +91,7 @@ class ProbeServer:
         if self._proc is None:
             self._spawn()
         assert self._proc is not None and self._proc.stdin is not None
-        limit = self.limits.run_s * planned_count(job) + JOB_SLACK_S
+        limit = self.limits.run_s * planned_count(job) + self.limits.slack_s
         if self._answered == 0:
             limit += self.limits.start_s
         try:
@@ -107,7 +107,7 @@ class ProbeServer:
                 f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if the branch is just slow)"
             )
         elif ending == "eof":
-            code = self._stop()
+            code = self._stop(grace_s=CLOSE_GRACE_S)
             result.log_tail = self._log_tail()
             result.error = f"probe exited with code {code}: {one_line(result.log_tail or 'no output')}"
         else:
@@ -127,10 +127,9 @@ class ProbeServer:
         try:
             assert proc.stdin is not None
             proc.stdin.close()
-            proc.wait(timeout=CLOSE_GRACE_S)
-        except (OSError, subprocess.TimeoutExpired):
+        except OSError:
             pass
-        self._stop()
+        self._stop(grace_s=CLOSE_GRACE_S)
 
     # -- the process ---------------------------------------------------------
 
@@ -155,11 +154,15 @@ class ProbeServer:
                 start_new_session=True,
             )
 
-    def _stop(self) -> int | None:
-        """Kill the process group (if still running) and forget the process; its exit code."""
+    def _stop(self, grace_s: float = 0.0) -> int | None:
+        """Kill the process group (if still running after `grace_s`) and forget the process; its exit code."""
         proc, self._proc = self._proc, None
         if proc is None:
             return None
+        try:
+            proc.wait(timeout=grace_s)  # a probe that closed its output is exiting: let it say how
+        except subprocess.TimeoutExpired:
+            pass
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
