@@ -128,6 +128,27 @@ def test_a_branch_that_only_renames_a_local_variable_shows_nothing_against_main(
     assert "nothing found" in (out / "fuzz.md").read_text()
 
 
+def test_against_main_a_real_fix_shows_where_it_counts_differently(tmp_path) -> None:
+    """pr-56137-style counts committed tokens where main counts accepted + 1: a branch-vs-branch difference."""
+    config = write_config(tmp_path, [shipped_branch("main"), shipped_branch("pr-56137-style")])
+    out = tmp_path / "out"
+    assert run_cli("fuzz", "-c", config, "--against", "main", "--examples", "40", "--out", out) == 1
+    report = FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+    found = kinds(report, "pr-56137-style")
+    assert ("diverge", "num_emitted_tokens") in found
+    assert len(scenario_of(out, found[("diverge", "num_emitted_tokens")])["requests"]) == 1
+    obs = next(o for o, _ in report.by_branch()["pr-56137-style"] if o.kind.what == "num_emitted_tokens")
+    assert obs.reason.startswith("num_emitted_tokens: measured") and ", main " in obs.reason
+
+
+def test_under_the_lenient_reading_pr_56137_style_shows_nothing(tmp_path) -> None:
+    config = write_config(tmp_path, [shipped_branch("pr-56137-style")], baseline="pr-56137-style")
+    out = tmp_path / "out"
+    assert run_cli("fuzz", "-c", config, "--reading", "lenient", "--seed", "0", "--examples", EXAMPLES, "--out", out) == 0
+    report = FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+    assert (report.reading, report.findings, report.searched) == ("lenient", [], EXAMPLES)
+
+
 def test_usage_errors_exit_2_before_anything_is_built(tmp_path) -> None:
     config = write_config(tmp_path, [shipped_branch("main")])
     assert run_cli("fuzz", "-c", config, "--against", "main", "main", "--out", tmp_path / "o") == 2
