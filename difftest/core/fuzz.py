@@ -120,8 +120,10 @@ class FuzzReport(BaseModel):
     probed: int = 0
     rounds: int = 0
     elapsed_s: float = 0.0
-    #: Why the search stopped before its examples ran out: `time` or `interrupted`.
+    #: Why the search stopped before its examples ran out: `time`, `interrupted` or `flaky` (an example
+    #: did not fail again when replayed: a branch that is not deterministic), with the reason.
     stopped: str | None = None
+    stop_reason: str = ""
     #: Probe processes started per branch (1 unless a probe crashed or hung and was restarted).
     probe_starts: dict[str, int] = Field(default_factory=dict)
     findings: list[Finding] = Field(default_factory=list)
@@ -140,12 +142,12 @@ class FuzzReport(BaseModel):
 
 
 def fuzz_exit_code(report: FuzzReport) -> int:
-    """As `run`: 1 a diverge or broken finding; 3 an error finding or a branch that could not be fuzzed;
-    2 interrupted with nothing found; 0 nothing found."""
+    """As `run`: 1 a diverge or broken finding; 3 an error finding, a branch that could not be fuzzed or a
+    search that could not go on; 2 interrupted with nothing found; 0 nothing found."""
     verdicts = {v for f in report.findings for v in f.verdicts}
     if verdicts & {"diverge", "broken"}:
         return EXIT_FAILED
-    if "error" in verdicts or report.unmeasured:
+    if "error" in verdicts or report.unmeasured or report.stopped == "flaky":
         return EXIT_UNMEASURED
     if report.stopped == "interrupted":
         return EXIT_USAGE

@@ -40,7 +40,9 @@ def headline(report: FuzzReport) -> str:
     if report.time_s is not None:
         asked.append(f"{report.time_s:g} s")
     compared = f"against {report.against}" if report.against else f"oracle, {report.reading} reading"
-    stopped = {"time": ", stopped by --time", "interrupted": ", interrupted"}.get(report.stopped or "", "")
+    stopped = {"time": ", stopped by --time", "interrupted": ", interrupted", "flaky": f", stopped: {report.stop_reason}"}.get(
+        report.stopped or "", ""
+    )
     return (
         f"difftest fuzz: {report.tier} tier, seed {report.seed}, {' / '.join(asked)} ({compared}): "
         f"{report.searched} examples in the last of {report.rounds} round(s), {report.probed} scenarios probed, "

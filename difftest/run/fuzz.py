@@ -86,6 +86,8 @@ def fuzzable_tier() -> Tier:
 def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progress: FuzzProgress | None = None) -> FuzzOutcome:
     """Search for failures of every branch, shrink them, write them as scenario files; never raises for a branch."""
     tier = fuzzable_tier()
+    if request.out.exists() and not request.out.is_dir():
+        raise ConfigError(f"--out {request.out}: not a folder", "name a folder (it is created if it does not exist)")
     fuzzed, against = _branch_names(config, request)
     workspace = prepare(config, fuzzed + ([against] if against else []), do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
@@ -143,6 +145,9 @@ def _search(
     )
     report.searched, report.calls, report.rounds = result.examples, result.calls, result.rounds
     report.elapsed_s, report.stopped, report.probed = round(result.elapsed_s, 3), result.stopped, examiner.probed
+    report.stop_reason = result.stop_reason
+    if result.stopped == "flaky":
+        log(f"the search stopped: {result.stop_reason}")
     _write_findings(outcome, result, examiner, config, request, log)
 
 

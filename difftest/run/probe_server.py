@@ -13,8 +13,13 @@ The time limits are the config's: the first job of a process may take
 little slack. A process that dies or hangs costs the runs of that job (each an
 `error` with the reason, as in `run`) and is started afresh for the next job.
 
+A branch whose probe dies again and again would cost a restart per job (a
+shrinking search tries hundreds): after `max_starts` processes the server stops
+starting them, and every later job reads `error` at once, saying why.
+
 The interface is deliberately small (`play`, `close`, `starts`): how a process
-is started is this module's business alone.
+is started is this module's business alone. `play` is safe to call from
+several threads; they take turns.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import secrets
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +55,8 @@ class ServerLimits:
     run_s: float
     #: Seconds a job may take beyond `run_s` per planned run (writing and reading the records).
     slack_s: float = 10.0
+    #: Processes started at most (restarts cost a vLLM import each); then every job reads `error`.
+    max_starts: int = 20
 
 
 class ProbeServer:
@@ -77,6 +85,8 @@ class ProbeServer:
         self._buffer = bytearray()
         self._log_offset = 0
         self._answered = 0
+        self._last_death = ""
+        self._lock = threading.Lock()
 
     def __enter__(self) -> "ProbeServer":
         return self
@@ -86,8 +96,16 @@ class ProbeServer:
 
     def play(self, job: Job) -> BranchRun:
         """One job: exactly one ProbeRun per planned run, measured or an `error` with its reason."""
+        with self._lock:
+            return self._play(job)
+
+    def _play(self, job: Job) -> BranchRun:
         result = BranchRun(branch=self.branch, tier=self.tier, log_path=self.log_path, started_at=time.time())
         started = time.monotonic()
+        if self._proc is None and self.starts >= self.limits.max_starts:
+            result.error = f"not started again: the probe stopped {self.starts} times (last: {self._last_death})"
+            result.runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(result.error)
+            return result
         if self._proc is None:
             self._spawn()
         assert self._proc is not None and self._proc.stdin is not None
@@ -106,10 +124,12 @@ class ProbeServer:
             result.error = (
                 f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if the branch is just slow)"
             )
+            self._last_death = result.error
         elif ending == "eof":
             code = self._stop(grace_s=CLOSE_GRACE_S)
             result.log_tail = self._log_tail()
             result.error = f"probe exited with code {code}: {one_line(result.log_tail or 'no output')}"
+            self._last_death = result.error
         else:
             self._answered += 1
         delivery = check_lines(lines, self._nonce, job, self.tier, exited_cleanly=ending == "trailer")
@@ -120,7 +140,19 @@ class ProbeServer:
         return result
 
     def close(self) -> None:
-        """Let the probe exit at the end of its input; stop it if it does not."""
+        """Let the probe exit at the end of its input; stop it if it does not. A probe still busy with a
+        job (closing after Ctrl-C) is killed at once; that job reads `error`."""
+        if not self._lock.acquire(blocking=False):
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                _kill_group(proc)
+            self._lock.acquire()
+        try:
+            self._close()
+        finally:
+            self._lock.release()
+
+    def _close(self) -> None:
         proc = self._proc
         if proc is None:
             return
@@ -164,10 +196,7 @@ class ProbeServer:
         except subprocess.TimeoutExpired:
             pass
         if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc)
         code = proc.wait()
         for stream in (proc.stdin, proc.stdout):
             _close_quietly(stream)
@@ -218,6 +247,13 @@ class ProbeServer:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-_LOG_TAIL:])
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _close_quietly(stream: IO[Any] | None) -> None:

@@ -37,8 +37,8 @@ K = TypeVar("K", bound=Hashable)
 UNBOUNDED_EXAMPLES = 10**9
 
 
-class SearchError(RuntimeError):
-    """The search cannot go on (its examine function is not deterministic, or failed itself)."""
+class _NotReproduced(Exception):
+    """A failing example did not fail again when Hypothesis replayed it."""
 
 
 @dataclass
@@ -60,8 +60,10 @@ class SearchResult(Generic[K]):
     calls: int = 0
     rounds: int = 0
     elapsed_s: float = 0.0
-    #: Why the search stopped early: `time` (deadline) or `interrupted` (Ctrl-C); None if it ran out.
+    #: Why the search stopped early: `time` (deadline), `interrupted` (Ctrl-C) or `flaky` (an example
+    #: did not fail again when replayed: `examine` is not deterministic); None if it ran its course.
     stopped: str | None = None
+    stop_reason: str = ""
 
 
 class _NewKinds(Exception):
@@ -108,6 +110,8 @@ def search(
         result.stopped = "time"
     except KeyboardInterrupt:
         result.stopped = "interrupted"
+    except _NotReproduced as exc:
+        result.stopped, result.stop_reason = "flaky", str(exc)
     result.elapsed_s = time.monotonic() - started
     return result
 
@@ -158,5 +162,5 @@ def _round(
     except _NewKinds as failure:
         return Found(failure.value, failure.kinds, state["first_seen"] or 0.0, 0), state["calls"]
     except Flaky as exc:
-        raise SearchError(f"an example did not fail again when replayed (the probe is not deterministic): {exc}") from None
+        raise _NotReproduced(f"an example did not fail again when replayed: {str(exc).splitlines()[0]}") from None
     return None, state["calls"]

@@ -3,6 +3,7 @@ or a hang (slow: real vLLM; the faulty branches are real patches of the schedule
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,12 @@ def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(tmp_path
         after_hang = server.play(job(scenario(2)))
         assert after_hang.error is None and [r.status for r in after_hang.runs] == ["ok"]
         assert server.starts == 3
+        # A probe that keeps dying is not started again past `max_starts`: every later job reads error at once.
+        server.limits = replace(limits, max_starts=3)
+        assert server.play(job(scenario(5, "k5"))).error == "probe exited with code 7: planted crash"
+        refused = server.play(job(scenario(3)))
+        assert refused.error == "not started again: the probe stopped 3 times (last: probe exited with code 7: planted crash)"
+        assert [(r.status, r.error) for r in refused.runs] == [("error", refused.error)] and server.starts == 3
     log = (tmp_path / "w" / "fault-scheduler-server.log").read_text()
     assert "planted crash" in log and "probe process 3" in log
 

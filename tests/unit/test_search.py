@@ -91,3 +91,17 @@ def test_an_error_of_examine_itself_ends_the_search() -> None:
 def test_neither_examples_nor_a_deadline_is_refused() -> None:
     with pytest.raises(ValueError):
         search(LISTS, kinds_of, seed_value=0, examples=None)
+
+
+def test_an_example_that_does_not_fail_again_stops_the_search_as_flaky() -> None:
+    seen: set[tuple[int, ...]] = set()
+
+    def once(values: list[int]) -> dict[str, str]:
+        key = tuple(values)
+        if len(values) >= 3 and key not in seen:
+            seen.add(key)
+            return {"once": "only the first time"}
+        return {}
+
+    result = search(LISTS, once, seed_value=0, examples=100)
+    assert result.stopped == "flaky" and "did not fail again" in result.stop_reason
