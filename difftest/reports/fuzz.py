@@ -72,11 +72,11 @@ def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
         if not finding.reproduced:
             console.print(Text(f"{finding.name}: did not show every kind again when its file was probed", style="magenta"))
     if report.findings:
-        console.print(Text(reproduce_hint(report)))
+        console.print(Text(f"Reproduce: {reproduce_command(report)} (add -k NAME for one finding)"))
 
 
-def reproduce_hint(report: FuzzReport) -> str:
-    return f"Reproduce: difftest run -c {Path(report.out) / 'found' / 'branches.yaml'} (add -k NAME for one finding)"
+def reproduce_command(report: FuzzReport) -> str:
+    return f"difftest run -c {Path(report.out) / 'found' / 'branches.yaml'}"
 
 
 def render_fuzz_markdown(report: FuzzReport) -> str:
@@ -87,7 +87,7 @@ def render_fuzz_markdown(report: FuzzReport) -> str:
         lines.append(f"| {md_escape(branch)} | {kind} | {scenario} | {md_escape(reason)} |")
     lines += ["", md_escape(throughput(report)), ""]
     if report.findings:
-        lines += [f"`{reproduce_hint(report).removeprefix('Reproduce: ')}` reproduces every finding.", ""]
+        lines += [f"`{reproduce_command(report)}` re-runs every finding (`-k NAME` one of them).", ""]
     return "\n".join(lines)
 
 

@@ -112,7 +112,7 @@ def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progr
             name: stack.enter_context(ProbeServer(name, python, tier.name, request.out / "probe", limits, len(ready)))
             for name, python in ready.items()
         }
-        prober = _Prober(servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers)))))
+        prober = Prober(servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers)))))
         for name, why in prober.warm_up(tier).items():
             report.unmeasured[name] = why
             log(f"{name}: cannot be fuzzed: {why}")
@@ -121,7 +121,7 @@ def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progr
                 report.unmeasured.setdefault(name, f"the --against branch {against} could not be measured")
         judged = [b for b in fuzzed if b not in report.unmeasured]
         if judged:
-            examiner = _Examiner(tier, prober, judged, against, reading, config.timeouts.run_s, _baseline(config, workspace))
+            examiner = Examiner(tier, prober, judged, against, reading, config.timeouts.run_s, _baseline(config, workspace))
             _search(examiner, outcome, config, request, log, progress)
         report.probe_starts = {name: s.starts for name, s in servers.items()}
     request.out.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progr
 
 
 def _search(
-    examiner: "_Examiner", outcome: FuzzOutcome, config: Config, request: FuzzRequest, log: Log, progress: FuzzProgress | None
+    examiner: "Examiner", outcome: FuzzOutcome, config: Config, request: FuzzRequest, log: Log, progress: FuzzProgress | None
 ) -> None:
     report = outcome.report
     compared = f"against {examiner.against}" if examiner.against else f"{examiner.reading} reading"
@@ -179,7 +179,7 @@ def _baseline(config: Config, workspace: Workspace) -> str:
 # -- probing ------------------------------------------------------------------------
 
 
-class _Prober:
+class Prober:
     """Every branch's warm probe, asked the same job at once."""
 
     def __init__(self, servers: dict[str, ProbeServer], pool: ThreadPoolExecutor) -> None:
@@ -199,13 +199,13 @@ class _Prober:
         return failed
 
 
-class _Examiner:
+class Examiner:
     """Judges generated scenarios in every branch; caches the kinds each scenario shows."""
 
     def __init__(
         self,
         tier: Tier,
-        prober: _Prober,
+        prober: Prober,
         branches: list[str],
         against: str | None,
         reading: Reading,
@@ -297,7 +297,7 @@ def _progress_adapter(progress: FuzzProgress | None, examples: int | None) -> Ca
 
 
 def _write_findings(
-    outcome: FuzzOutcome, result: SearchResult[Kind], examiner: _Examiner, config: Config, request: FuzzRequest, log: Log
+    outcome: FuzzOutcome, result: SearchResult[Kind], examiner: Examiner, config: Config, request: FuzzRequest, log: Log
 ) -> None:
     """Each finding as a scenario file, loaded back with the tier's loader, probed again for its evidence."""
     if not result.found:
