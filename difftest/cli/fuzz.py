@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -18,34 +19,24 @@ from difftest.run.fuzz import FuzzRequest, fuzz
 DEFAULT_EXAMPLES = 100
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
-    return value
+def _number(cast: Callable[[str], float], lowest: float, inclusive: bool, what: str) -> Callable[[str], float]:
+    """An argparse type: `cast(text)`, at least `lowest` (or above it), or a message saying what is wanted."""
+
+    def parse(text: str) -> float:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < lowest or (value == lowest and not inclusive):
+            raise argparse.ArgumentTypeError(f"{text!r}: give {what} {'of at least' if inclusive else 'above'} {lowest:g}")
+        return value
+
+    return parse
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a seed is 0 or more")
-    return value
+EXAMPLES = _number(int, 1, True, "a whole number")
+SECONDS = _number(float, 0, False, "a number of seconds")
+SEED = _number(int, 0, True, "a whole number")
 
 
 class FuzzCommand(Command):
@@ -56,12 +47,12 @@ class FuzzCommand(Command):
         add_config(parser)
         budget = parser.add_mutually_exclusive_group()
         budget.add_argument(
-            "--examples", type=_positive_int, default=None, metavar="N",
+            "--examples", type=EXAMPLES, default=None, metavar="N",
             help=f"examples per search round (default: {DEFAULT_EXAMPLES}); the search ends after a round "
             "with no new kind of failure",
         )
-        budget.add_argument("--time", type=_positive_seconds, default=None, metavar="S", help="search for S seconds instead")
-        parser.add_argument("--seed", type=_seed, default=0, help="the search's seed: same seed, same findings (default: 0)")
+        budget.add_argument("--time", type=SECONDS, default=None, metavar="S", help="search for S seconds instead")
+        parser.add_argument("--seed", type=SEED, default=0, help="the search's seed: same seed, same findings (default: 0)")
         parser.add_argument(
             "--against", default=None, metavar="BRANCH",
             help="compare every branch with this one instead of the oracle (for changes the oracle has no opinion on)",

@@ -39,7 +39,7 @@ from difftest.run.probe_server import ProbeServer, ServerLimits
 from difftest.run.runner import BranchRun
 from difftest.run.search import Found, SearchResult, search
 from difftest.tiers.base import Tier
-from difftest.tiers.common.scenario import ScenarioBase, scenario_file_text
+from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
 
 Log = Callable[[str], None]
 #: (examples run in this round, examples asked for or None, round, findings so far)
@@ -47,6 +47,8 @@ FuzzProgress = Callable[[int, int | None, int, int], None]
 #: The name every generated scenario carries while it is examined.
 EXAMPLE_NAME = "fuzz-example"
 FOUND = "found"
+#: Where scenario files are explained (named in errors about a found file).
+GUIDE = "scenarios/README.md"
 SUMMARY = "fuzz.json"
 
 
@@ -307,17 +309,15 @@ def _write_findings(
     scenario_dir = found_dir / tier.folder
     scenario_dir.mkdir(parents=True, exist_ok=True)
     (found_dir / "evidence").mkdir(exist_ok=True)
-    names = []
-    for index, found in enumerate(result.found, 1):
-        names.append(_finding_name(index, found))
-        text = scenario_file_text(
-            {**found.value, "statement": _statement(found, request.seed)}, _comments(names[-1], found, request)
-        )
-        (scenario_dir / f"{names[-1]}.yaml").write_text(text)
     _write_config(config, outcome.workspace, found_dir)
-    loaded = {s.name: s for s in tier.load(scenario_dir)}
-    for name, found in zip(names, result.found):
-        scenario = loaded[name]
+    for index, found in enumerate(result.found, 1):
+        name = _finding_name(index, found)
+        path = scenario_dir / f"{name}.yaml"
+        path.write_text(
+            scenario_file_text({**found.value, "statement": _statement(found, request.seed)}, _comments(name, found, request))
+        )
+        # Read back as `run` reads it: the file is the finding, so it must load (name, hash) and show it again.
+        scenario = tier.parse_scenario(read_scenario_file(path, GUIDE), str(path))
         delivered = examiner.probe(scenario)
         again, _ = examiner.judge(scenario, delivered)
         reproduced = set(found.kinds) <= {o.kind for o in again}
