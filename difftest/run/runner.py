@@ -100,6 +100,9 @@ def run_probe(
     parallel: int = 1,
 ) -> BranchRun:
     """Run `python -m difftest.probe` on one job; never raises for the branch's own failures."""
+    # Absolute: the probe runs in `work_dir`, so a relative `--out` (the default `out`) named from here
+    # would point elsewhere there.
+    work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path = work_dir / f"{branch}-{tier}-job.json"
     out_path = work_dir / f"{branch}-{tier}-runs.jsonl"
