@@ -88,10 +88,6 @@ class Finding(BaseModel):
     reproduced: bool = True
 
     @property
-    def branches(self) -> list[str]:
-        return list(dict.fromkeys(o.kind.branch for o in self.observations))
-
-    @property
     def verdicts(self) -> set[Verdict]:
         return {o.kind.verdict for o in self.observations}
 

@@ -10,11 +10,13 @@ lenient reading pr-56137-style shows nothing.
 
 from __future__ import annotations
 
-import json
+import hashlib
+import os
 from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock
 
 from difftest.build.refs import read_blob
 from difftest.core.evidence import read_evidence
@@ -27,16 +29,24 @@ pytestmark = pytest.mark.slow
 
 #: Examples per search round in the shared shipped search (the issue's acceptance figure).
 EXAMPLES = 300
-shipped_search = pytest.mark.xdist_group("fuzz-shipped")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shipped(tmp_path_factory) -> tuple[int, Path, FuzzReport]:
-    tmp = tmp_path_factory.mktemp("fuzz")
-    config = write_config(tmp, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
-                          scenarios_dir=str(tmp / "no-scenarios"))
-    out = tmp / "out"
-    code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out)
+    """The search, run once per test session: xdist workers share it through a folder and a lock."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    shared = root / "fuzz-shipped"
+    shared.mkdir(exist_ok=True)
+    out = shared / "out"
+    with FileLock(str(shared / "lock")):
+        if not (shared / "code").exists():
+            config = write_config(shared, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
+                                  scenarios_dir=str(shared / "no-scenarios"))
+            code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out)
+            (shared / "code").write_text(str(code))
+    code = int((shared / "code").read_text())
     return code, out, FuzzReport.model_validate_json((out / "fuzz.json").read_text())
 
 
@@ -49,7 +59,6 @@ def scenario_of(out: Path, file: Path) -> dict:
     return yaml.safe_load((out / file).read_text())
 
 
-@shipped_search
 def test_the_shipped_search_finds_each_branch_s_known_story(shipped) -> None:
     code, out, report = shipped
     assert code == 1 and report.unmeasured == {} and report.stopped is None
@@ -72,7 +81,6 @@ def test_the_shipped_search_finds_each_branch_s_known_story(shipped) -> None:
     assert any("grammar" in r for r in mixed["requests"]) and any("grammar" not in r for r in mixed["requests"])
 
 
-@shipped_search
 def test_found_files_name_branch_difference_and_seed(shipped) -> None:
     _, out, report = shipped
     assert report.findings and all(f.reproduced for f in report.findings)
@@ -85,7 +93,6 @@ def test_found_files_name_branch_difference_and_seed(shipped) -> None:
         assert f"-k {finding.name}" in comments[-1]
 
 
-@shipped_search
 def test_difftest_run_on_the_found_files_reproduces_every_finding(shipped, tmp_path) -> None:
     _, out, report = shipped
     again = tmp_path / "again"
@@ -99,15 +106,12 @@ def test_difftest_run_on_the_found_files_reproduces_every_finding(shipped, tmp_p
             assert (obs.kind.verdict, obs.kind.what) in shown, (finding.name, obs.kind)
 
 
-@shipped_search
 def test_each_finding_has_its_evidence(shipped) -> None:
     _, out, report = shipped
     for finding in report.findings:
         evidence = read_evidence(out / finding.evidence)
         scenario = evidence.scenarios[finding.name]
         assert scenario.file == finding.file.removeprefix("found/")
-        import hashlib
-
         assert scenario.sha256 == hashlib.sha256((out / finding.file).read_bytes()).hexdigest()
         assert {r.branch for r in evidence.results} == {"main", "pr-56137-style", "pr-56195-style"}
         assert evidence.runs and all(evidence.runs.values())
