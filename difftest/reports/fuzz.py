@@ -61,11 +61,12 @@ def throughput(report: FuzzReport) -> str:
 def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
     console.print(Text(headline(report), style="bold"))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-    for column in ("branch", "kind", "minimal scenario", "reason"):
+    folders = sorted({str(Path(report.out) / Path(f.file).parent) for f in report.findings})
+    for column in ("branch", "kind", f"minimal scenario (in {', '.join(folders)})" if folders else "minimal scenario", "reason"):
         table.add_column(column, overflow="fold")
     for branch, verdict, what, file, reason in rows(report):
         kind = Text(f"{verdict} " if verdict else "", style=VERDICT_STYLES.get(verdict, "")) + Text(printable(what))
-        table.add_row(Text(branch), kind, Text(file), Text(printable(reason)))
+        table.add_row(Text(branch), kind, Text(Path(file).name if file else ""), Text(printable(reason)))
     console.print(table)
     console.print(Text(throughput(report), style="dim"))
     for finding in report.findings:
