@@ -16,12 +16,13 @@ from difftest.build.envs.base import ensure_base
 from difftest.build.envs.branch import probe_digest
 from difftest.build.refs import resolve_branch
 from difftest.build.workspace import branch_spec, open_source_repo
-from difftest.cli.base import Command, Log, add_config
+from difftest.cli.base import Command, Log, add_config, add_format
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence
 from difftest.core.records import Result
+from difftest.reports.json_report import render_json
 from difftest.run.pipeline import CompareRequest, compare, select_scenarios
 
 _BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
@@ -94,6 +95,7 @@ class VerifyCommand(Command):
         super().setup_arguments(parser)
         parser.add_argument("evidence", help="an evidence.json written by `difftest run` or `gate`")
         parser.add_argument("--out", default="out-verify", help="folder for the re-run's probe records (default: out-verify)")
+        add_format(parser, ("text", "json"), "text", "text: one line per differing result")
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -105,6 +107,10 @@ class VerifyCommand(Command):
         evidence = compare(config, request, log, probe_progress).evidence
         rerun = [r for r in evidence.results if r.scenario in recorded.scenarios]
         found = differences(recorded.results, rerun)
+        code = EXIT_FAILED if found else EXIT_OK
+        if args.format == "json":
+            print(render_json(evidence, code, identical=not found, differences=found, evidence_file=str(args.evidence)))
+            return code
         if found:
             print(f"difftest verify: {len(found)} result(s) differ from {args.evidence}:")
             for line in found:
