@@ -24,9 +24,9 @@ IMPORTING = "importing vLLM ..."
 
 
 @contextmanager
-def probe_progress(tier: str, branches: list[str]) -> Iterator[ProgressCallback]:
-    """A bar per branch; the callback is safe to call from the runner's threads."""
-    console = Console(stderr=True)
+def probe_progress(tier: str, branches: list[str], console: Console | None = None) -> Iterator[ProgressCallback]:
+    """A bar per branch (on `console`, default stderr); the callback is safe to call from the runner's threads."""
+    console = console or Console(stderr=True)
     lock = threading.Lock()
     with Progress(
         TextColumn("[bold]{task.fields[branch]}[/] " + escape(tier)),

@@ -67,10 +67,15 @@ class ShowCommand(Command):
             results = [r for r in evidence.results if r.scenario == args.scenario and r.branch == branch]
             label = _label(results, args.order, index, branch)
             result = next((r for r in results if r.label == label), None)
-            runs = recorded_runs(evidence, folder, branch, tier.name)
-            run = next((r for r in runs if r.scenario == args.scenario and r.label == label), None)
             if number:
                 console.print()
+            if not any(p.branch == branch and p.tier == tier.name for p in evidence.probes) and result and result.error:
+                # No probe output at all (the environment could not be built, vLLM did not import, ...).
+                console.print(f"{args.scenario} · {branch} · run {label}: could not be measured, no steps were recorded "
+                              f"({result.error})", markup=False)
+                continue
+            runs = recorded_runs(evidence, folder, branch, tier.name)
+            run = next((r for r in runs if r.scenario == args.scenario and r.label == label), None)
             if run is None or not run.steps:
                 why = (run.error if run is not None else None) or (result.error if result else None) or "no steps recorded"
                 console.print(f"{args.scenario} · {branch} · run {label}: no steps to show ({why})", markup=False)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from difftest.core.evidence import Evidence
-from difftest.core.records import Result
+from difftest.core.records import Result, Violation
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
 from difftest.reports.conclusion import conclude
@@ -165,10 +165,13 @@ class _Block:
             return "\n".join(lines)
         if r.violations:
             lines += ["| invariant | counter | measured | expected | detail |", "|---|---|---|---|---|"]
-            for v in r.violations:
+            for group in _grouped(r.violations):
+                first = group[0]
+                more = f" (and {len(group) - 1} more counter(s) alike)" if len(group) > 1 else ""
                 lines.append(
-                    f"| {md_escape(v.invariant)} | {md_escape(v.counter or '')} | {md_escape(format_value(v.measured))} | "
-                    f"{md_escape(format_value(v.expected))} | {md_escape(v.detail)} |"
+                    f"| {md_escape(first.invariant)} | {md_escape(', '.join(v.counter or '' for v in group))} | "
+                    f"{md_escape('; '.join(format_value(v.measured) for v in group))} | "
+                    f"{md_escape('; '.join(format_value(v.expected) for v in group))} | {md_escape(first.detail)}{more} |"
                 )
             lines.append("")
         if r.differences:
@@ -180,6 +183,20 @@ class _Block:
                 )
             lines.append("")
         return "\n".join(lines)
+
+
+def _grouped(violations: list[Violation]) -> list[list[Violation]]:
+    """Consecutive violations of one invariant on different counters (one order that changes six
+    counters) as one row; a violation repeated on the same counter (a step lost, then another) starts
+    a row of its own, since its detail is what differs."""
+    groups: list[list[Violation]] = []
+    for v in violations:
+        last = groups[-1] if groups else []
+        if v.counter and last and last[0].invariant == v.invariant and v.counter not in {g.counter for g in last}:
+            last.append(v)
+        else:
+            groups.append([v])
+    return groups
 
 
 def _named(results: list[Result]) -> str:
