@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from difftest import tiers
-from difftest.cli.base import Command, Log, add_config, stdout_console
+from difftest.cli.base import Command, Log, add_config, recorded_scenarios, stdout_console
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence
@@ -20,9 +20,7 @@ from difftest.core.records import Result
 from difftest.reports.trace import build_trace
 from difftest.reports.trace_terminal import render_trace
 from difftest.reports.views import branch_names, most_severe, run_index
-from difftest.run.pipeline import select_scenarios
 from difftest.run.recorded import recorded_runs
-from difftest.tiers.common.scenario import ScenarioBase
 
 
 class ShowCommand(Command):
@@ -61,7 +59,7 @@ class ShowCommand(Command):
             console.print(f"{args.scenario}: not run on this base ({info.skipped})", markup=False)
             return EXIT_OK
         tier = tiers.get(info.tier)
-        scenario = _scenario(config, evidence, args.scenario)
+        scenario = recorded_scenarios(config, evidence, [args.scenario])[args.scenario]
         index = run_index(evidence)
         for number, branch in enumerate(_branches(evidence, args.scenario, args.branch)):
             results = [r for r in evidence.results if r.scenario == args.scenario and r.branch == branch]
@@ -84,20 +82,6 @@ class ShowCommand(Command):
             others = [r for r in results if r.label != label]
             render_trace(console, trace, result, others, all_steps=args.all_steps)
         return EXIT_OK
-
-
-def _scenario(config: Config, evidence: Evidence, name: str) -> ScenarioBase:
-    """The scenario as the config's file gives it, provided it is the file the evidence was made from."""
-    recorded = evidence.scenarios[name]
-    found = {s.name: s for group in select_scenarios(config, [recorded.tier], None) for s in group.scenarios}
-    now = found.get(name)
-    if now is None or now.sha256 != recorded.sha256:
-        raise ConfigError(
-            f"scenario {name!r} ({recorded.file}) is missing from {config.scenarios_dir} or its file changed "
-            f"(recorded sha256 {recorded.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
-            "pass the branches.yaml (-c) whose scenarios produced the evidence",
-        )
-    return now
 
 
 def _branches(evidence: Evidence, scenario: str, chosen: str | None) -> list[str]:

@@ -16,14 +16,14 @@ from difftest.build.envs.base import ensure_base
 from difftest.build.envs.branch import probe_digest
 from difftest.build.refs import resolve_branch
 from difftest.build.workspace import branch_spec, open_source_repo
-from difftest.cli.base import Command, Log, add_config, add_format
+from difftest.cli.base import Command, Log, add_format, recorded_scenarios
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence
 from difftest.core.records import Result
 from difftest.reports.json_report import render_json
-from difftest.run.pipeline import CompareRequest, compare, select_scenarios
+from difftest.run.pipeline import CompareRequest, compare
 
 _BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
 
@@ -38,15 +38,7 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
                 f"base {key} differs: the evidence used {then!r}, this machine has {now!r}",
                 "verify with the branches.yaml (base.requirement, Python, torch source) that produced the evidence",
             )
-    scenarios = {s.name: s for group in select_scenarios(config, None, None) for s in group.scenarios}
-    for name, then in recorded.scenarios.items():
-        now = scenarios.get(name)
-        if now is None or now.sha256 != then.sha256:
-            raise ConfigError(
-                f"scenario {name!r} ({then.file}) is missing or its file changed "
-                f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
-                "check out the scenario files the evidence was produced with",
-            )
+    recorded_scenarios(config, recorded)
     current_probe = probe_digest()
     for name, then in recorded.branches.items():
         recorded_probe = then.fingerprint.get("probe_digest")

@@ -17,7 +17,6 @@ can trust the step records next to the evidence; violations may name
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -194,15 +193,6 @@ def upgrade_from_2(raw: dict[str, Any]) -> dict[str, Any]:
 
 #: schema version -> the step that brings a file of that version one version up.
 UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2}
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes (read in blocks: records files run to megabytes)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

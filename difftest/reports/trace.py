@@ -187,24 +187,21 @@ def _recorded(stats: StepStats | None, source: str, k: int) -> StatsRow:
         emitted = value if isinstance(value, int) else None
     else:
         emitted = stats.num_drafts + stats.num_accepted_tokens  # what the branch's mean implies
-    return StatsRow(
-        rows=stats.num_drafts,
-        draft_tokens=stats.num_draft_tokens,
-        accepted=stats.num_accepted_tokens,
-        accepted_per_pos=_padded(stats.num_accepted_tokens_per_pos, k),
-        draft_tokens_per_pos=_padded(stats.num_draft_tokens_per_pos, k),
-        emitted=emitted,
-    )
+    return _row(stats, k, emitted)
 
 
 def _expected(totals: Totals, k: int) -> StatsRow:
+    return _row(totals, k, totals.num_emitted_tokens)
+
+
+def _row(counts: StepStats | Totals, k: int, emitted: int | None) -> StatsRow:
     return StatsRow(
-        rows=totals.num_drafts,
-        draft_tokens=totals.num_draft_tokens,
-        accepted=totals.num_accepted_tokens,
-        accepted_per_pos=_padded(totals.num_accepted_tokens_per_pos, k),
-        draft_tokens_per_pos=_padded(totals.num_draft_tokens_per_pos, k),
-        emitted=totals.num_emitted_tokens,
+        rows=counts.num_drafts,
+        draft_tokens=counts.num_draft_tokens,
+        accepted=counts.num_accepted_tokens,
+        accepted_per_pos=_padded(counts.num_accepted_tokens_per_pos, k),
+        draft_tokens_per_pos=_padded(counts.num_draft_tokens_per_pos, k),
+        emitted=emitted,
     )
 
 

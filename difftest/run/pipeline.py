@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from difftest import tiers
+from difftest.build.envs.fingerprint import sha256_file
 from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ProbeFiles, ScenarioEvidence, file_sha256
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ProbeFiles, ScenarioEvidence
 from difftest.core.records import ProbeRun, Reading, Result, Violation
 from difftest.core.selection import compile_selection
 from difftest.core.verdicts import judge, unmeasured
@@ -319,9 +320,9 @@ def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[P
                     branch=name,
                     tier=tier,
                     job=_relative(run.job_path, out),
-                    job_sha256=file_sha256(run.job_path),
+                    job_sha256=sha256_file(run.job_path),
                     records=_relative(run.records_path, out),
-                    records_sha256=file_sha256(run.records_path),
+                    records_sha256=sha256_file(run.records_path),
                     nonce=run.nonce,
                     exited_cleanly=run.exited_cleanly,
                 )

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from difftest.build.envs.fingerprint import sha256_file
 from difftest.core.errors import DifftestError
-from difftest.core.evidence import Evidence, ProbeFiles, file_sha256
+from difftest.core.evidence import Evidence, ProbeFiles
 from difftest.core.records import ProbeRun
 from difftest.run.delivery import read_delivery
 
@@ -47,7 +48,7 @@ def recorded_runs(evidence: Evidence, folder: Path, branch: str, tier: str) -> l
                 f"{path} is missing (the evidence names it as {branch}'s {tier} probe output)",
                 "keep the probe/ folder next to evidence.json, as `difftest run` wrote it",
             )
-        now = file_sha256(path)
+        now = sha256_file(path)
         if now != recorded:
             raise DifftestError(
                 f"{path} changed after the evidence was written (sha256 {now[:12]}, the evidence recorded "
