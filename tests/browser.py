@@ -39,7 +39,7 @@ window.addEventListener("load", function () {{
   document.body.setAttribute("data-measured", JSON.stringify({{
     scrollWidth: d.documentElement.scrollWidth, innerWidth: w.innerWidth,
     grid: r && {{left: r.left, top: r.top, width: r.width, height: r.height}},
-    box: box && {{left: box.left, right: box.right}},
+    box: box && {{left: box.left, right: box.right, width: box.width}},
     shown: !!style && style.display !== "none" && style.visibility !== "hidden",
     tablesOutsideScrollBoxes: loose.length
   }}));

@@ -28,6 +28,8 @@ from difftest.tiers.common.accounting import READINGS, RULES, truncated
 
 #: How many scenario names a sentence lists before "and N more".
 LISTED = 3
+#: How many broken runs a sentence names before "and N more runs".
+NAMED_RUNS = 6
 
 
 @dataclass(frozen=True)
@@ -109,10 +111,8 @@ def _broken(branch: str, results: list[Result], runs: dict, order: list[str]) ->
     lost_any = any(v.invariant == "stats-lost" for r in broken for v in r.violations)
     what = "requests lose their stats" if lost_any else "invariants break"
     count = sum(r.verdict == "broken" for r in results)
-    headline = (
-        f"is broken in {count}/{len(results)} runs; in {scenario} ({len(broken)}/{total} runs) "
-        f"{what}: {'; '.join(parts)}"
-    )
+    listed = "; ".join(parts[:NAMED_RUNS]) + (f"; and {len(parts) - NAMED_RUNS} more runs" if len(parts) > NAMED_RUNS else "")
+    headline = f"is broken in {count}/{len(results)} runs; in {scenario} ({len(broken)}/{total} runs) {what}: {listed}"
     also = [f"also broken in {s} ({len(rs)} runs)" for s, rs in grouped.items() if s != scenario]
     return headline, also
 

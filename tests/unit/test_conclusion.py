@@ -139,3 +139,12 @@ def test_differences_are_read_from_the_results_not_recomputed() -> None:
     )
     (standing,) = conclude(evidence([result])).standings
     assert standing.headline.startswith("diverges in 1/1 runs, on num_draft_tokens_per_pos: +1 in s; the oracle: per position")
+
+
+def test_many_broken_runs_are_named_up_to_a_limit() -> None:
+    results = [
+        make_result("broken", branch="racy", scenario="big", label=f"order:{i}", violations=[lost(f"order:{i}", ["a"])])
+        for i in range(10)
+    ]
+    (standing,) = conclude(evidence(results)).standings
+    assert standing.headline.endswith("order:5 loses a; and 4 more runs")
