@@ -102,8 +102,8 @@ class ScenarioView:
 
     @property
     def passes(self) -> bool:
-        """Every run of every branch passes (a skipped scenario does not count as failing)."""
-        return all(r.verdict == "pass" for rs in self.results.values() for r in rs)
+        """Every branch ran it and every run passed."""
+        return all(rs and all(r.verdict == "pass" for r in rs) for rs in self.results.values())
 
 
 def timestamp(evidence: Evidence) -> str:
