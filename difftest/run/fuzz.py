@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -73,7 +74,7 @@ class FuzzRequest:
 class FuzzOutcome:
     report: FuzzReport
     workspace: Workspace
-    #: Finding name -> its evidence (also written under <out>/found/evidence/).
+    #: Finding name -> its evidence (also written to <out>/found/evidence/<name>/evidence.json).
     evidence: dict[str, Evidence] = field(default_factory=dict)
 
 
@@ -188,8 +189,9 @@ class Prober:
         self.servers = servers
         self.pool = pool
 
-    def play(self, job: Job) -> dict[str, BranchRun]:
-        futures = {name: self.pool.submit(server.play, job) for name, server in self.servers.items()}
+    def play(self, job: Job, keep: Path | None = None) -> dict[str, BranchRun]:
+        """Every branch's answer; with `keep`, each probe's job and records are also written there."""
+        futures = {name: self.pool.submit(server.play, job, keep) for name, server in self.servers.items()}
         return {name: f.result() for name, f in futures.items()}
 
     def warm_up(self, tier: Tier) -> dict[str, str]:
@@ -239,8 +241,8 @@ class Examiner:
             raise StrategyError(f"the {self.tier.name} tier's fuzz strategy generated a scenario its loader refuses: "
                                 f"{exc.problem}\n{json.dumps(raw)}") from None
 
-    def probe(self, scenario: ScenarioBase) -> dict[str, BranchRun]:
-        return self.prober.play(make_job(self.tier, [scenario], self.run_s))
+    def probe(self, scenario: ScenarioBase, keep: Path | None = None) -> dict[str, BranchRun]:
+        return self.prober.play(make_job(self.tier, [scenario], self.run_s), keep)
 
     def judge(
         self, scenario: ScenarioBase, delivered: dict[str, BranchRun]
@@ -308,7 +310,6 @@ def _write_findings(
     found_dir = request.out / FOUND
     scenario_dir = found_dir / tier.folder
     scenario_dir.mkdir(parents=True, exist_ok=True)
-    (found_dir / "evidence").mkdir(exist_ok=True)
     _write_config(config, outcome.workspace, found_dir)
     for index, found in enumerate(result.found, 1):
         name = _finding_name(index, found)
@@ -318,7 +319,9 @@ def _write_findings(
         )
         # Read back as `run` reads it: the file is the finding, so it must load (name, hash) and show it again.
         scenario = tier.parse_scenario(read_scenario_file(path, GUIDE), str(path))
-        delivered = examiner.probe(scenario)
+        # The evidence folder is laid out as `run --out` lays one out, so `difftest show` reads its steps.
+        evidence_dir = found_dir / "evidence" / name
+        delivered = examiner.probe(scenario, keep=evidence_dir / "probe")
         again, _ = examiner.judge(scenario, delivered)
         reproduced = set(found.kinds) <= {o.kind for o in again}
         if not reproduced:
@@ -329,8 +332,9 @@ def _write_findings(
             {tier.name: delivered},
             examiner.as_run_judges(scenario, delivered),
             examiner.reading,
+            out=evidence_dir,
         )
-        evidence_path = write_evidence(evidence, found_dir / "evidence" / f"{name}.json")
+        evidence_path = write_evidence(evidence, evidence_dir / "evidence.json")
         outcome.evidence[name] = evidence
         outcome.report.findings.append(
             Finding(
@@ -396,6 +400,10 @@ def _clear_previous(out: Path) -> None:
     except ValueError:
         return
     for finding in previous.findings:
-        for rel in (finding.file, finding.evidence):
-            (out / rel).unlink(missing_ok=True)
+        (out / finding.file).unlink(missing_ok=True)
+        evidence = out / finding.evidence
+        if evidence.parent.name == finding.name:  # the finding's own folder: evidence.json and probe/
+            shutil.rmtree(evidence.parent, ignore_errors=True)
+        else:
+            evidence.unlink(missing_ok=True)
     summary.unlink()

@@ -94,18 +94,29 @@ class ProbeServer:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def play(self, job: Job) -> BranchRun:
-        """One job: exactly one ProbeRun per planned run, measured or an `error` with its reason."""
-        with self._lock:
-            return self._play(job)
+    def play(self, job: Job, keep: Path | None = None) -> BranchRun:
+        """One job: exactly one ProbeRun per planned run, measured or an `error` with its reason.
 
-    def _play(self, job: Job) -> BranchRun:
+        With `keep`, the job and the probe's answer are also written there, as `run` writes a probe's
+        job and RUNS.jsonl (named in the result with the nonce), so the evidence can cite them.
+        """
+        with self._lock:
+            result, lines = self._play(job)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            result.job_path = keep / f"{self.branch}-{self.tier}-job.json"
+            result.records_path = keep / f"{self.branch}-{self.tier}-runs.jsonl"
+            result.job_path.write_text(json.dumps(job, indent=1))
+            result.records_path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return result
+
+    def _play(self, job: Job) -> tuple[BranchRun, list[str]]:
         result = BranchRun(branch=self.branch, tier=self.tier, log_path=self.log_path, started_at=time.time())
         started = time.monotonic()
         if self._proc is None and self.starts >= self.limits.max_starts:
             result.error = f"not started again: the probe stopped {self.starts} times (last: {self._last_death})"
             result.runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(result.error)
-            return result
+            return result, []
         if self._proc is None:
             self._spawn()
         assert self._proc is not None and self._proc.stdin is not None
@@ -132,12 +143,13 @@ class ProbeServer:
             self._last_death = result.error
         else:
             self._answered += 1
-        delivery = check_lines(lines, self._nonce, job, self.tier, exited_cleanly=ending == "trailer")
+        result.nonce, result.exited_cleanly = self._nonce, ending == "trailer"
+        delivery = check_lines(lines, self._nonce, job, self.tier, exited_cleanly=result.exited_cleanly)
         result.header = delivery.header
         result.runs = delivery.runs(result.error)
         result.duration_s = round(time.monotonic() - started, 4)
         result.ended_at = time.time()
-        return result
+        return result, lines
 
     def close(self) -> None:
         """Let the probe exit at the end of its input; stop it if it does not. A probe still busy with a

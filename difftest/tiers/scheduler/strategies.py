@@ -72,22 +72,27 @@ def scenarios() -> st.SearchStrategy[dict[str, Any]]:
 
 @st.composite
 def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    # Draw order matters for shrinking: everything of a request (prompt included) is drawn inside its
+    # own list element, and what depends on the requests (the orders) last, so that deleting a request
+    # leaves every other draw meaning what it meant.
     k = draw(_ints(MIN_K, MAX_K))
     path = draw(_PATHS)
+    seed = draw(_ints(0, 2**16))
     bodies = draw(_batches(k, path))
     ids = [f"r{i}" for i in range(len(bodies))]
     raw: dict[str, Any] = {"statement": STATEMENT, "k": k, "draft_path": path}
     if any(_is_random(b) for b in bodies):
-        raw["seed"] = draw(_ints(0, 2**16))
+        raw["seed"] = seed
     raw["orders"] = draw(orders(ids))
-    raw["requests"] = [{"id": rid, "prompt": draw(_PROMPTS), **body} for rid, body in zip(ids, bodies)]
+    raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies)]
     return raw
 
 
 @lru_cache(maxsize=None)
 def requests(k: int, path: str) -> st.SearchStrategy[dict[str, Any]]:
-    """One request (without `id` and `prompt`): scripted, random or grammar-constrained."""
-    return st.one_of(_scripted_request(k, path), _random_request(k, path), _grammar_request(k, path))
+    """One request (without `id`): scripted, random or grammar-constrained."""
+    kinds = st.one_of(_scripted_request(k, path), _random_request(k, path), _grammar_request(k, path))
+    return st.tuples(_PROMPTS, kinds).map(lambda pair: {"prompt": pair[0], **pair[1]})
 
 
 @lru_cache(maxsize=None)
