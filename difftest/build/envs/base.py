@@ -32,6 +32,7 @@ from difftest.build.envs.fingerprint import (
 )
 from difftest.build.envs.sources import wheel_source_args
 from difftest.build.envs.uvtool import run_uv
+from difftest.build.envs.wheel_base import requirement_identity
 from difftest.core.errors import EnvironmentBuildError
 
 Log = Callable[[str], None]
@@ -86,7 +87,7 @@ def resolve_interpreter(spec: BaseSpec) -> tuple[str, str]:
 def base_key(spec: BaseSpec, python_version: str) -> str:
     """What makes two bases interchangeable; names the folder."""
     ident = {
-        "requirement": spec.requirement,
+        "requirement": requirement_identity(spec.requirement),
         "python": python_version,
         "platform": platform_tag(),
         "exclude": sorted(spec.exclude),
