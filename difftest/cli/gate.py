@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from difftest.build.refs import changed_files, resolve_branch, touches
-from difftest.build.workspace import branch_spec, open_source_repo
+from difftest.build.refs import changed_files, touches
+from difftest.build.workspace import branch_spec, open_source_repo, refs_to_fetch, resolve_spec
 from difftest.cli.base import Command, Log, add_compare_options, compare_request
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
@@ -64,8 +64,8 @@ class GateCommand(Command):
 def stats_path_changes(config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log) -> list[str]:
     """The head's changed files (relative to the base) that lie on the stats path."""
     specs = [branch_spec(config, base_name), branch_spec(config, head_name)]
-    repo = open_source_repo(config, None, do_fetch, log, [s.ref for s in specs])
-    base, head = (resolve_branch(repo, spec) for spec in specs)
+    repo = open_source_repo(config, None, do_fetch, log, refs_to_fetch(config, specs))
+    base, head = (resolve_spec(config, repo, spec) for spec in specs)
     return touches(changed_files(repo, base.sha, head.sha), config.stats_paths)
 
 

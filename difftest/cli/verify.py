@@ -14,8 +14,7 @@ from pathlib import Path
 
 from difftest.build.envs.base import ensure_base
 from difftest.build.envs.branch import probe_digest
-from difftest.build.refs import resolve_branch
-from difftest.build.workspace import branch_spec, open_source_repo
+from difftest.build.workspace import branch_spec, open_source_repo, resolve_spec
 from difftest.cli.base import Command, Log, add_config
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
@@ -57,7 +56,7 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
             )
     repo = open_source_repo(config, base)
     for name, then in recorded.branches.items():
-        now = resolve_branch(repo, branch_spec(config, name) if config.branch(name) else branch_spec(config, then.ref))
+        now = resolve_spec(config, repo, branch_spec(config, name) if config.branch(name) else branch_spec(config, then.ref))
         if now.sha != then.sha:
             raise ConfigError(
                 f"branch {name!r} now resolves to {now.sha[:12]}, the evidence recorded {str(then.sha)[:12]}",

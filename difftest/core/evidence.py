@@ -9,7 +9,9 @@ an unknown version fails with a message instead of a pydantic dump.
 
 Versions: 1 (results keyed by `order`, statement as `explanation`); 2 (results
 keyed by run `label`, `statement`; runs carry their `role` and the probe's
-`failure`; scenarios not run on this base say why in `skipped`).
+`failure`; scenarios not run on this base say why in `skipped`); 3 (branches
+record what was transplanted — original SHA, merge-base, replayed commits —
+and the members of a stack).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from difftest import __version__
 from difftest.core.errors import DifftestError
 from difftest.core.records import ProbeRun, Reading, Result
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 
 class BaseEvidence(BaseModel):
@@ -39,16 +41,44 @@ class BaseEvidence(BaseModel):
     fingerprint: dict[str, Any] = Field(default_factory=dict)
 
 
+class ReplayedCommit(BaseModel):
+    """One transplanted commit: the original, and the commit difftest wrote for it."""
+
+    original: str
+    sha: str
+
+
+class TransplantEvidence(BaseModel):
+    """A branch's own commits, replayed onto the base wheel's commit."""
+
+    #: Whose commits: the branch itself, or a member of a stack.
+    branch: str
+    ref: str
+    #: The commit `ref` named before transplanting.
+    original_sha: str
+    mainline: str
+    merge_base: str
+    #: `repo.base_ref` and its commit: where the commits were replayed.
+    onto: str
+    onto_sha: str
+    replayed: list[ReplayedCommit] = Field(default_factory=list)
+    #: The range held merge commits, so it was replayed as one step (its net diff).
+    squashed: bool = False
+
+
 class BranchEvidence(BaseModel):
     """What one branch really was: the ref asked for, the commit built, the patches applied."""
 
     ref: str
-    #: The commit the environment was built from (after patches, if any).
+    #: The commit the environment was built from (after patches and replays, if any).
     sha: str | None = None
-    #: The commit `ref` resolved to, before patches.
+    #: The commit the branch's steps start from (`ref`; `repo.base_ref` when transplanted).
     ref_sha: str | None = None
     #: Patch file path -> sha256 of its content.
     patches: dict[str, str] = Field(default_factory=dict)
+    transplants: list[TransplantEvidence] = Field(default_factory=list)
+    #: The branches a stack composes, in order.
+    stack: list[str] = Field(default_factory=list)
     fingerprint: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -63,7 +93,7 @@ class ScenarioEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["2"] = SCHEMA_VERSION
+    schema_version: Literal["3"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -158,8 +188,14 @@ def _run_from_1(run: dict[str, Any]) -> dict[str, Any]:
     return run
 
 
+def upgrade_from_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3: branches gain `transplants` and `stack` (a version-2 branch had neither)."""
+    branches = {name: {"transplants": [], "stack": [], **branch} for name, branch in (raw.get("branches") or {}).items()}
+    return {**raw, "schema_version": "3", "branches": branches}
+
+
 #: schema version -> the step that brings a file of that version one version up.
-UPGRADES = {"1": upgrade_from_1}
+UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -22,7 +22,14 @@ from difftest import tiers
 from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
+from difftest.core.evidence import (
+    BaseEvidence,
+    BranchEvidence,
+    Evidence,
+    ReplayedCommit,
+    ScenarioEvidence,
+    TransplantEvidence,
+)
 from difftest.core.records import ProbeRun, Reading, Result, Violation
 from difftest.core.selection import compile_selection
 from difftest.core.verdicts import judge, unmeasured
@@ -246,6 +253,15 @@ def make_evidence(
             sha=r.sha,
             ref_sha=r.ref_sha,
             patches={str(p.path.name): p.sha256 for p in r.patches},
+            transplants=[
+                TransplantEvidence(
+                    branch=t.branch, ref=t.ref, original_sha=t.original_sha, mainline=t.mainline,
+                    merge_base=t.merge_base, onto=t.onto, onto_sha=t.onto_sha, squashed=t.squashed,
+                    replayed=[ReplayedCommit(original=o, sha=sha) for o, sha in t.replayed],
+                )
+                for t in r.transplants
+            ],
+            stack=list(r.stack),
             fingerprint=b.env.fingerprint if b.env else {"error": b.error},
         )
     scenarios = {

@@ -17,7 +17,14 @@ import pytest
 from difftest.core.errors import DifftestError
 from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, evidence_json, read_evidence, write_evidence
 from difftest.core.records import Difference, Failure
-from tests.factories import make_evidence, make_result, make_run, make_totals
+from tests.factories import (
+    make_evidence,
+    make_result,
+    make_run,
+    make_stack_branch,
+    make_totals,
+    make_transplanted_branch,
+)
 
 
 def rich_evidence(with_runs: bool = True) -> Evidence:
@@ -42,9 +49,18 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_2(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-2 file: branches without `transplants` and `stack`."""
+    raw = json.loads(evidence_json(evidence))
+    raw["schema_version"] = "2"
+    for branch in raw["branches"].values():
+        assert branch.pop("transplants") == [] and branch.pop("stack") == []  # version 2 had neither
+    return raw
+
+
 def as_version_1(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-1 file: results keyed by `order` with `explanation`; runs without `role`."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_2(evidence)
     raw["schema_version"] = "1"
     for result in raw["results"]:
         result["order"] = result.pop("label")
@@ -72,7 +88,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "2" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "3" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
@@ -95,7 +111,21 @@ def test_writing_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
     assert evidence_json(rich_evidence()).count("\n") > 10
 
 
-def test_version_1_file_reads_as_the_same_version_2_data(tmp_path: Path) -> None:
+def test_version_2_file_reads_as_the_same_version_3_data(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    assert read_evidence(write_raw(tmp_path, as_version_2(evidence))) == evidence
+
+
+def test_transplants_and_stacks_round_trip(tmp_path: Path) -> None:
+    evidence = make_evidence(branches={"pr": make_transplanted_branch(), "both": make_stack_branch()})
+    raw = json.loads(evidence_json(evidence))
+    moved = raw["branches"]["pr"]["transplants"][0]
+    assert {"original_sha", "merge_base", "replayed", "onto_sha"} <= set(moved)
+    assert raw["branches"]["both"]["stack"] == ["pr", "fix"]
+    assert read_evidence(write_evidence(evidence, tmp_path / "e.json")) == evidence
+
+
+def test_version_1_file_reads_as_the_same_version_3_data(tmp_path: Path) -> None:
     evidence = rich_evidence()
     raw = as_version_1(evidence)
     assert "role" not in raw["runs"]["main"][0] and "order" in raw["results"][0]
@@ -126,7 +156,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     with pytest.raises(DifftestError) as info:
         read_evidence(write_raw(tmp_path, raw))
     assert "schema version '99'" in info.value.problem
-    assert "'1', '2'" in info.value.problem
+    assert "'1', '2', '3'" in info.value.problem
     assert info.value.hint
 
 
@@ -135,9 +165,10 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "3"}', "schema version '3'"),
+        ('{"schema_version": "4"}', "schema version '4'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
+        ('{"schema_version": "3"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -13,13 +13,17 @@ from difftest.build.refs.fixture import (
     fixture_repo_path,
     source_digest,
 )
-from difftest.build.refs.patches import BRANCH_PREFIX, PatchInfo, ResolvedBranch, resolve_branch
+from difftest.build.refs.branch import BRANCH_PREFIX, BranchContext, ResolvedBranch, resolve_branch
+from difftest.build.refs.patches import PatchInfo
+from difftest.build.refs.transplant import CommitStep, TransplantInfo
 from difftest.build.refs.repo import fetch, open_repo, repo_label, resolve_ref
 
 __all__ = [
     "BRANCH_PREFIX",
     "NATIVE_PATHS",
+    "BranchContext",
     "Change",
+    "CommitStep",
     "PatchInfo",
     "ResolvedBranch",
     "build_fixture_repo",
@@ -37,4 +41,5 @@ __all__ = [
     "resolve_ref",
     "source_digest",
     "touches",
+    "TransplantInfo",
 ]
