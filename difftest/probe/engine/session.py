@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import DidNotFinish
-from .capture import CaptureLogger, StepTap, counter_delta, prometheus_spec_counters
+from .capture import CaptureLogger, RunnerTap, StepTap, counter_delta, prometheus_spec_counters
 
 #: The keys of a scenario's `engine` mapping that configure the one engine of a probe process.
 ENGINE_KEYS = (
@@ -74,7 +74,9 @@ class EngineSession:
         assert self.engine.logger_manager is not None, "disable_log_stats=False must create a StatLoggerManager"
         self.engine.logger_manager.stat_loggers.append(self.logger)
         # In-process engine core only (VLLM_ENABLE_V1_MULTIPROCESSING=0): the tap needs the scheduler object.
-        self.tap = StepTap(self.engine.engine_core.engine_core.scheduler)
+        core = self.engine.engine_core.engine_core
+        self.runner_tap = RunnerTap(_model_runner(core))
+        self.tap = StepTap(core.scheduler, self.runner_tap)
         self.tokenizer_eos = self.engine.input_processor.renderer.get_eos_token_id()
 
     def tokenize(self, prompt: str) -> list[int]:
@@ -125,3 +127,13 @@ class EngineSession:
             "prometheus": counter_delta(before, after, self.k),
             "finals": finals,
         }
+
+
+def _model_runner(core: Any) -> Any:
+    """The in-process model runner (uniprocess executor -> worker wrapper -> worker), or None."""
+    obj = core
+    for name in ("model_executor", "driver_worker", "worker", "model_runner"):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
