@@ -89,6 +89,17 @@ def test_rejected_drafts_and_steps_without_drafts() -> None:
     assert expected.num_emitted_tokens == 2
 
 
+def test_the_zero_fill_of_a_skipped_drafter_is_no_row() -> None:
+    # The runner skipped drafting for this step: [0, 0, 0] were scheduled and rejected (main counts them).
+    zero_fill = make_step(1, drafts={"a": [0, 0, 0]}, sampled={"a": [6]}, emitted={"a": [6]}, skipped=["a"])
+    run = engine_run(steps=[prefill(), zero_fill], outputs={"a": [5, 6]})
+    assert [v.drafting_skipped for v in verifications(zero_fill)] == [True]
+    for reading in ("strict", "lenient"):
+        assert expected_totals(K, run, reading).num_drafts == 0  # type: ignore[arg-type]
+    # A branch that schedules the zero-fill but does not count it has lost nothing.
+    assert "stats-lost" not in invariants_of(run.model_copy(update={"steps": [prefill(), zero_fill.model_copy(update={"stats": None})]}))
+
+
 def test_all_invalid_drafts_depend_on_the_reading() -> None:
     steps = [make_step(0, drafts={"a": [-1, -1]}, invalid={"a": 2}, sampled={"a": [4]}, emitted={"a": [4]})]
     assert expected_totals(K, engine_run(steps=steps), "strict").num_drafts == 0
