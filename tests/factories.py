@@ -223,6 +223,21 @@ def make_stack_branch(**overrides: Any) -> BranchEvidence:
     return BranchEvidence(**{**fields, **overrides})
 
 
+# -- wheels ----------------------------------------------------------------------
+
+
+def make_wheel(folder: Path, name: str, version: str, filename_version: str | None = None) -> Path:
+    """A minimal wheel file: what a wheel reference is checked against (its file name and METADATA)."""
+    import zipfile
+
+    dist = name.replace("-", "_")
+    path = folder / f"{dist}-{filename_version or version}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{dist}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        archive.writestr(f"{dist}/__init__.py", "")
+    return path
+
+
 # -- end-to-end configs --------------------------------------------------------
 
 

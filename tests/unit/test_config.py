@@ -14,7 +14,7 @@ import pytest
 from difftest.cli import main
 from difftest.core.config import DEFAULT_STATS_PATHS, load_config, parse_config
 from difftest.core.errors import ConfigError
-from tests.factories import BASE_TAG, PATCHES_DIR, ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
+from tests.factories import BASE_TAG, make_wheel, PATCHES_DIR, ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
 
 
 def minimal(**overrides: Any) -> dict[str, Any]:
@@ -189,18 +189,6 @@ def test_a_stack_of_stacks_is_refused(tmp_path: Path) -> None:
         {"name": "s1", "stack": ["main", "t"]}, {"name": "s2", "stack": ["s1", "t"]},
     ])
     assert "'s1' is itself a stack" in error_of(raw, tmp_path)
-
-
-def make_wheel(folder: Path, name: str, version: str, filename_version: str | None = None) -> Path:
-    """A minimal wheel file (what `bdist_wheel` writes that matters here: the name and METADATA)."""
-    import zipfile
-
-    dist = name.replace("-", "_")
-    path = folder / f"{dist}-{filename_version or version}-cp38-abi3-manylinux_2_28_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(f"{dist}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        archive.writestr(f"{dist}/__init__.py", "")
-    return path
 
 
 def test_a_wheel_file_is_a_base_whose_version_and_tag_come_from_the_wheel(tmp_path: Path) -> None:
