@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from difftest.core.evidence import Evidence
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
-from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
+from difftest.reports.views import VERDICT_WORDS, branch_names, branch_origin, results_for, scenario_views, timestamp
 
 TEMPLATE = "report.html.j2"
 
@@ -44,6 +44,7 @@ def render_html(evidence: Evidence) -> str:
         views=views,
         branches=branches,
         summary={b: summary.get(b) for b in branches},
+        origins={b: branch_origin(evidence.branches.get(b)) for b in branches},
         verdicts=SUMMARY_ORDER,
         words=VERDICT_WORDS,
         nonpass=nonpass,

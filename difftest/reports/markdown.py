@@ -15,7 +15,14 @@ from difftest.core.records import Result
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
 from difftest.reports.format import fenced, md_escape
-from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
+from difftest.reports.views import (
+    VERDICT_WORDS,
+    branch_names,
+    branch_origin,
+    results_for,
+    scenario_views,
+    timestamp,
+)
 
 ICONS: dict[str, str] = {"pass": "✅", "diverge": "⚠️", "broken": "❌", "error": "⛔"}
 #: GitHub rejects comments over 65536 characters; leave room for a wrapper.
@@ -23,7 +30,7 @@ MAX_CHARS = 60_000
 
 
 def render_markdown(evidence: Evidence) -> str:
-    head = [*_header(evidence), *_summary(evidence), *_grid(evidence)]
+    head = [*_header(evidence), *_summary(evidence), *_grid(evidence), *_branches(evidence)]
     details = _details(evidence)
     text = "\n".join(head)
     for i, block in enumerate(details):
@@ -61,6 +68,17 @@ def _summary(evidence: Evidence) -> list[str]:
         counts = summary.get(branch)
         cells = [str(counts[v]) if counts else "0" for v in order]
         lines.append(f"| {md_escape(branch)} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _branches(evidence: Evidence) -> list[str]:
+    """What each branch was built from (only when some branch is more than a plain ref)."""
+    infos = evidence.branches
+    if not any(i.transplants or i.stack or i.patches for i in infos.values()):
+        return []
+    lines = ["### Branches", "", "| branch | commit | built from |", "|---|---|---|"]
+    for name, info in infos.items():
+        lines.append(f"| {md_escape(name)} | {md_escape((info.sha or '')[:12])} | {md_escape(branch_origin(info))} |")
     return [*lines, ""]
 
 

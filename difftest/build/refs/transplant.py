@@ -75,7 +75,7 @@ def plan_transplant(repo: git.Repo, branch: str, ref: str, mainline: str, onto: 
     commits = _rev_list(repo, merge_base, tip)
     merges = _rev_list(repo, merge_base, tip, "--merges")
     if merges:
-        steps = [CommitStep(merge_base, tip, f"{len(commits)} commits of {ref}, squashed", tuple(commits))]
+        steps = [CommitStep(merge_base, tip, f"{len(commits)} commits up to {tip[:12]}, squashed", tuple(commits))]
     else:
         steps = [CommitStep(_first_parent(repo, c), c, _subject(repo, c), (c,)) for c in commits]
     return TransplantInfo(branch, ref, tip, mainline, merge_base, onto, onto_sha, bool(merges), steps)
@@ -135,10 +135,8 @@ def replay_message(info: TransplantInfo, step: CommitStep, repo: git.Repo) -> st
         body = repo.git.log("-1", "--format=%B", step.commit).rstrip("\n")
     else:
         body = step.subject + "\n\n" + "\n".join(f"{c} {_subject(repo, c)}" for c in step.originals)
-    return (
-        f"{body}\n\n(difftest: transplanted {step.commit} of {info.ref} onto {info.onto} {info.onto_sha[:12]}; "
-        f"merge-base with {info.mainline}: {info.merge_base[:12]})\n"
-    )
+    # SHAs only (no ref names): the same commits give the same SHAs whatever the refs are called.
+    return f"{body}\n\n(difftest: transplanted {step.commit} onto {info.onto_sha}; merge-base {info.merge_base})\n"
 
 
 def describe_step(step: CommitStep) -> str:

@@ -49,7 +49,7 @@ class _Drafter(_Strict):
     @classmethod
     def _steps(cls, value: list[int]) -> list[int]:
         if any(n < 1 for n in value) or len(set(value)) != len(value):
-            raise ValueError(f"list distinct verification steps counted from 1 (got {value})")
+            raise ValueError("list distinct verification steps, counted from 1")
         return sorted(value)
 
 
