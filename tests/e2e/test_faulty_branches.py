@@ -172,3 +172,20 @@ def test_branches_run_in_parallel_unless_jobs_is_one(tmp_path, jobs, overlap):
     assert a.error is None and b.error is None and a.runs and b.runs
     overlapped = max(a.started_at, b.started_at) < min(a.ended_at, b.ended_at)
     assert overlapped is overlap
+
+
+#: DraftTokenIds gains #54054's field, and nothing reads it: the scheduler still schedules the zero-fill.
+FLAG_ONLY_MARKER = "    # num_reqs x num_draft_tokens\n    draft_token_ids: list[list[int]]\n"
+
+
+def test_a_branch_that_declares_the_skip_flag_but_ignores_it_diverges_like_main(tmp_path, fixture_repo):
+    """The probe sets the flag because the field exists; the verdict comes from what the scheduler does."""
+    patch = insert_after(tmp_path / "flag-only.patch", fixture_repo, "vllm/v1/outputs.py", FLAG_ONLY_MARKER,
+                         "    drafting_skipped: bool = False\n")
+    out = tmp_path / "out"
+    config = faulty_config(tmp_path, "flag-only", patch)
+    assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", "drafter-skip", "--out", out) == 1
+    main_results, flagged = by_branch(out, "main"), by_branch(out, "flag-only")
+    assert [r["verdict"] for r in flagged] == [r["verdict"] for r in main_results] and "diverge" in {
+        r["verdict"] for r in flagged}
+    assert [r["measured"]["num_drafts"] for r in flagged] == [r["measured"]["num_drafts"] for r in main_results]

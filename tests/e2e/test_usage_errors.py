@@ -46,3 +46,18 @@ def test_envs_lists_the_cache_without_a_config(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no branches.yaml here
     assert run_cli("envs") == 0
     assert "difftest environments" in capsys.readouterr().out
+
+
+def test_a_stack_whose_members_conflict_exits_2_naming_both(tmp_path, fixture_repo, capsys):
+    """A REAL patch that rewrites the lines #56137's patch changes, stacked after it."""
+    from tests.patching import insert_after
+
+    rival = insert_after(tmp_path / "rival.patch", fixture_repo, SCHEDULER,
+                         "            scheduled_spec_token_ids = (\n", "                None or\n")
+    branches = [shipped_branch("main"), shipped_branch("pr-56137-style"),
+                {"name": "rival", "ref": "main", "patches": [str(rival)]},
+                {"name": "both", "stack": ["pr-56137-style", "rival"]}]
+    assert run_cli("run", "-c", write_config(tmp_path, branches), "--out", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "stack 'both'" in err and "'rival'" in err and "'pr-56137-style'" in err and "fix:" in err
+    assert not (tmp_path / "out" / "probe").exists()

@@ -88,8 +88,9 @@ def ensure_branch_env(
         shown = ", ".join(native[:8]) + (" ..." if len(native) > 8 else "")
         raise NativeCodeChanged(
             f"branch {branch.name!r} ({branch.sha[:12]}) changes native code relative to {base_ref}: {shown}",
-            "compare branches whose compiled code matches the base release, or build that branch's vLLM "
-            "yourself and point `base.requirement` at it",
+            "compare branches whose compiled code matches the base release (a pull request on a later main: "
+            "`transplant: true` replays only its own commits), or point `base.requirement` at a wheel built from "
+            "that code (GPU: the per-commit wheel of its merge-base)",
         )
     python_changes = [c for c in changes if c.path.startswith("vllm/")]
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))

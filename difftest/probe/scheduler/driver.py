@@ -18,6 +18,7 @@ What the scheduler emitted is read back from the `EngineCoreOutputs` it returns.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
@@ -40,8 +41,18 @@ class _Request:
         self.steps_done = 0
 
 
-#: Whether this branch's `DraftTokenIds` can say that the runner skipped drafting (#54054's field).
-HAS_SKIP_FLAG = "drafting_skipped" in {f.name for f in dataclasses.fields(DraftTokenIds)}
+def _has_skip_flag() -> bool:
+    """Whether this branch's `DraftTokenIds` can say that the runner skipped drafting (#54054's field)."""
+    try:
+        return "drafting_skipped" in {f.name for f in dataclasses.fields(DraftTokenIds)}
+    except TypeError:  # not a dataclass on this branch: ask its constructor
+        try:
+            return "drafting_skipped" in inspect.signature(DraftTokenIds).parameters
+        except (TypeError, ValueError):
+            return False
+
+
+HAS_SKIP_FLAG = _has_skip_flag()
 
 
 def deliver_drafts(scheduler: Any, drafts: dict[str, list[int]], skipped: set[str]) -> None:
