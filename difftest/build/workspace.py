@@ -148,11 +148,6 @@ def branch_context(config: Config) -> BranchContext:
     )
 
 
-def resolve_spec(config: Config, repo: git.Repo, spec: BranchSpec) -> ResolvedBranch:
-    """One branch of (or ad hoc for) this config as commits."""
-    return resolve_branch(repo, spec, branch_context(config))
-
-
 def _resolve(config: Config, repo: git.Repo, specs: list[BranchSpec]) -> list[ResolvedBranch]:
     """Every branch as commits (patches applied), after checking the base release's commit exists."""
     try:
@@ -164,3 +159,18 @@ def _resolve(config: Config, repo: git.Repo, specs: list[BranchSpec]) -> list[Re
             "or fetch tags (`--fetch`)",
         ) from None
     return [resolve_spec(config, repo, spec) for spec in specs]
+
+
+def resolve_spec(config: Config, repo: git.Repo, spec: BranchSpec) -> ResolvedBranch:
+    """One branch of (or ad hoc for) this config as commits (transplants and stacks resolved in the
+    config's context); a name that is neither a configured branch nor a ref says which branches there are."""
+    try:
+        return resolve_branch(repo, spec, branch_context(config))
+    except RefError as exc:
+        if config.branch(spec.name) is not None or spec.patches:
+            raise
+        known = ", ".join(b.name for b in config.branches)
+        raise RefError(
+            f"{spec.ref!r} is neither a branch of the config ({known}) nor a git ref: {exc.problem}",
+            f"name a configured branch ({known}) or a git ref; {exc.hint}" if exc.hint else f"name one of: {known}",
+        ) from None

@@ -15,13 +15,14 @@ from pathlib import Path
 from difftest.build.envs.base import ensure_base
 from difftest.build.envs.branch import probe_digest
 from difftest.build.workspace import branch_spec, open_source_repo, resolve_spec
-from difftest.cli.base import Command, Log, add_config
+from difftest.cli.base import Command, Log, add_format, recorded_scenarios
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence
 from difftest.core.records import Result
-from difftest.run.pipeline import CompareRequest, compare, select_scenarios
+from difftest.reports.json_report import render_json
+from difftest.run.pipeline import CompareRequest, compare
 
 _BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
 
@@ -36,15 +37,7 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
                 f"base {key} differs: the evidence used {then!r}, this machine has {now!r}",
                 "verify with the branches.yaml (base.requirement, Python, torch source) that produced the evidence",
             )
-    scenarios = {s.name: s for group in select_scenarios(config, None, None) for s in group.scenarios}
-    for name, then in recorded.scenarios.items():
-        now = scenarios.get(name)
-        if now is None or now.sha256 != then.sha256:
-            raise ConfigError(
-                f"scenario {name!r} ({then.file}) is missing or its file changed "
-                f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
-                "check out the scenario files the evidence was produced with",
-            )
+    recorded_scenarios(config, recorded)
     current_probe = probe_digest()
     for name, then in recorded.branches.items():
         recorded_probe = then.fingerprint.get("probe_digest")
@@ -93,6 +86,7 @@ class VerifyCommand(Command):
         super().setup_arguments(parser)
         parser.add_argument("evidence", help="an evidence.json written by `difftest run` or `gate`")
         parser.add_argument("--out", default="out-verify", help="folder for the re-run's probe records (default: out-verify)")
+        add_format(parser, ("text", "json"), "text", "text: one line per differing result")
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -104,6 +98,10 @@ class VerifyCommand(Command):
         evidence = compare(config, request, log, probe_progress).evidence
         rerun = [r for r in evidence.results if r.scenario in recorded.scenarios]
         found = differences(recorded.results, rerun)
+        code = EXIT_FAILED if found else EXIT_OK
+        if args.format == "json":
+            print(render_json(evidence, code, identical=not found, differences=found, evidence_file=str(args.evidence)))
+            return code
         if found:
             print(f"difftest verify: {len(found)} result(s) differ from {args.evidence}:")
             for line in found:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from difftest.build.refs import read_blob
@@ -14,19 +16,25 @@ pytestmark = pytest.mark.slow
 SHIPPED = ROOT / "branches.yaml"
 
 
-def test_gate_fails_on_the_56195_style_head(tmp_path, capsys):
-    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style", "--tier", "scheduler", "--out", tmp_path)
-    printed = capsys.readouterr().out
-    assert code == 1
-    assert "mixed-batch-invalid-async" in printed and "broken" in printed.lower()
-    assert (tmp_path / "gate.md").read_text().strip() == printed.strip()
+def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path, capsys):
+    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style", "--tier", "scheduler",
+                   "--format", "json", "--out", tmp_path)
+    document = json.loads(capsys.readouterr().out)
+    assert code == document["exit_code"] == 1
+    assert document["gate"]["worse"] and (document["base"], document["head"]) == ("main", "pr-56195-style")
+    broken = [f for f in document["gate"]["findings"] if f["kind"] == "broken"]
+    assert {f["scenario"] for f in broken} == {"mixed-batch-invalid-async"}
+    assert {r["branch"] for r in document["results"]} == {"main", "pr-56195-style"}
+    summary = (tmp_path / "gate.md").read_text()  # the Markdown summary is written whatever is printed
+    assert summary.startswith("## ❌ difftest gate") and "mixed-batch-invalid-async" in summary
 
 
 @pytest.mark.parametrize("reading", ["strict", "lenient"])
 def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, capsys, reading):
     code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56137-style",
                    "--tier", "scheduler", "--reading", reading, "--out", tmp_path)
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().out  # piped: Markdown, as written to gate.md
+    assert printed.strip() == (tmp_path / "gate.md").read_text().strip()
     # Not worse than main under either reading: it fixes truncation, and the strict-reading
     # residual (the all-invalid request counted as a draft) is one main has too.
     assert code == 0, printed
