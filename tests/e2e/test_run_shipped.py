@@ -136,10 +136,10 @@ def test_the_last_40_lines_hold_the_grid_and_the_conclusion(shipped_run):
     mixed = next(line for line in grid.splitlines() if line.startswith("mixed-batch-invalid-async"))
     assert mixed.split()[1:] == ["diverge", "7/9", "diverge", "7/9", "broken", "4/9"]
     conclusion = " ".join(tail[tail.index("conclusion") :].split())  # as one line: wrapping aside
-    assert "pr-56195-style is broken in 4/61 runs; in mixed-batch-invalid-async (4/9 runs) requests lose their stats" in conclusion
+    assert "pr-56195-style is broken in 4/65 runs; in mixed-batch-invalid-async (4/9 runs) requests lose their stats" in conclusion
     assert "order plain1,grammar,plain2 loses plain1;" in conclusion
     assert "main diverges in" in conclusion and "overcounting emitted tokens on truncation" in conclusion
-    assert "→ closest to the oracle: pr-56137-style (nothing broken; 8/61 runs diverge); broken: pr-56195-style" in conclusion
+    assert "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 8/65 runs diverge); broken: pr-56195-style" in conclusion
 
 
 def test_counter_tables_show_the_most_severe_run_and_name_it(shipped_run):
@@ -223,7 +223,7 @@ def test_report_md_fits_a_comment_and_lists_the_broken_runs_first(shipped_run):
 
 @pytest.mark.parametrize("variants", [1, 3])
 def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(shipped_run, variants):
-    """Each shipped branch again as `variants` more branches, each with its own values: 6 and 12 branches."""
+    """Each shipped branch again as `variants` more branches, each with its own values: 10 and 20 branches."""
     evidence = read_evidence(shipped_run.out / "evidence.json")
     extra = []
     for n in range(variants):
@@ -235,7 +235,7 @@ def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(ship
             extra.append(copy)
     more = evidence.model_copy(update={"results": evidence.results + extra})
     md = render_markdown(more)
-    assert len({r.branch for r in more.results}) == 3 * (variants + 1)
+    assert len({r.branch for r in more.results}) == len(SHIPPED_BRANCHES) * (variants + 1)
     assert len(md) <= 60_000
     details = md[md.index("### Details") :]
     broken = re.findall(r"^#### ❌ .* broken$", details, re.M)
@@ -246,7 +246,7 @@ def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(ship
 def test_junit_cases_carry_their_time(shipped_run):
     cases = ET.parse(shipped_run.out / "junit.xml").getroot().iter("testcase")
     times = [float(case.get("time")) for case in cases]
-    assert len(times) == 3 * 61 and all(t >= 0 for t in times) and sum(times) > 0
+    assert len(times) == len(SHIPPED_BRANCHES) * 65 and all(t >= 0 for t in times) and sum(times) > 0
 
 
 def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):
@@ -254,7 +254,7 @@ def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):
     printed = capsys.readouterr().out
     assert "mixed-batch-invalid-async  [scheduler]" in printed and "engine-plain-control  [engine]" in printed
     assert "9 run(s): order:grammar,plain1,plain2" in printed
-    assert "17 scenario(s)" in printed
+    assert "19 scenario(s)" in printed
 
 
 def test_evidence_keeps_every_run_with_its_role(shipped_run):

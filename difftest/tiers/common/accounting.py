@@ -26,8 +26,8 @@ from difftest.core.records import Reading, Totals
 
 #: The rule above, per counter, in the words reports use to say why a branch differs from the oracle.
 RULES: dict[str, str] = {
-    "num_drafts": "a row is a request's step that verified a real (grammar-valid) draft",
-    "num_draft_tokens": "only real drafts count, not grammar-invalid -1 padding",
+    "num_drafts": "a row is a request's step that verified a real draft (grammar-valid, not a skipped drafter's zero-fill)",
+    "num_draft_tokens": "only real drafts count, not grammar-invalid -1 padding or a skipped drafter's zero-fill",
     "num_accepted_tokens": "the verifier's accepted prefix, capped at the real drafts",
     "num_accepted_tokens_per_pos": "per position, the verifier's accepted prefix",
     "num_draft_tokens_per_pos": "per position, real drafts only",
