@@ -163,12 +163,12 @@ def _diverge(results: list[Result], order: list[str], reading: str) -> tuple[str
                 group.largest, group.largest_in = delta, r.scenario
     if not groups:
         return f"diverges in {_runs(results)}", []
-    ranked = sorted(groups.values(), key=lambda g: (-len(g.scenarios), -g.runs, _counter_rank(g.counter)))
-    top, rest = ranked[0], ranked[1:]
     drafts_signs = {g.sign for g in groups.values() if g.counter == "num_drafts"}
-    also = [
-        _short(g) for g in rest if not (g.cause == "rows" and g.sign in drafts_signs)  # the rows already say it
-    ]
+    # An emitted count that differs because the rows do is the rows' finding, not one of its own.
+    findings = [g for g in groups.values() if not (g.cause == "rows" and g.sign in drafts_signs)]
+    ranked = sorted(findings, key=lambda g: (-len(g.scenarios), -g.runs, _counter_rank(g.counter)))
+    top, rest = ranked[0], ranked[1:]
+    also = [_short(g) for g in rest]
     return f"diverges in {_runs(results)}, " + _sentence(top, reading), also
 
 
