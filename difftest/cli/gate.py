@@ -48,7 +48,7 @@ class GateCommand(Command):
             return EXIT_OK
         if hits:
             log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
-        request = compare_request(args, [args.base, args.head])
+        request = compare_request(args, [args.base, args.head], baseline=base_name)
         evidence = compare(config, request, log, probe_progress).evidence
         base_results = [r for r in evidence.results if r.branch == base_name]
         head_results = [r for r in evidence.results if r.branch == head_name]

@@ -25,6 +25,7 @@ from difftest.core.errors import ConfigError
 from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
 from difftest.core.records import ProbeRun, Reading, Result, Violation
 from difftest.core.selection import compile_selection
+from difftest.core.breakage import judge_against_baseline
 from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
@@ -56,6 +57,9 @@ class CompareRequest:
     #: Branch probes at once; None: each tier's default.
     jobs: int | None = None
     fetch: bool = False
+    #: The branch crashes and hangs are judged against, and cross-branch invariants compare with;
+    #: None: the config's `baseline` (the gate passes its base).
+    baseline: str | None = None
 
 
 @dataclass
@@ -98,7 +102,7 @@ def compare(
         for branch, run in delivered[chosen.tier.name].items():
             state = f"failed: {run.error}" if run.error else "done"
             log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
-    results = judge_all(workspace, selected, delivered, reading)
+    results = judge_all(workspace, selected, delivered, reading, request.baseline)
     return Comparison(workspace, make_evidence(workspace, selected, delivered, results, reading), delivered)
 
 
@@ -190,10 +194,12 @@ def judge_all(
     selected: list[TierScenarios],
     delivered: dict[str, dict[str, BranchRun]],
     reading: Reading,
+    baseline: str | None = None,
 ) -> list[Result]:
     results: list[Result] = []
     names = [b.name for b in workspace.branches]
-    baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
+    wanted = baseline or workspace.config.baseline
+    baseline = wanted if wanted in names else names[0]
     for chosen in selected:
         tier_runs = delivered.get(chosen.tier.name, {})
         for scenario in chosen.scenarios:
@@ -206,7 +212,9 @@ def judge_all(
                     chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
                     across.get(branch.name, {}), reading,
                 )
-    return results
+    runs = {name: [r for tier_runs in delivered.values() if name in tier_runs for r in tier_runs[name].runs]
+            for name in names}
+    return judge_against_baseline(results, runs, baseline)
 
 
 def _judge_scenario(
