@@ -9,7 +9,9 @@ an unknown version fails with a message instead of a pydantic dump.
 
 Versions: 1 (results keyed by `order`, statement as `explanation`); 2 (results
 keyed by run `label`, `statement`; runs carry their `role` and the probe's
-`failure`; scenarios not run on this base say why in `skipped`).
+`failure`; scenarios not run on this base say why in `skipped`); 3 (`baseline`:
+the branch crashes and hangs were judged against; the base fingerprint's
+`wheel_hash` is the wheel's identity, `identity: 2`, the same in every cache).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from difftest import __version__
 from difftest.core.errors import DifftestError
 from difftest.core.records import ProbeRun, Reading, Result
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 
 class BaseEvidence(BaseModel):
@@ -63,12 +65,15 @@ class ScenarioEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["2"] = SCHEMA_VERSION
+    schema_version: Literal["3"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
     command: list[str] = Field(default_factory=list)
     reading: Reading
+    #: The branch a crash or a hang was judged against (`core.breakage`): the config's baseline, the
+    #: gate's base; None in files written before schema 3.
+    baseline: str | None = None
     base: BaseEvidence
     branches: dict[str, BranchEvidence] = Field(default_factory=dict)
     scenarios: dict[str, ScenarioEvidence] = Field(default_factory=dict)
@@ -158,8 +163,14 @@ def _run_from_1(run: dict[str, Any]) -> dict[str, Any]:
     return run
 
 
+def upgrade_from_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3: no `baseline` recorded (verify then uses the config's); the base's
+    `wheel_hash` stays as written (identity version 1: comparable in the same cache only)."""
+    return {**raw, "schema_version": "3", "baseline": None}
+
+
 #: schema version -> the step that brings a file of that version one version up.
-UPGRADES = {"1": upgrade_from_1}
+UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

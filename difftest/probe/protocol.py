@@ -215,7 +215,7 @@ def describe_failure(exc: BaseException) -> Failure:
     where, origin = "", "other"
     if frames:
         frame, line = frames[-1]
-        where = f"{frame.f_code.co_filename}:{line} in {frame.f_code.co_name}"
+        where = f"{_importable_path(frame.f_code.co_filename)}:{line} in {frame.f_code.co_name}"
         origin = _origin(frames)
     kind: FailureKind = "exception"
     if isinstance(exc, RunTimeout):
@@ -232,6 +232,14 @@ def describe_failure(exc: BaseException) -> Failure:
         "origin": origin,  # type: ignore[typeddict-item]
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
+
+
+def _importable_path(filename: str) -> str:
+    """`vllm/v1/core/sched/scheduler.py`, not the environment's absolute path: the same in every
+    cache and clone, so evidence compares across them (`difftest verify`)."""
+    roots = [os.path.join(os.path.abspath(p), "") for p in sys.path if p]
+    under = [root for root in roots if filename.startswith(root)]
+    return filename[len(max(under, key=len)) :] if under else filename
 
 
 def _origin(frames: list[tuple[Any, int]]) -> str:

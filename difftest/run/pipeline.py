@@ -50,6 +50,8 @@ class CompareRequest:
     tiers: list[str] | None = None
     #: A `-k` expression over scenario names.
     select: str | None = None
+    #: Exact scenario names (what `verify` re-runs); None: every scenario `select` matches.
+    scenarios: list[str] | None = None
     #: The oracle reading; None: the config's.
     reading: Reading | None = None
     #: Where the probes' jobs, records and logs go (`<out>/probe/`).
@@ -86,7 +88,7 @@ def compare(
     progress: ProgressFactory = lambda _tier, _branches: nullcontext(None),
 ) -> Comparison:
     """Validate, prepare environments, probe every tier in every branch, judge."""
-    selected = select_scenarios(config, request.tiers, request.select)
+    selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
     workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
     for chosen in selected:
@@ -102,11 +104,24 @@ def compare(
         for branch, run in delivered[chosen.tier.name].items():
             state = f"failed: {run.error}" if run.error else "done"
             log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
-    results = judge_all(workspace, selected, delivered, reading, request.baseline)
-    return Comparison(workspace, make_evidence(workspace, selected, delivered, results, reading), delivered)
+    baseline = pick_baseline(workspace, request.baseline)
+    results = judge_all(workspace, selected, delivered, reading, baseline)
+    evidence = make_evidence(workspace, selected, delivered, results, reading)
+    return Comparison(workspace, evidence.model_copy(update={"baseline": baseline}), delivered)
 
 
-def select_scenarios(config: Config, tier_names: list[str] | None, select: str | None) -> list[TierScenarios]:
+def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
+    """The requested baseline, else the config's, if it is among the compared branches; else the first."""
+    names = [b.name for b in workspace.branches]
+    for name in (wanted, workspace.config.baseline):
+        if name in names:
+            return name
+    return names[0]
+
+
+def select_scenarios(
+    config: Config, tier_names: list[str] | None, select: str | None, names: list[str] | None = None
+) -> list[TierScenarios]:
     """Load and validate the scenarios first: a bad file or `-k` stops the run before anything is built."""
     chosen_tiers = [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
     matcher = compile_selection(select) if select is not None else None
@@ -123,6 +138,8 @@ def select_scenarios(config: Config, tier_names: list[str] | None, select: str |
         scenarios = tier.load(folder)
         if matcher is not None:
             scenarios = [s for s in scenarios if matcher(s.name)]
+        if names is not None:
+            scenarios = [s for s in scenarios if s.name in names]
         if scenarios:
             chosen.append(TierScenarios(tier, scenarios))
     if not chosen:
@@ -194,12 +211,10 @@ def judge_all(
     selected: list[TierScenarios],
     delivered: dict[str, dict[str, BranchRun]],
     reading: Reading,
-    baseline: str | None = None,
+    baseline: str,
 ) -> list[Result]:
     results: list[Result] = []
     names = [b.name for b in workspace.branches]
-    wanted = baseline or workspace.config.baseline
-    baseline = wanted if wanted in names else names[0]
     for chosen in selected:
         tier_runs = delivered.get(chosen.tier.name, {})
         for scenario in chosen.scenarios:

@@ -104,7 +104,7 @@ def test_cache_reuse_and_invalidation(base_env, fixture_repo, home, tmp_path, mo
     assert rebuilt.path != first.path
     stale = {e.path for e in list_envs() if e.stale_reason}
     assert first.path in stale and rebuilt.path not in stale
-    removed = {e.path for e in prune()}
+    removed = {e.path for e in prune()[0]}
     assert first.path in removed and not first.path.exists() and rebuilt.path.exists()
 
 

@@ -42,9 +42,17 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_2(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-2 file: no `baseline`."""
+    raw = json.loads(evidence_json(evidence))
+    raw["schema_version"] = "2"
+    assert raw.pop("baseline") is None  # new in version 3, default None
+    return raw
+
+
 def as_version_1(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-1 file: results keyed by `order` with `explanation`; runs without `role`."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_2(evidence)
     raw["schema_version"] = "1"
     for result in raw["results"]:
         result["order"] = result.pop("label")
@@ -72,7 +80,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "2" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "3" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
@@ -112,6 +120,11 @@ def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
     assert (upgraded.role, upgraded.label, upgraded.notes) == ("reference", "ref-a", {})
 
 
+def test_version_2_file_reads_as_the_same_version_3_data(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    assert read_evidence(write_raw(tmp_path, as_version_2(evidence))) == evidence
+
+
 def test_version_1_without_runs_upgrades(tmp_path: Path) -> None:
     evidence = rich_evidence(with_runs=False)
     assert read_evidence(write_raw(tmp_path, as_version_1(evidence))) == evidence
@@ -126,7 +139,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     with pytest.raises(DifftestError) as info:
         read_evidence(write_raw(tmp_path, raw))
     assert "schema version '99'" in info.value.problem
-    assert "'1', '2'" in info.value.problem
+    assert "'1', '2', '3'" in info.value.problem
     assert info.value.hint
 
 
@@ -135,7 +148,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "3"}', "schema version '3'"),
+        ('{"schema_version": "4"}', "schema version '4'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
