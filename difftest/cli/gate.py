@@ -17,7 +17,8 @@ from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK
 from difftest.core.gate import compare_for_gate, gate_exit_code
-from difftest.reports import write_reports
+from difftest.core.evidence import atomic_write_text
+from difftest.reports import prepare_out, write_reports
 from difftest.reports.gate_markdown import render_gate_markdown
 from difftest.run.pipeline import compare
 
@@ -35,6 +36,7 @@ class GateCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
+        out = prepare_out(args.out)
         base_name = branch_spec(config, args.base).name
         head_name = branch_spec(config, args.head).name
         hits = stats_path_changes(config, args.base, args.head, args.fetch, log)
@@ -55,7 +57,7 @@ class GateCommand(Command):
         outcome = compare_for_gate(base_results, head_results)
         summary = render_gate_markdown(outcome, base_name, head_name)
         write_reports(evidence, request.out)
-        (request.out / "gate.md").write_text(summary)
+        atomic_write_text(out / "gate.md", summary)
         print(summary)
         _step_summary(summary)
         return gate_exit_code(outcome, head_results)

@@ -11,7 +11,7 @@ from difftest.cli.base import Command, Log, add_compare_options, compare_request
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.verdicts import exit_code
-from difftest.reports import write_reports
+from difftest.reports import prepare_out, write_reports
 from difftest.reports.terminal import render_terminal
 from difftest.run.pipeline import compare
 
@@ -36,6 +36,7 @@ class RunCommand(Command):
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         request = compare_request(args, args.branches or None, select=args.select, jobs=args.jobs)
+        prepare_out(request.out)
         evidence = compare(config, request, log, probe_progress).evidence
         written = write_reports(evidence, request.out)
         render_terminal(evidence, Console(width=None if sys.stdout.isatty() else 140))

@@ -28,7 +28,7 @@ from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence
 from difftest.core.reproduction import evidence_differences
-from difftest.reports import write_reports
+from difftest.reports import prepare_out, write_reports
 from difftest.run.pipeline import CompareRequest, compare, select_scenarios
 
 _BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
@@ -112,6 +112,12 @@ class VerifyCommand(Command):
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         recorded = read_evidence(args.evidence)
+        if Path(args.evidence).resolve().parent == Path(args.out).resolve():
+            raise ConfigError(
+                f"--out {args.out!r} is the folder of the evidence being verified: the re-run would replace it",
+                "pass --out another folder (default: out-verify)",
+            )
+        prepare_out(args.out)
         check_reproducible(config, recorded, log)
         names = [name if config.branch(name) else then.ref for name, then in recorded.branches.items()]
         recorded_tiers = list(dict.fromkeys(s.tier for s in recorded.scenarios.values()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,7 @@ from difftest.core.errors import DifftestError
 from difftest.core.records import ProbeRun, Reading, Result
 
 SCHEMA_VERSION = "3"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class BaseEvidence(BaseModel):
@@ -83,8 +85,10 @@ class Evidence(BaseModel):
 
 
 def evidence_json(evidence: Evidence) -> str:
-    """Stable text: sorted keys, indent 2, trailing newline (diff-friendly)."""
-    return json.dumps(evidence.model_dump(mode="json"), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    """Stable text: sorted keys, indent 2, trailing newline (diff-friendly). A lone surrogate (no
+    UTF-8 file can hold one) is written as its JSON escape, so the file reads back the same."""
+    text = json.dumps(evidence.model_dump(mode="json"), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def write_evidence(evidence: Evidence, path: str | Path) -> Path:

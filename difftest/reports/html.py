@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from difftest.core.evidence import Evidence
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
+from difftest.reports.format import printable
 from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
 
 TEMPLATE = "report.html.j2"
@@ -24,9 +25,16 @@ def _environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_safe,
     )
     env.filters["value"] = format_value
     return env
+
+
+def _safe(value: object) -> object:
+    """Every value a template prints, cleaned before it is escaped: no NUL, ESC or lone surrogate
+    from a branch reaches the file raw."""
+    return printable(value) if isinstance(value, str) else value
 
 
 def render_html(evidence: Evidence) -> str:

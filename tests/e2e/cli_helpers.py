@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from difftest.cli import main
+from tests.factories import shipped_branch, write_config
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 METRICS = "vllm/v1/spec_decode/metrics.py"
@@ -37,3 +38,8 @@ def assert_main_intact(out: Path) -> None:
     assert {r["verdict"] for r in by_branch(out, "main")} == {"pass"}
     for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
         assert (out / name).stat().st_size > 0
+
+
+def faulty_config(tmp_path: Path, name: str, patch: Path, **extra) -> Path:
+    """A config with main and one branch `name` = main plus `patch`."""
+    return write_config(tmp_path, [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}], **extra)

@@ -20,16 +20,13 @@ from tests.e2e.cli_helpers import (
     assert_main_intact,
     by_branch,
     control_beside_main,
+    faulty_config,
     run_cli,
 )
 from tests.factories import ROOT, shipped_branch, write_config
 from tests.patching import insert_after, make_patch, prepend
 
 pytestmark = pytest.mark.slow
-
-
-def faulty_config(tmp_path, name: str, patch, **extra):
-    return write_config(tmp_path, [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}], **extra)
 
 
 #: Branch code that rewrites the probe's step records in its own process (the host must reject the key).

@@ -18,7 +18,7 @@ import yaml
 
 from difftest.core.evidence import SCHEMA_VERSION
 from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
-from tests.factories import ROOT, shipped_branch, write_config
+from tests.factories import ROOT, SCENARIOS_DIR, shipped_branch, write_config
 
 #: One worker runs this module's tests, so the shared run happens once (`--dist loadgroup`).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shipped-run")]
@@ -145,7 +145,7 @@ def test_verify_catches_a_tampered_result(shipped_run, tmp_path, capsys):
 
 def test_verify_refuses_a_changed_scenario_file(shipped_run, tmp_path, capsys):
     scenarios = tmp_path / "scenarios"
-    shutil.copytree(ROOT / "scenarios", scenarios)
+    shutil.copytree(SCENARIOS_DIR, scenarios)
     target = scenarios / "scheduler" / f"{CONTROL}.yaml"
     target.write_text(target.read_text() + "\n# edited\n")
     config = write_config(tmp_path, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")])

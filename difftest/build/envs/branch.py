@@ -10,8 +10,9 @@ fresh interpreter (`bin/python`) whose `.pth` puts, in order,
    runs inside a branch;
 3. the base's site-packages (torch, transformers, xgrammar, ...).
 
-A branch that changes native code (csrc/, cmake/, CMakeLists.txt, setup.py) is
-refused: the base's binaries would not match it. Each environment is built in
+A branch that changes native code (csrc/, cmake/, CMakeLists.txt, setup.py, a
+compiled file or native source anywhere, any binary file) is refused: the
+base's binaries would not match it, and a binary overlay is not Python. Each environment is built in
 a temporary folder and renamed into place only when complete.
 """
 
@@ -37,7 +38,7 @@ from difftest.build.envs.integrity import check_manifest, make_manifest
 from difftest.build.envs.locks import env_lock
 from difftest.build.envs.uvtool import run_uv
 from difftest.core.errors import EnvironmentBuildError, NativeCodeChanged
-from difftest.build.refs import ResolvedBranch, changed_files, native_changes, read_blob
+from difftest.build.refs import ResolvedBranch, binary_paths, changed_files, native_changes, read_blob
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 PTH_NAME = "difftest_overlay.pth"
@@ -96,7 +97,7 @@ def _build(
     started = time.monotonic()
     base_sha = repo.commit(base_ref).hexsha
     changes = changed_files(repo, base_sha, branch.sha)
-    native = native_changes(changes)
+    native = native_changes(changes, binary_paths(repo, base_sha, branch.sha))
     if native:
         shown = ", ".join(native[:8]) + (" ..." if len(native) > 8 else "")
         raise NativeCodeChanged(

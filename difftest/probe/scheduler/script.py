@@ -23,6 +23,9 @@ VOCAB: tuple[str, ...] = SPECIALS + tuple(CHARS)
 TOKEN_ID: dict[str, int] = {tok: i for i, tok in enumerate(VOCAB)}
 #: The drafter pads invalid draft slots with this; the verifier never accepts it.
 PAD_DRAFT = -1
+#: The scripted model's context length: prompt, output and the drafts of a step must fit in it
+#: (the scenario loader refuses a request that would not, instead of vLLM capping it silently).
+MAX_MODEL_LEN = 8192
 
 _TOKEN_RE = re.compile(r"<[a-z]+>|.", re.DOTALL)
 _DEFAULT_ALPHABET = string.ascii_lowercase

@@ -107,6 +107,15 @@ class EngineScenario(ScenarioBase):
             raise ValueError("engine.prompt_lookup_min must be <= engine.prompt_lookup_max")
         if self.engine.method != "ngram" and self.requires != "cuda":
             raise ValueError(f"engine.method {self.engine.method!r} runs only on CUDA: set `requires: cuda`")
+        for r in self.requests:
+            # Byte-level BPE: a prompt has at most one token per byte, plus a BOS token.
+            needed = len(r.prompt.encode()) + 1 + r.prime + r.max_tokens + self.k + 1
+            if needed > self.engine.max_model_len:
+                raise ValueError(
+                    f"requests.{r.id}: may need {needed} tokens of context (prompt bytes + BOS + prime + max_tokens "
+                    f"+ k drafts + 1), more than engine.max_model_len {self.engine.max_model_len}: vLLM would cap "
+                    "it (a false diverge); shorten the prompt or max_tokens, or raise engine.max_model_len"
+                )
         return self
 
     def engine_key(self) -> dict[str, Any]:
