@@ -24,10 +24,6 @@ class RunCommand(Command):
         super().setup_arguments(parser)
         add_compare_options(parser)
         parser.add_argument(
-            "-k", dest="select", default=None, metavar="EXPR",
-            help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
-        )
-        parser.add_argument(
             "--jobs", type=int, default=None,
             help="branches probed at once (default: all for the scheduler tier, one per 4 cores for the engine tier)",
         )
@@ -35,7 +31,7 @@ class RunCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
-        request = compare_request(args, args.branches or None, select=args.select, jobs=args.jobs)
+        request = compare_request(args, args.branches or None, jobs=args.jobs)
         prepare_out(request.out)
         evidence = compare(config, request, log, probe_progress).evidence
         written = write_reports(evidence, request.out)

@@ -49,11 +49,29 @@ def judge_against_baseline(
     out = []
     for result in results:
         key = (result.scenario, result.label)
-        run = by_key.get(result.branch, {}).get(key)
-        why = breakage(run) if run is not None else None
-        if result.verdict != "error" or result.branch == baseline or key not in completed or why is None:
+        why = None
+        if result.verdict == "error" and result.branch != baseline and key in completed:
+            why = _own_breakage(by_key.get(result.branch, {}), key, completed)
+        if why is None:
             out.append(result)
             continue
         violation = Violation(invariant=COMPLETES, label=result.label, detail=f"{why} ({baseline} completes this run)")
         out.append(result.model_copy(update={"verdict": "broken", "error": None, "violations": [violation]}))
     return out
+
+
+def _own_breakage(
+    branch_runs: dict[tuple[str, str], ProbeRun], key: tuple[str, str], completed: set[tuple[str, str]]
+) -> str | None:
+    """The run's own breakage, or that of a reference run of its scenario (reference runs choose
+    where the judged runs are cut: when one breaks, the runs after it cannot be played)."""
+    run = branch_runs.get(key)
+    why = breakage(run) if run is not None else None
+    if why is not None:
+        return why
+    for ref_key, ref in branch_runs.items():
+        if ref_key[0] == key[0] and ref.role == "reference" and ref_key in completed:
+            ref_why = breakage(ref)
+            if ref_why is not None:
+                return f"its reference run {ref.label} {ref_why}"
+    return None

@@ -29,6 +29,7 @@ from difftest.core.breakage import judge_against_baseline
 from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.run.capacity import available_memory_mb, probes_at_once
 from difftest.run.runner import BranchRun, Progress, run_branches
 from difftest.tiers.base import Tier
 from difftest.tiers.common.scenario import ScenarioBase
@@ -99,8 +100,10 @@ def compare(
         if not runnable:
             continue
         names = [b.name for b in workspace.branches if b.env is not None]
+        jobs, why = probes_at_a_time(chosen.tier, len(names), request.jobs)
+        log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
         with progress(chosen.tier.name, names) as callback:
-            delivered[chosen.tier.name] = measure_tier(workspace, chosen.tier, runnable, request.out / "probe", request.jobs, callback)
+            delivered[chosen.tier.name] = measure_tier(workspace, chosen.tier, runnable, request.out / "probe", jobs, callback)
         for branch, run in delivered[chosen.tier.name].items():
             state = f"failed: {run.error}" if run.error else "done"
             log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
@@ -184,6 +187,18 @@ def make_job(
     }
 
 
+def probes_at_a_time(tier: Tier, branches: int, jobs: int | None) -> tuple[int, str]:
+    """`--jobs`, or the tier's default for these branches and cores capped by the memory available."""
+    if jobs is not None:
+        return max(1, jobs), "--jobs"
+    cores = os.cpu_count() or 1
+    wanted = tier.default_jobs(branches, cores)
+    available = available_memory_mb()
+    chosen = probes_at_once(wanted, tier.probe_memory_mb, available)
+    memory = f"{available / 1024:.1f} GB available, ~{tier.probe_memory_mb} MB per probe" if available else "memory unknown"
+    return chosen, f"{cores} cores, {memory}"
+
+
 def measure_tier(
     workspace: Workspace,
     tier: Tier,
@@ -201,7 +216,7 @@ def measure_tier(
         tier.name,
         work_dir,
         workspace.config.timeouts.probe_s,
-        jobs or tier.default_jobs(len(targets), os.cpu_count() or 1),
+        jobs or probes_at_a_time(tier, len(targets), None)[0],
         progress,
     )
 

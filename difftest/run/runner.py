@@ -117,6 +117,8 @@ class BranchRun:
     started_at: float = 0.0
     ended_at: float = 0.0
     log_path: Path | None = None
+    #: The probe process's peak resident memory (VmHWM, sampled while it ran), in MB; None if unknown.
+    peak_rss_mb: float | None = None
 
 
 def probe_environ(parallel: int = 1) -> dict[str, str]:
@@ -162,6 +164,7 @@ def run_probe(
     parallel: int = 1,
 ) -> BranchRun:
     """Run `python -m difftest.probe` on one job; never raises for the branch's own failures."""
+    work_dir = work_dir.resolve()  # the probe runs in `work_dir`: paths it is given must not be relative
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path = work_dir / f"{branch}-{tier}-job.json"
     out_path = work_dir / f"{branch}-{tier}-runs.jsonl"
@@ -192,6 +195,7 @@ def run_probe(
                     result.timed_out = True
                     break
                 seen = _report_progress(out_path, branch, seen, expected, progress)
+                result.peak_rss_mb = _peak_rss_mb(proc.pid) or result.peak_rss_mb
                 time.sleep(0.2)
             _report_progress(out_path, branch, seen, expected, progress)
         finally:
@@ -264,6 +268,18 @@ def _report_progress(out_path: Path, branch: str, seen: int, total: int, progres
             last = {}
         progress(branch, len(runs), total, clean(str(last.get("scenario", ""))), clean(str(last.get("label", ""))))
     return len(runs)
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    """The process's resident-memory high-water mark so far (Linux `/proc`), in MB."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
 
 
 def _tail(path: Path) -> str:

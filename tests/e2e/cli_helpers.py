@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from difftest.cli import main
@@ -43,3 +46,17 @@ def assert_main_intact(out: Path) -> None:
 def faulty_config(tmp_path: Path, name: str, patch: Path, **extra) -> Path:
     """A config with main and one branch `name` = main plus `patch`."""
     return write_config(tmp_path, [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}], **extra)
+
+
+@contextlib.contextmanager
+def capture_stderr() -> Iterator[io.StringIO]:
+    """difftest's log (stderr), captured in a module-scoped fixture where capsys is not available."""
+    from difftest import cli
+
+    buffer = io.StringIO()
+    previous = cli.console.file
+    cli.console.file = buffer
+    try:
+        yield buffer
+    finally:
+        cli.console.file = previous

@@ -71,3 +71,15 @@ def test_a_run_without_a_failure_record_stays_error():
 def test_the_baseline_itself_is_never_turned():
     results = [make_result("error")]
     assert judge_against_baseline(results, {BRANCH: [failed()]}, BRANCH) == results
+
+
+def test_a_run_cut_by_a_broken_reference_run_is_broken_too():
+    """Engine runs are cut where their reference run says; a reference that hangs leaves them unplayable."""
+    reference = failed("did-not-finish", "probe").model_copy(update={"label": "reference:a", "role": "reference"})
+    cut = make_run(status="error", totals=None, failure=Failure(
+        kind="exception", type="RuntimeError", summary="RuntimeError: no truncation point", origin="probe"))
+    base_runs = [make_run("reference:a", role="reference"), make_run()]
+    results = [make_result("pass"), make_result("error", branch=HEAD)]
+    _, head = judge_against_baseline(results, {BRANCH: base_runs, HEAD: [reference, cut]}, BRANCH)
+    assert head.verdict == "broken"
+    assert head.violations[0].detail.startswith("its reference run reference:a did not finish: ")
