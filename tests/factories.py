@@ -209,3 +209,16 @@ def write_config(tmp_path: Path, branches: list[dict[str, Any]], **extra: Any) -
     path = tmp_path / "branches.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def link_base_into(home: Path, base: Path) -> Path:
+    """Make `home` (a DIFFTEST_HOME) hold a hard-linked copy of the base environment at `base`.
+
+    Another cache path for the same base, without a rebuild (minutes, and a download). Nothing
+    ever writes into a base, so the links are safe: a test may only unlink or replace files.
+    """
+    import subprocess
+
+    (home / "envs").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(base), str(home / "envs" / base.name)], check=True)
+    return home

@@ -54,9 +54,8 @@ def capture_stderr() -> Iterator[io.StringIO]:
     from difftest import cli
 
     buffer = io.StringIO()
-    previous = cli.console.file
     cli.console.file = buffer
     try:
         yield buffer
     finally:
-        cli.console.file = previous
+        cli.console._file = None  # back to following sys.stderr (pytest's capture changes it per test)

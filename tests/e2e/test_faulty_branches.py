@@ -257,3 +257,17 @@ def test_branches_run_in_parallel_unless_jobs_is_one(tmp_path, jobs, overlap):
     assert a.error is None and b.error is None and a.runs and b.runs
     overlapped = max(a.started_at, b.started_at) < min(a.ended_at, b.ended_at)
     assert overlapped is overlap
+
+
+def test_probes_run_as_many_at_a_time_as_the_memory_holds(tmp_path, monkeypatch):
+    """With room for one scheduler probe (the memory reading is the one value faked: this machine has
+    plenty), two branches run one after the other, and their results are the usual ones."""
+    import difftest.run.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "available_memory_mb", lambda: 1.2 * tiers.get("scheduler").probe_memory_mb)
+    with capture_stderr() as log:
+        code = run_cli("run", "-c", ROOT / "branches.yaml", "--tier", "scheduler", "-k", CONTROL,
+                       "--out", tmp_path, "main", "pr-56137-style")
+    assert code == 0
+    assert "scheduler tier: 2 branch probe(s), 1 at a time (" in log.getvalue()
+    assert {r["verdict"] for r in results_of(tmp_path)} == {"pass"}

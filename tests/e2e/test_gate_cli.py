@@ -5,13 +5,27 @@ from __future__ import annotations
 import pytest
 
 from difftest.build.refs import read_blob
-from tests.e2e.cli_helpers import run_cli
+from difftest.core.evidence import read_evidence
+from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config, run_cli
 from tests.factories import BASE_TAG, ROOT, shipped_branch, write_config
-from tests.patching import make_patch
+from tests.patching import make_patch, prepend
 
 pytestmark = pytest.mark.slow
 
 SHIPPED = ROOT / "branches.yaml"
+
+
+def results(out):
+    return read_evidence(out / "evidence.json").results
+
+
+def rows(markdown: str, heading: str) -> set[tuple[str, str]]:
+    """(scenario, run) of every row of one section of the gate's summary."""
+    if f"### {heading}" not in markdown:
+        return set()
+    section = markdown.split(f"### {heading}", 1)[1].split("###", 1)[0]
+    cells = [line.split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| scenario")]
+    return {(c[1].strip(), c[2].strip()) for c in cells}
 
 
 def test_gate_fails_on_the_56195_style_head(tmp_path, capsys):
@@ -20,6 +34,43 @@ def test_gate_fails_on_the_56195_style_head(tmp_path, capsys):
     assert code == 1
     assert "mixed-batch-invalid-async" in printed and "broken" in printed.lower()
     assert (tmp_path / "gate.md").read_text().strip() == printed.strip()
+    # A broken order is only ever "worse", never also "better" (it is closer to the oracle on some counter).
+    broken = {(r.scenario, r.label) for r in results(tmp_path) if r.branch == "pr-56195-style" and r.verdict == "broken"}
+    assert broken and {(s.replace("\\", ""), run) for s, run in rows(printed, "Why it is worse")} >= broken
+    better = {(s.replace("\\", ""), run) for s, run in rows(printed, "Better than the base")}
+    assert better and not better & broken
+
+
+def test_gate_exits_3_when_the_base_cannot_be_measured(tmp_path, fixture_repo, capsys):
+    """The base fails to import: nothing can be compared, and the gate says so instead of passing."""
+    patch = prepend(tmp_path / "broken.patch", fixture_repo, SCHEDULER, 'raise ImportError("planted: the base cannot import")')
+    config = faulty_config(tmp_path, "broken-base", patch)
+    code = run_cli("gate", "-c", config, "--base", "broken-base", "--head", "main", "--tier", "scheduler", "-k", CONTROL,
+                   "--out", tmp_path / "out")
+    printed = capsys.readouterr().out
+    assert code == 3
+    assert "could not measure the base (broken-base)" in printed
+    assert len(rows(printed, "Could not measure the base")) == 4
+    assert "ImportError: planted: the base cannot import" in printed
+    assert "matches" not in printed and "not worse" not in printed
+
+
+def test_gate_fails_a_head_whose_engine_never_finishes(tmp_path, fixture_repo, capsys):
+    """The head drops the rollback of rejected drafts: its engine never finishes a request, main's does."""
+    old = read_blob(fixture_repo, BASE_TAG, SCHEDULER).decode()
+    rollback = "request.num_computed_tokens -= num_rejected"
+    assert old.count(rollback) == 1
+    patch = make_patch(tmp_path / "no-rollback.patch", SCHEDULER, old, old.replace(rollback, "pass  # rollback dropped"))
+    config = faulty_config(tmp_path, "no-rollback", patch)
+    code = run_cli("gate", "-c", config, "--base", "main", "--head", "no-rollback", "--tier", "engine",
+                   "-k", "engine-max-tokens-mid-block", "--out", tmp_path / "out")
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    assert "no-rollback is worse than main" in printed
+    (why,) = [line for line in printed.splitlines() if "head is broken" in line]
+    assert "did not finish" in why and "within 5000 engine steps" in why
+    assert "unfinished: cut (" in why and "tokens computed)" in why and "(main completes this run)" in why
+    assert " at difftest/probe/engine/session.py:" in why
 
 
 @pytest.mark.parametrize("reading", ["strict", "lenient"])
