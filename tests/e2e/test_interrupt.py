@@ -55,6 +55,10 @@ def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, co
     hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
     config = faulty_config(tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang))
     out = tmp_path / "out"
+    # What an earlier run left: it must not look like this run's results once this one is interrupted.
+    (out / "probe").mkdir(parents=True)
+    (out / "report.md").write_text("## an older report\n")
+    (out / "probe" / "hang-scheduler-runs.jsonl").write_text("{}\n")
     process = subprocess.Popen(
         [str(DIFFTEST), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out), "hang"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -71,7 +75,8 @@ def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, co
     assert process.returncode == code, err
     if signum != signal.SIGKILL:
         assert "interrupted; 1 running probe(s) stopped" in err
-        assert not (out / "report.md").exists()  # nothing half-measured is reported as current
+    # Cleared when the run started, and nothing half-measured was written after it.
+    assert not (out / "report.md").exists() and not (out / "evidence.json").exists()
     deadline = time.monotonic() + 5  # the kernel delivers the parent-death signal asynchronously
     while alive(probe) and time.monotonic() < deadline:
         time.sleep(0.1)

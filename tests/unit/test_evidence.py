@@ -181,3 +181,11 @@ def test_a_non_integer_counter_in_a_run_is_refused(tmp_path: Path) -> None:
     raw["runs"]["main"][0]["totals"]["num_drafts"] = 4.5
     with pytest.raises(DifftestError, match=r"runs\.main\.0\.totals\.num_drafts"):
         read_evidence(write_raw(tmp_path, raw))
+
+
+def test_a_lone_surrogate_from_a_branch_is_written_and_reads_back(tmp_path: Path) -> None:
+    """No UTF-8 file can hold one: it is written as its JSON escape, so writing never fails."""
+    evidence = make_evidence(results=[make_result("error", error="bad \udcff byte")])
+    path = write_evidence(evidence, tmp_path / "evidence.json")
+    assert "\\udcff" in path.read_text(encoding="utf-8")
+    assert read_evidence(path) == evidence

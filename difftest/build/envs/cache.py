@@ -71,6 +71,8 @@ def list_envs(with_sizes: bool = True) -> list[CachedEnv]:
             stale = "its base environment is gone"
         elif kind == "branch" and fp.get("probe_digest") != current_probe:
             stale = "built with an older probe"
+        elif kind == "branch" and not fp.get("manifest"):
+            stale = "built by an older difftest (no manifest of its files)"
         elif kind == "branch":
             problem = check_manifest(path, fp.get("manifest"), _base_vllm(fp))
             stale = f"corrupt: {problem}" if problem else None

@@ -32,22 +32,20 @@ MANIFEST_VERSION = 1
 def make_manifest(env: Path, base_vllm: Path, pth: Path) -> dict[str, Any]:
     """What `env` holds now (called last when building): its own files by hash, the links by count."""
     own: dict[str, str] = {}
+    base = _files(base_vllm.parent, "vllm")
     copies = 0
-    overlay = env / OVERLAY
-    seen = set()
-    for rel, path in _files(overlay):
-        seen.add(rel)
-        base_file = base_vllm.parent / rel
-        if _same_file(path, base_file, links_only=True):
+    overlay = _files(env / OVERLAY)
+    for rel, (inode, path) in overlay.items():
+        if rel in base and base[rel][0] == inode:
             continue
-        if _same_file(path, base_file, links_only=False):
+        if rel in base and _same_copy(path, base[rel][1]):
             copies += 1  # the cache's filesystem could not hard-link this file
         else:
-            own[f"{OVERLAY}/{rel}"] = sha256_file(path)
-    for rel, path in _files(env / PROBE):
-        own[f"{PROBE}/{rel}"] = sha256_file(path)
+            own[f"{OVERLAY}/{rel}"] = sha256_file(Path(path))
+    for rel, (_inode, path) in _files(env / PROBE).items():
+        own[f"{PROBE}/{rel}"] = sha256_file(Path(path))
     own[str(pth.relative_to(env))] = sha256_file(pth)
-    removed = sorted(rel for rel, _ in _files(base_vllm.parent, only="vllm") if rel not in seen)
+    removed = sorted(rel for rel in base if rel not in overlay)
     return {"version": MANIFEST_VERSION, "own": own, "links_only": copies == 0, "removed": removed}
 
 
@@ -62,42 +60,50 @@ def check_manifest(env: Path, manifest: dict[str, Any] | None, base_vllm: Path) 
             return f"{rel} is missing"
         if sha256_file(path) != digest:
             return f"{rel} was changed after the environment was built"
-    removed = set(manifest["removed"])
-    overlay = env / OVERLAY
-    seen = set()
-    for rel, path in _files(overlay):
-        seen.add(rel)
+    base = _files(base_vllm.parent, "vllm")
+    overlay = _files(env / OVERLAY)
+    for rel, (inode, path) in overlay.items():
         if f"{OVERLAY}/{rel}" in own:
             continue
-        if not _same_file(path, base_vllm.parent / rel, links_only=manifest["links_only"]):
+        linked = rel in base and base[rel][0] == inode
+        if not linked and not (rel in base and not manifest["links_only"] and _same_copy(path, base[rel][1])):
             return f"{OVERLAY}/{rel} is not the base's file (replaced or added after the build)"
-    for rel, _ in _files(base_vllm.parent, only="vllm"):
-        if rel not in seen and rel not in removed:
+    removed = set(manifest["removed"])
+    for rel in base:
+        if rel not in overlay and rel not in removed:
             return f"{OVERLAY}/{rel} is missing"
-    for rel, _ in _files(env / PROBE):
+    for rel in _files(env / PROBE):
         if f"{PROBE}/{rel}" not in own:
             return f"{PROBE}/{rel} was added after the environment was built"
     return None
 
 
-def _files(root: Path, only: str | None = None) -> list[tuple[str, Path]]:
-    """(path relative to `root`, path) of every file below `root` (below `root/only` if given)."""
-    start = root / only if only else root
-    found = []
-    for folder, _dirs, names in os.walk(start):
-        for name in names:
-            path = Path(folder, name)
-            found.append((path.relative_to(root).as_posix(), path))
+def _files(root: Path, only: str = "") -> dict[str, tuple[int, str]]:
+    """{path relative to `root`: (inode, absolute path)} of every file below `root` (or `root/only`).
+
+    `os.scandir` reads the inode with the directory entry, so comparing thousands of files with the
+    base's costs no `stat` call at all (where pathlib and `os.lstat` cost ten times more).
+    """
+    found: dict[str, tuple[int, str]] = {}
+    pending = [(os.path.join(str(root), only) if only else str(root), f"{only}/" if only else "")]
+    while pending:
+        folder, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, f"{prefix}{entry.name}/"))
+            else:
+                found[prefix + entry.name] = (entry.inode(), entry.path)
     return found
 
 
-def _same_file(path: Path, base_file: Path, links_only: bool) -> bool:
-    """The overlay's file is the base's: one inode (a hard link), or, where the build had to copy,
-    a copy with equal size and mtime."""
+def _same_copy(path: str, base_file: str) -> bool:
+    """Where the build had to copy instead of hard-linking: a copy with the base file's size and mtime."""
     try:
-        mine, theirs = path.lstat(), base_file.lstat()
+        mine, theirs = os.lstat(path), os.lstat(base_file)
     except OSError:
         return False
-    if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
-        return True
-    return not links_only and (mine.st_size, mine.st_mtime_ns) == (theirs.st_size, theirs.st_mtime_ns)
+    return (mine.st_size, mine.st_mtime_ns) == (theirs.st_size, theirs.st_mtime_ns)

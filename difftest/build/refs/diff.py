@@ -36,16 +36,7 @@ class Change:
 
 def changed_files(repo: git.Repo, base: str, head: str) -> list[Change]:
     """Files that differ between two revisions, in git's path order (POSIX, repository-relative)."""
-    base_sha, head_sha = resolve_ref(repo, base), resolve_ref(repo, head)
-    try:
-        # diff-tree is plumbing: diff.renames, diff.relative and friends in the user's config don't apply.
-        out = repo.git.diff_tree("-r", "-z", "--no-renames", "--name-status", base_sha, head_sha)
-    except GitCommandError as exc:
-        raise RefError(
-            f"cannot diff {base} against {head} in {repo_label(repo)}: {git_message(exc)}",
-            f"check that {repo_label(repo)} is intact (`git fsck`)",
-        ) from None
-    fields = out.split("\0")
+    fields = _diff_tree(repo, base, head, "--name-status").split("\0")
     changes = []
     for status, path in zip(fields[0::2], fields[1::2]):
         if status:
@@ -102,18 +93,25 @@ def native_changes(changes: Iterable[Change], binary: Iterable[str] = ()) -> lis
 
 def binary_paths(repo: git.Repo, base: str, head: str) -> list[str]:
     """The changed files git diffs as binary between two revisions (`--numstat` prints `-` for them)."""
-    base_sha, head_sha = resolve_ref(repo, base), resolve_ref(repo, head)
-    try:
-        out = repo.git.diff_tree("-r", "-z", "--no-renames", "--numstat", base_sha, head_sha)
-    except GitCommandError as exc:
-        raise RefError(
-            f"cannot diff {base} against {head} in {repo_label(repo)}: {git_message(exc)}",
-            f"check that {repo_label(repo)} is intact (`git fsck`)",
-        ) from None
     found = []
-    for entry in out.split("\0"):
+    for entry in _diff_tree(repo, base, head, "--numstat").split("\0"):
         added, _, rest = entry.partition("\t")
         deleted, _, path = rest.partition("\t")
         if added == "-" and deleted == "-" and path:
             found.append(path)
     return found
+
+
+def _diff_tree(repo: git.Repo, base: str, head: str, form: str) -> str:
+    """`git diff-tree -r -z --no-renames FORM base head`, NUL-separated.
+
+    diff-tree is plumbing: diff.renames, diff.relative and friends in the user's config don't apply.
+    """
+    base_sha, head_sha = resolve_ref(repo, base), resolve_ref(repo, head)
+    try:
+        return repo.git.diff_tree("-r", "-z", "--no-renames", form, base_sha, head_sha)
+    except GitCommandError as exc:
+        raise RefError(
+            f"cannot diff {base} against {head} in {repo_label(repo)}: {git_message(exc)}",
+            f"check that {repo_label(repo)} is intact (`git fsck`)",
+        ) from None
