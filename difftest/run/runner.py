@@ -55,6 +55,7 @@ class _LiveProbes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._procs: set[subprocess.Popen[Any]] = set()
+        self._killed: set[int] = set()
         self._stopped = False
 
     def start(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
@@ -70,18 +71,21 @@ class _LiveProbes:
             self._procs.discard(proc)
 
     def stop_all(self) -> int:
-        """Kill every live probe's process group and start no more; how many were killed."""
+        """Kill every live probe's process group and start no more; how many were killed since the
+        stop began (calling it again, say from the command line's handler, counts them once)."""
         with self._lock:
             self._stopped = True
-            procs = list(self._procs)
+            procs = [p for p in self._procs if p.pid not in self._killed]
+            self._killed.update(p.pid for p in procs)
         for proc in procs:
             _kill_group(proc, wait=False)
-        return len(procs)
+        return len(self._killed)
 
     def allow_again(self) -> None:
         """After an interrupt was handled (tests call `main` again in one process)."""
         with self._lock:
             self._stopped = False
+            self._killed.clear()
 
 
 _LIVE = _LiveProbes()
