@@ -235,13 +235,14 @@ def test_a_hanging_run_times_out_and_the_next_scenarios_still_run(tmp_path, fixt
     """The branch's AsyncScheduler never finishes constructing; sync scenarios after it must still run."""
     hang = "        if type(self).__name__ == 'AsyncScheduler':\n            import time; time.sleep(3600)\n"
     patch = insert_after(tmp_path / "hang.patch", fixture_repo, SCHEDULER, INIT_MARKER, hang)
-    config = faulty_config(tmp_path, "hang-async", patch, timeouts={"probe_s": 300, "run_s": 3})
+    # run_s: far above main's slowest run (about 0.5 s; a busy machine may take several), far below the hang.
+    config = faulty_config(tmp_path, "hang-async", patch, timeouts={"probe_s": 300, "run_s": 15})
     out = tmp_path / "out"
     # grammar-all-invalid-async (async, 1 run) sorts before grammar-trim-sync (sync, 4 runs).
     assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", "grammar", "--out", out) == 1
     results = by_branch(out, "hang-async")
     hung = [r for r in results if r["scenario"] == "grammar-all-invalid-async"]
-    assert hung and all(r["verdict"] == "error" and "time limit of 3 s" in r["error"] for r in hung)
+    assert hung and all(r["verdict"] == "error" and "time limit of 15 s" in r["error"] for r in hung)
     after = [r for r in results if r["scenario"] == "grammar-trim-sync"]
     assert len(after) == 4 and {r["verdict"] for r in after} == {"pass"}
 
