@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from difftest.core.config import SHIPPED_SCENARIOS
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ProbeFiles, ScenarioEvidence
 from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, Totals, Verdict, Violation
 
 # -- the repository ------------------------------------------------------------
@@ -169,6 +169,20 @@ def make_result(verdict: Verdict = "pass", **overrides: Any) -> Result:
         statement=STATEMENT,
     )
     return Result(**{**fields, **overrides})
+
+
+def make_probe_files(**overrides: Any) -> ProbeFiles:
+    """Where the default branch's scheduler probe left its job and records (hashes of nothing real)."""
+    fields: dict[str, Any] = dict(
+        branch=BRANCH,
+        tier=TIER,
+        job=f"probe/{BRANCH}-{TIER}-job.json",
+        job_sha256="1" * 64,
+        records=f"probe/{BRANCH}-{TIER}-runs.jsonl",
+        records_sha256="2" * 64,
+        nonce="3" * 32,
+    )
+    return ProbeFiles(**{**fields, **overrides})
 
 
 def make_evidence(**overrides: Any) -> Evidence:

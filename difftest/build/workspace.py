@@ -139,4 +139,18 @@ def _resolve(config: Config, repo: git.Repo, specs: list[BranchSpec]) -> list[Re
             "set `repo.base_ref` to the commit whose Python matches the base wheel (e.g. tag v0.32.0), "
             "or fetch tags (`--fetch`)",
         ) from None
-    return [resolve_branch(repo, spec) for spec in specs]
+    return [resolve_spec(config, repo, spec) for spec in specs]
+
+
+def resolve_spec(config: Config, repo: git.Repo, spec: BranchSpec) -> ResolvedBranch:
+    """`resolve_branch`; a name that is neither a configured branch nor a ref says which branches there are."""
+    try:
+        return resolve_branch(repo, spec)
+    except RefError as exc:
+        if config.branch(spec.name) is not None or spec.patches:
+            raise
+        known = ", ".join(b.name for b in config.branches)
+        raise RefError(
+            f"{spec.ref!r} is neither a branch of the config ({known}) nor a git ref: {exc.problem}",
+            f"name a configured branch ({known}) or a git ref; {exc.hint}" if exc.hint else f"name one of: {known}",
+        ) from None

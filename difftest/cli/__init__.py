@@ -23,13 +23,35 @@ from difftest import __version__
 from difftest.cli.base import Command
 from difftest.cli.envs import EnvsCommand
 from difftest.cli.gate import GateCommand
+from difftest.cli.list import ListCommand
 from difftest.cli.run import RunCommand
+from difftest.cli.show import ShowCommand
 from difftest.cli.verify import VerifyCommand
 from difftest.core.config import load_config
-from difftest.core.errors import EXIT_INTERRUPTED, DifftestError
+from difftest.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE, DifftestError
 from difftest.run.runner import allow_probes, stop_all_probes
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (RunCommand(), GateCommand(), VerifyCommand(), EnvsCommand())}
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (RunCommand(), ShowCommand(), ListCommand(), GateCommand(), VerifyCommand(), EnvsCommand())
+}
+
+DESCRIPTION = """\
+Differential tests of vLLM's speculative-decoding statistics across branches.
+Runs the same seeded scenarios in every branch's real vLLM (a scripted model
+against the scheduler; the real engine on a tiny local model), compares each
+SpecDecodingStats counter with an oracle of correct accounting and with the
+other branches, and says which branch is right, and why."""
+
+EPILOG = f"""\
+exit codes (run, gate, verify):
+  {EXIT_OK}  everything passes (gate: head not worse; verify: all identical)
+  {EXIT_FAILED}  a result diverges or is broken (gate: head worse; verify: differs)
+  {EXIT_USAGE}  usage or configuration error: nothing was run
+  {EXIT_UNMEASURED}  something could not be measured (and nothing exits 1)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM): every probe stopped, no report written
+
+`difftest COMMAND --help` describes each command's options."""
 
 console = Console(stderr=True, highlight=False)
 
@@ -41,10 +63,12 @@ def log(message: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="difftest",
-        description="Differential tests of vLLM's speculative-decoding statistics across branches.",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"difftest {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for command in COMMANDS.values():
         command.setup_arguments(sub.add_parser(command.name, help=command.help, description=command.help))
     return parser

@@ -22,14 +22,15 @@ from difftest.build.envs.branch import probe_digest
 from difftest.build.envs.identity import IDENTITY_VERSION, find_record, legacy_record_hash
 from difftest.build.refs import resolve_branch
 from difftest.build.workspace import branch_spec, open_source_repo
-from difftest.cli.base import Command, Log, add_config
+from difftest.cli.base import Command, Log, add_format, recorded_scenarios, write_comparison_reports
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence
 from difftest.core.reproduction import evidence_differences
-from difftest.reports import prepare_out, write_reports
-from difftest.run.pipeline import CompareRequest, compare, select_scenarios
+from difftest.reports import prepare_out
+from difftest.reports.json_report import render_json
+from difftest.run.pipeline import CompareRequest, compare
 
 _BASE_KEYS = ("requirement", "python", "platform", "wheel_hash", "lock_hash", "torch")
 
@@ -49,15 +50,7 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
                 f"base {key} differs: the evidence used {then!r}, this machine has {now!r}",
                 "verify with the branches.yaml (base.requirement, Python, torch source) that produced the evidence",
             )
-    scenarios = {s.name: s for group in select_scenarios(config, None, None) for s in group.scenarios}
-    for name, then in recorded.scenarios.items():
-        now = scenarios.get(name)
-        if now is None or now.sha256 != then.sha256:
-            raise ConfigError(
-                f"scenario {name!r} ({then.file}) is missing or its file changed "
-                f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
-                "check out the scenario files the evidence was produced with",
-            )
+    recorded_scenarios(config, recorded)
     current_probe = probe_digest()
     for name, then in recorded.branches.items():
         recorded_probe = then.fingerprint.get("probe_digest")
@@ -108,6 +101,7 @@ class VerifyCommand(Command):
             "--out", default="out-verify",
             help="folder for the re-run's reports, evidence and probe records (default: out-verify)",
         )
+        add_format(parser, ("text", "json"), "text", "text: one line per difference")
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -125,10 +119,15 @@ class VerifyCommand(Command):
             branches=names, tiers=recorded_tiers, reading=recorded.reading, out=Path(args.out),
             scenarios=sorted(recorded.scenarios), baseline=recorded.baseline,
         )
-        evidence = compare(config, request, log, probe_progress).evidence
-        written = write_reports(evidence, request.out)
+        comparison = compare(config, request, log, probe_progress)
+        evidence = comparison.evidence
+        written = write_comparison_reports(comparison, request.out)
         log("wrote " + ", ".join(str(p) for p in written.values()))
         found = evidence_differences(recorded, evidence)
+        code = EXIT_FAILED if found else EXIT_OK
+        if args.format == "json":
+            print(render_json(evidence, code, identical=not found, differences=found, evidence_file=str(args.evidence)))
+            return code
         if found:
             print(f"difftest verify: {len(found)} difference(s) from {args.evidence}:")
             for line in found:

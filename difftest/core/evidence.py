@@ -9,9 +9,12 @@ an unknown version fails with a message instead of a pydantic dump.
 
 Versions: 1 (results keyed by `order`, statement as `explanation`); 2 (results
 keyed by run `label`, `statement`; runs carry their `role` and the probe's
-`failure`; scenarios not run on this base say why in `skipped`); 3 (`baseline`:
-the branch crashes and hangs were judged against; the base fingerprint's
-`wheel_hash` is the wheel's identity, `identity: 2`, the same in every cache).
+`failure`; scenarios not run on this base say why in `skipped`); 3 (`probes`:
+each probe's job and records file with its sha256 and nonce, so `difftest show`
+can trust the step records next to the evidence; violations may name
+`requests`); 4 (`baseline`: the branch crashes and hangs were judged against;
+the base fingerprint's `wheel_hash` is the wheel's identity, `identity: 2`, the
+same in every cache and clone).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from difftest import __version__
 from difftest.core.errors import DifftestError
 from difftest.core.records import ProbeRun, Reading, Result
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -66,15 +69,37 @@ class ScenarioEvidence(BaseModel):
     skipped: str | None = None
 
 
+class ProbeFiles(BaseModel):
+    """One probe's files (one branch, one tier), so the step records can be re-read and trusted later.
+
+    The step records stay in the JSONL file (the evidence keeps runs without
+    steps). A reader checks both files' sha256 (any edit after the run shows)
+    and then validates the records exactly as the runner did, with the nonce
+    the probe stamped them with; the probe is over, so the nonce guards nothing
+    any more and may be published.
+    """
+
+    branch: str
+    tier: str
+    #: Paths relative to the folder holding evidence.json.
+    job: str
+    job_sha256: str
+    records: str
+    records_sha256: str
+    nonce: str
+    #: The probe exited 0 without being killed (the runner reads a missing trailer differently then).
+    exited_cleanly: bool = True
+
+
 class Evidence(BaseModel):
-    schema_version: Literal["3"] = SCHEMA_VERSION
+    schema_version: Literal["4"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
     command: list[str] = Field(default_factory=list)
     reading: Reading
     #: The branch a crash or a hang was judged against (`core.breakage`): the config's baseline, the
-    #: gate's base; None in files written before schema 3.
+    #: gate's base; None in files written before schema 4.
     baseline: str | None = None
     base: BaseEvidence
     branches: dict[str, BranchEvidence] = Field(default_factory=dict)
@@ -82,6 +107,8 @@ class Evidence(BaseModel):
     results: list[Result] = Field(default_factory=list)
     #: Raw probe runs per branch, kept so verdicts can be re-checked offline.
     runs: dict[str, list[ProbeRun]] | None = None
+    #: Where each probe's step records are, and how to trust them.
+    probes: list[ProbeFiles] = Field(default_factory=list)
 
 
 def evidence_json(evidence: Evidence) -> str:
@@ -168,13 +195,19 @@ def _run_from_1(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_from_2(raw: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 -> 3: no `baseline` recorded (verify then uses the config's); the base's
+    """Version 2 -> 3: nothing moves; `probes` (absent: the step records cannot be trusted) and
+    violations' `requests` are new and optional."""
+    return {**raw, "schema_version": "3"}
+
+
+def upgrade_from_3(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 -> 4: no `baseline` recorded (verify then uses the config's); the base's
     `wheel_hash` stays as written (identity version 1: comparable in the same cache only)."""
-    return {**raw, "schema_version": "3", "baseline": None}
+    return {**raw, "schema_version": "4", "baseline": None}
 
 
 #: schema version -> the step that brings a file of that version one version up.
-UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2}
+UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2, "3": upgrade_from_3}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -188,6 +188,8 @@ class Violation(BaseModel):
     counter: str | None = None
     measured: Any = None
     expected: Any = None
+    #: The requests the violation is about where they can be named (e.g. those whose stats were lost).
+    requests: list[str] = Field(default_factory=list)
 
 
 class Result(BaseModel):

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
+
+if TYPE_CHECKING:
+    from difftest.reports.trace import Trace
 
 #: What a command writes into `--out`; removed when the next command starts.
 REPORT_FILES = ("report.md", "report.html", "junit.xml", "evidence.json", "gate.md")
@@ -42,8 +47,11 @@ def prepare_out(out_dir: str | Path) -> Path:
     return out
 
 
-def write_reports(evidence: Evidence, out_dir: str | Path) -> dict[str, Path]:
-    """Write report.md, report.html, junit.xml and evidence.json into `out_dir`."""
+def write_reports(
+    evidence: Evidence, out_dir: str | Path, traces: "dict[tuple[str, str, str], Trace] | None" = None
+) -> dict[str, Path]:
+    """Write report.md, report.html, junit.xml and evidence.json into `out_dir`; the HTML report
+    carries the step traces given, keyed by (branch, scenario, run label)."""
     from difftest.reports.html import render_html
     from difftest.reports.junit import render_junit
     from difftest.reports.markdown import render_markdown
@@ -52,7 +60,7 @@ def write_reports(evidence: Evidence, out_dir: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     return {
         "markdown": atomic_write_text(out / "report.md", render_markdown(evidence)),
-        "html": atomic_write_text(out / "report.html", render_html(evidence)),
+        "html": atomic_write_text(out / "report.html", render_html(evidence, traces or {})),
         "junit": atomic_write_text(out / "junit.xml", render_junit(evidence)),
         "evidence": write_evidence(evidence, out / "evidence.json"),
     }

@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-from difftest.core.gate import WORSE_KINDS, GateOutcome
+from difftest.core.gate import GateOutcome
 from difftest.core.values import format_value
 from difftest.reports.format import md_escape
+from difftest.reports.gate_view import headline, nothing_found, sections
+
+ICONS = {"worse": "❌", "unmeasured": "⛔", "not-worse": "✅"}
 
 
 def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -> str:
     """Say whether the head is worse and exactly why (scenario, order, counter, values)."""
     base, head = md_escape(base_name), md_escape(head_name)
     lines = [
-        _title(outcome, base, head),
+        "## {} difftest gate: {}".format(*_title(outcome, base, head)),
         "",
         f"Oracle reading: **{md_escape(outcome.reading or 'unknown')}** · "
         f"{outcome.compared} (scenario, run) pair(s) measured on both sides",
         "",
     ]
-    sections = [
-        ("Why it is worse", [f for f in outcome.findings if f.kind in WORSE_KINDS]),
-        ("Could not measure the base", outcome.base_unmeasured),
-        ("Could not measure", outcome.unmeasured),
-        ("Still differs from the oracle, as on the base", outcome.unchanged),
-        ("Better than the base", outcome.improved),
-    ]
-    for heading, found in sections:
+    for heading, found in sections(outcome):
         if not found:
             continue
         lines += [
@@ -42,26 +38,10 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
             )
         lines.append("")
     if not outcome.findings:
-        lines += [_nothing_found(outcome), ""]
+        lines += [nothing_found(outcome), ""]
     return "\n".join(lines)
 
 
-def _title(outcome: GateOutcome, base: str, head: str) -> str:
-    """Worse wins; then what could not be measured; "not worse" only when something was compared."""
-    if outcome.worse:
-        return f"## ❌ difftest gate: {head} is worse than {base}"
-    if outcome.base_unmeasured:
-        return f"## ⛔ difftest gate: could not measure the base ({base})"
-    if outcome.unmeasured:
-        return f"## ⛔ difftest gate: could not measure everything on {head}"
-    if outcome.compared == 0:
-        return f"## ⛔ difftest gate: nothing was compared between {base} and {head}"
-    return f"## ✅ difftest gate: {head} is not worse than {base}"
-
-
-def _nothing_found(outcome: GateOutcome) -> str:
-    if outcome.compared == 0:
-        return "No (scenario, run) was measured on both sides, so nothing can be said about the head."
-    return "Every (scenario, run) matches the oracle on the head as on the base."
-
-
+def _title(outcome: GateOutcome, base: str, head: str) -> tuple[str, str]:
+    standing, text = headline(outcome, base, head)
+    return ICONS[standing], text

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from difftest import tiers
+from difftest.build.envs.fingerprint import sha256_file
 from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence
+from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ProbeFiles, ScenarioEvidence
 from difftest.core.records import ProbeRun, Reading, Result, Violation
 from difftest.core.selection import compile_selection
 from difftest.core.breakage import judge_against_baseline
@@ -37,6 +38,8 @@ from difftest.tiers.common.scenario import ScenarioBase
 Log = Callable[[str], None]
 #: (tier name, branch names) -> a context manager yielding that tier's progress callback.
 ProgressFactory = Callable[[str, list[str]], AbstractContextManager[Progress | None]]
+#: (tier name, that tier's results, whether another tier runs next): called as soon as a tier is judged.
+TierDone = Callable[[str, list[Result], bool], None]
 #: Run roles that get a verdict; `reference` runs only choose where later runs are cut.
 JUDGED_ROLES = ("batch", "alone")
 
@@ -80,6 +83,8 @@ class Comparison:
     evidence: Evidence
     #: tier name -> branch name -> what its probe delivered.
     delivered: dict[str, dict[str, BranchRun]]
+    #: The scenarios compared, per tier (reports read their step records with them).
+    selected: list[TierScenarios] = field(default_factory=list)
 
 
 def compare(
@@ -87,30 +92,37 @@ def compare(
     request: CompareRequest,
     log: Log = lambda _m: None,
     progress: ProgressFactory = lambda _tier, _branches: nullcontext(None),
+    tier_done: TierDone | None = None,
 ) -> Comparison:
-    """Validate, prepare environments, probe every tier in every branch, judge."""
+    """Validate, prepare environments, probe every tier in every branch, judge each tier as it ends."""
     selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
     workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
     for chosen in selected:
         _mark_unavailable(chosen, workspace.base.fingerprint, log)
     delivered: dict[str, dict[str, BranchRun]] = {}
-    for chosen in selected:
-        runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
-        if not runnable:
-            continue
-        names = [b.name for b in workspace.branches if b.env is not None]
-        jobs, why = probes_at_a_time(chosen.tier, len(names), request.jobs)
-        log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
-        with progress(chosen.tier.name, names) as callback:
-            delivered[chosen.tier.name] = measure_tier(workspace, chosen.tier, runnable, request.out / "probe", jobs, callback)
-        for branch, run in delivered[chosen.tier.name].items():
-            state = f"failed: {run.error}" if run.error else "done"
-            log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
+    results: list[Result] = []
     baseline = pick_baseline(workspace, request.baseline)
-    results = judge_all(workspace, selected, delivered, reading, baseline)
-    evidence = make_evidence(workspace, selected, delivered, results, reading)
-    return Comparison(workspace, evidence.model_copy(update={"baseline": baseline}), delivered)
+    for index, chosen in enumerate(selected):
+        runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
+        if runnable:
+            names = [b.name for b in workspace.branches if b.env is not None]
+            jobs, why = probes_at_a_time(chosen.tier, len(names), request.jobs)
+            log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
+            with progress(chosen.tier.name, names) as callback:
+                delivered[chosen.tier.name] = measure_tier(
+                    workspace, chosen.tier, runnable, request.out / "probe", jobs, callback
+                )
+            for branch, run in delivered[chosen.tier.name].items():
+                state = f"failed: {run.error}" if run.error else "done"
+                log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
+        judged = judge_tier(workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline)
+        results += judged
+        if tier_done is not None and judged:
+            more = any(s.name not in later.skipped for later in selected[index + 1 :] for s in later.scenarios)
+            tier_done(chosen.tier.name, judged, more)
+    evidence = make_evidence(workspace, selected, delivered, results, reading, request.out)
+    return Comparison(workspace, evidence.model_copy(update={"baseline": baseline}), delivered, selected)
 
 
 def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
@@ -146,10 +158,21 @@ def select_scenarios(
         if scenarios:
             chosen.append(TierScenarios(tier, scenarios))
     if not chosen:
-        where = f" matches -k {select!r}" if select is not None else f" found under {config.scenarios_dir}"
-        raise ConfigError(f"no scenario{where}", "check the words passed to -k, or `scenarios_dir` in the config")
+        if select is not None:
+            known = sorted({s.name for tier in chosen_tiers for s in _loaded(config, tier)})
+            raise ConfigError(
+                f"no scenario matches -k {select!r}",
+                "use words from the scenario names"
+                + (f": {', '.join(known)}" if known else f" (none found under {config.scenarios_dir})"),
+            )
+        raise ConfigError(f"no scenario found under {config.scenarios_dir}", "check `scenarios_dir` in the config")
     _check_unique_names(chosen)
     return chosen
+
+
+def _loaded(config: Config, tier: Tier) -> list[ScenarioBase]:
+    folder = config.scenarios_dir / tier.folder
+    return tier.load(folder) if folder.is_dir() else []
 
 
 def _check_unique_names(chosen: list[TierScenarios]) -> None:
@@ -221,30 +244,26 @@ def measure_tier(
     )
 
 
-def judge_all(
+def judge_tier(
     workspace: Workspace,
-    selected: list[TierScenarios],
-    delivered: dict[str, dict[str, BranchRun]],
+    chosen: TierScenarios,
+    tier_runs: dict[str, BranchRun],
     reading: Reading,
     baseline: str,
 ) -> list[Result]:
+    """Verdicts of one tier's scenarios on every branch (skipped scenarios get none)."""
     results: list[Result] = []
-    names = [b.name for b in workspace.branches]
-    for chosen in selected:
-        tier_runs = delivered.get(chosen.tier.name, {})
-        for scenario in chosen.scenarios:
-            if scenario.name in chosen.skipped:
-                continue
-            runs = {name: [r for r in run.runs if r.scenario == scenario.name] for name, run in tier_runs.items()}
-            across = chosen.tier.across_branches(scenario, runs, baseline)
-            for branch in workspace.branches:
-                results += _judge_scenario(
-                    chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
-                    across.get(branch.name, {}), reading,
-                )
-    runs = {name: [r for tier_runs in delivered.values() if name in tier_runs for r in tier_runs[name].runs]
-            for name in names}
-    return judge_against_baseline(results, runs, baseline)
+    for scenario in chosen.scenarios:
+        if scenario.name in chosen.skipped:
+            continue
+        runs = {name: [r for r in run.runs if r.scenario == scenario.name] for name, run in tier_runs.items()}
+        across = chosen.tier.across_branches(scenario, runs, baseline)
+        for branch in workspace.branches:
+            results += _judge_scenario(
+                chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
+                across.get(branch.name, {}), reading,
+            )
+    return judge_against_baseline(results, {name: run.runs for name, run in tier_runs.items()}, baseline)
 
 
 def _judge_scenario(
@@ -274,7 +293,9 @@ def make_evidence(
     delivered: dict[str, dict[str, BranchRun]],
     results: list[Result],
     reading: Reading,
+    out: Path = Path("out"),
 ) -> Evidence:
+    """The evidence of one comparison; `out` is where evidence.json goes (probe files are named relative to it)."""
     base_fp = workspace.base.fingerprint
     branches = {}
     for b in workspace.branches:
@@ -317,4 +338,31 @@ def make_evidence(
         scenarios=scenarios,
         results=results,
         runs=runs,
+        probes=probe_files(delivered, out),
     )
+
+
+def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[ProbeFiles]:
+    """Each probe's job and records, hashed, with their nonce (`ProbeFiles`): what `show` trusts later."""
+    found = []
+    for tier, per_branch in delivered.items():
+        for name, run in per_branch.items():
+            if run.job_path is None or run.records_path is None or not run.records_path.is_file():
+                continue
+            found.append(
+                ProbeFiles(
+                    branch=name,
+                    tier=tier,
+                    job=_relative(run.job_path, out),
+                    job_sha256=sha256_file(run.job_path),
+                    records=_relative(run.records_path, out),
+                    records_sha256=sha256_file(run.records_path),
+                    nonce=run.nonce,
+                    exited_cleanly=run.exited_cleanly,
+                )
+            )
+    return found
+
+
+def _relative(path: Path, out: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), out.resolve())).as_posix()

@@ -34,7 +34,9 @@ from difftest.core.verdicts import one_line
 from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, Job
 from difftest.run.delivery import read_delivery
 
-#: (branch, finished runs, expected runs, scenario and label of the last finished run)
+#: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
+#: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
+#: until then the branch waits for a free slot (`jobs`).
 Progress = Callable[[str, int, int, str, str], None]
 
 _CAPTURE_TAIL = 40
@@ -116,11 +118,17 @@ class BranchRun:
     #: The last lines the probe printed, for reports of a failed process.
     log_tail: str = ""
     timed_out: bool = False
+    #: The probe exited 0 on its own (not killed, no timeout).
+    exited_cleanly: bool = False
     duration_s: float = 0.0
     #: Wall-clock start and end (epoch seconds): shows which branches overlapped.
     started_at: float = 0.0
     ended_at: float = 0.0
     log_path: Path | None = None
+    job_path: Path | None = None
+    records_path: Path | None = None
+    #: The secret the probe stamped its records with; kept so the records can be re-validated later.
+    nonce: str = ""
     #: The probe process's peak resident memory (VmHWM, sampled while it ran), in MB; None if unknown.
     peak_rss_mb: float | None = None
 
@@ -176,9 +184,14 @@ def run_probe(
     job_path.write_text(json.dumps(job, indent=1))
     out_path.unlink(missing_ok=True)
     nonce = secrets.token_hex(16)
-    result = BranchRun(branch=branch, tier=tier, log_path=log_path, started_at=time.time())
+    result = BranchRun(
+        branch=branch, tier=tier, log_path=log_path, job_path=job_path, records_path=out_path, nonce=nonce,
+        started_at=time.time(),
+    )
     started = time.monotonic()
     expected = planned_count(job)
+    if progress is not None:
+        progress(branch, 0, expected, "", "")
     with open(log_path, "wb") as log:
         proc = _LIVE.start(
             [str(python), "-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)],
@@ -213,7 +226,8 @@ def run_probe(
         result.error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
     elif proc.returncode != 0:
         result.error = f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
-    delivery = read_delivery(out_path, nonce, job, tier, exited_cleanly=proc.returncode == 0 and not result.timed_out)
+    result.exited_cleanly = proc.returncode == 0 and not result.timed_out
+    delivery = read_delivery(out_path, nonce, job, tier, exited_cleanly=result.exited_cleanly)
     result.header = delivery.header
     result.runs = delivery.runs(result.error)
     return result

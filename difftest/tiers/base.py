@@ -15,6 +15,8 @@ tier the user selected (`difftest.run.pipeline`):
     invariants(scenario, runs)        -> violations per run label, for one branch
     across_branches(scenario, runs, baseline) -> violations per branch and label
     report_rows()                     -> the counter rows reports show
+    expected_steps(scenario, run, reading) -> the oracle's stats row for each recorded step
+                                         (`difftest show` and the HTML trace, beside what the branch recorded)
 
 Adding a tier is one folder under `difftest/tiers/` with a `tier.py`, one under
 `difftest/probe/` with its `start(job)`, and one line in `tiers.REGISTRY`.
@@ -78,3 +80,12 @@ class Tier:
     def report_rows(self) -> list[str]:
         """Row keys of the per-scenario counter table: the counters, the emitted source, the mean."""
         return [*COUNTERS, EMITTED_SOURCE, MAL]
+
+    def expected_steps(self, scenario: ScenarioBase, run: ProbeRun, reading: Reading) -> list[Totals | None]:
+        """The oracle's stats row for each of `run.steps`, in order; None where the tier cannot say.
+
+        Summed over the steps they equal `expected(scenario, run, reading)`. Set
+        beside the stats the branch recorded for the same step, they show the
+        first step where the branch and the oracle part ways.
+        """
+        return [None] * len(run.steps)

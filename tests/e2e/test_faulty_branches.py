@@ -204,6 +204,24 @@ def test_a_probe_that_exits_0_without_its_trailer_keeps_what_it_reported(faulty_
     assert lost and all(r["verdict"] == "error" and "without its trailer" in r["error"] for r in lost)
 
 
+@faulty
+def test_show_explains_runs_without_steps_instead_of_failing(faulty_run, capsys):
+    """A branch with no probe output, one whose records were rejected, and one whose probe quit early."""
+    _, out = faulty_run
+    config = out.parent / "branches.yaml"
+    assert run_cli("show", "-c", config, CONTROL, "--branch", "broken", "--out", out) == 0
+    assert "could not be measured, no steps were recorded" in " ".join(capsys.readouterr().out.split())
+    assert run_cli("show", "-c", config, CONTROL, "--branch", "half", "--out", out) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "no steps to show" in printed and "num_accepted_tokens" in printed
+    assert run_cli("show", "-c", config, CONTROL, "--branch", "quit", "--out", out) == 0
+    assert "without its trailer" in " ".join(capsys.readouterr().out.split())
+    assert run_cli("show", "-c", config, CONTROL, "--out", out) == 0  # every branch that does not pass
+    printed = capsys.readouterr().out
+    assert all(f"· {name} ·" in printed for name in ("broken", "native", "half", "extra", "quit"))
+    assert "· main ·" not in printed
+
+
 def test_a_hanging_probe_is_killed_and_reported(tmp_path, fixture_repo):
     """Alone (no main beside it), so the probe's time limit can be short."""
     patch = prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, "import time; time.sleep(3600)")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from difftest.build.refs import read_blob
-from difftest.core.evidence import read_evidence
 from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config, run_cli
 from tests.factories import BASE_TAG, ROOT, shipped_branch, write_config
 from tests.patching import make_patch, prepend
@@ -15,30 +16,32 @@ pytestmark = pytest.mark.slow
 SHIPPED = ROOT / "branches.yaml"
 
 
-def results(out):
-    return read_evidence(out / "evidence.json").results
-
-
 def rows(markdown: str, heading: str) -> set[tuple[str, str]]:
-    """(scenario, run) of every row of one section of the gate's summary."""
+    """(scenario, run) of every row of one section of the gate's Markdown summary."""
     if f"### {heading}" not in markdown:
         return set()
     section = markdown.split(f"### {heading}", 1)[1].split("###", 1)[0]
     cells = [line.split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| scenario")]
-    return {(c[1].strip(), c[2].strip()) for c in cells}
+    return {(c[1].strip().replace("\\", ""), c[2].strip()) for c in cells}
 
 
-def test_gate_fails_on_the_56195_style_head(tmp_path, capsys):
-    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style", "--tier", "scheduler", "--out", tmp_path)
-    printed = capsys.readouterr().out
-    assert code == 1
-    assert "mixed-batch-invalid-async" in printed and "broken" in printed.lower()
-    assert (tmp_path / "gate.md").read_text().strip() == printed.strip()
-    # A broken order is only ever "worse", never also "better" (it is closer to the oracle on some counter).
-    broken = {(r.scenario, r.label) for r in results(tmp_path) if r.branch == "pr-56195-style" and r.verdict == "broken"}
-    assert broken and {(s.replace("\\", ""), run) for s, run in rows(printed, "Why it is worse")} >= broken
-    better = {(s.replace("\\", ""), run) for s, run in rows(printed, "Better than the base")}
-    assert better and not better & broken
+def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path, capsys):
+    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style", "--tier", "scheduler",
+                   "--format", "json", "--out", tmp_path)
+    document = json.loads(capsys.readouterr().out)
+    assert code == document["exit_code"] == 1
+    assert document["gate"]["worse"] and (document["base"], document["head"]) == ("main", "pr-56195-style")
+    broken = [f for f in document["gate"]["findings"] if f["kind"] == "broken"]
+    assert {f["scenario"] for f in broken} == {"mixed-batch-invalid-async"}
+    assert {r["branch"] for r in document["results"]} == {"main", "pr-56195-style"}
+    summary = (tmp_path / "gate.md").read_text()  # the Markdown summary is written whatever is printed
+    assert summary.startswith("## ❌ difftest gate") and "mixed-batch-invalid-async" in summary
+    # A broken run is only ever "worse", never also "better" (it is closer to the oracle on some counter).
+    broken_runs = {(f["scenario"], f["label"]) for f in broken}
+    assert rows(summary, "Why it is worse") >= broken_runs
+    better = rows(summary, "Better than the base")
+    assert better and not better & broken_runs
+    assert not any(f["kind"] == "improved" and (f["scenario"], f["label"]) in broken_runs for f in document["gate"]["findings"])
 
 
 def test_gate_exits_3_when_the_base_cannot_be_measured(tmp_path, fixture_repo, capsys):
@@ -77,7 +80,8 @@ def test_gate_fails_a_head_whose_engine_never_finishes(tmp_path, fixture_repo, c
 def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, capsys, reading):
     code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56137-style",
                    "--tier", "scheduler", "--reading", reading, "--out", tmp_path)
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().out  # piped: Markdown, as written to gate.md
+    assert printed.strip() == (tmp_path / "gate.md").read_text().strip()
     # Not worse than main under either reading: it fixes truncation, and the strict-reading
     # residual (the all-invalid request counted as a draft) is one main has too.
     assert code == 0, printed

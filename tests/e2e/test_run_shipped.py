@@ -10,7 +10,9 @@ import contextlib
 import hashlib
 import io
 import json
+import re
 import shutil
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +20,9 @@ import pytest
 import yaml
 
 from difftest.build.envs.identity import IDENTITY_VERSION, find_record
-from difftest.core.evidence import SCHEMA_VERSION
+from difftest.core.evidence import SCHEMA_VERSION, read_evidence
+from difftest.reports.markdown import render_markdown
+from tests.browser import measure
 from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
 from tests.factories import ROOT, SCENARIOS_DIR, shipped_branch, write_config
 
@@ -41,12 +45,22 @@ class ShippedRun:
 
 @pytest.fixture(scope="module")
 def shipped_run(tmp_path_factory) -> ShippedRun:
-    """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module."""
+    """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module, printed as
+    into a pipe of an 80-column terminal (`COLUMNS=80`, not a TTY)."""
     out = tmp_path_factory.mktemp("run") / "out"
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        env.setenv("COLUMNS", "80")
         code = run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "--out", out)
     return ShippedRun(code, out, printed.getvalue())
+
+
+def show(*args: object) -> tuple[int, str]:
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        env.setenv("COLUMNS", "80")
+        code = run_cli("show", "-c", SHIPPED, *args)
+    return code, printed.getvalue()
 
 
 def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
@@ -94,8 +108,142 @@ def test_the_scheduler_tier_counts_are_the_known_ones(shipped_run):
 
 def test_run_prints_the_tables_and_summary(shipped_run):
     printed = shipped_run.printed
-    assert CONTROL in printed and "oracle" in printed and "summary" in printed
+    assert "oracle" in printed and "summary" in printed
     assert all(name in printed for name in ("main", "pr-56137-style", "pr-56195-style"))
+    assert f"{CONTROL}  [scheduler]" not in printed  # every branch passes it: no table without -v
+
+
+def test_the_last_40_lines_hold_the_grid_and_the_conclusion(shipped_run):
+    """Done when: at 80 columns, piped, the end of the output says who is right and why, nothing cut."""
+    lines = shipped_run.printed.rstrip("\n").splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "…" not in shipped_run.printed
+    tail = "\n".join(lines[-40:])
+    grid = tail[tail.index("verdicts") : tail.index("conclusion")]
+    for scenario in ("eos-in-accepted-drafts", "mixed-batch-invalid-async", "stop-token-in-accepted-drafts", CONTROL):
+        assert scenario in grid
+    mixed = next(line for line in grid.splitlines() if line.startswith("mixed-batch-invalid-async"))
+    assert mixed.split()[1:] == ["diverge", "7/9", "diverge", "7/9", "broken", "4/9"]
+    conclusion = " ".join(tail[tail.index("conclusion") :].split())  # as one line: wrapping aside
+    assert "pr-56195-style is broken in 4/61 runs; in mixed-batch-invalid-async (4/9 runs) requests lose their stats" in conclusion
+    assert "order plain1,grammar,plain2 loses plain1;" in conclusion
+    assert "main diverges in" in conclusion and "overcounting emitted tokens on truncation" in conclusion
+    assert "→ closest to the oracle: pr-56137-style (nothing broken; 8/61 runs diverge); broken: pr-56195-style" in conclusion
+
+
+def test_counter_tables_show_the_most_severe_run_and_name_it(shipped_run):
+    printed = shipped_run.printed
+    table = printed[printed.index("mixed-batch-invalid-async  [scheduler]") :]
+    assert "run order:plain1,grammar,plain2 (the most severe, broken on pr-56195-style; 1 of 9;" in " ".join(table.split()[:250])
+    md = (shipped_run.out / "report.md").read_text()
+    assert "#### mixed-batch-invalid-async: run order:plain1,grammar,plain2 (broken on pr-56195-style)" in md
+    html = (shipped_run.out / "report.html").read_text()
+    assert "Values of run <code>order:plain1,grammar,plain2</code>, the most severe: broken on pr-56195-style" in html
+
+
+def test_show_prints_the_step_where_the_earlier_requests_stats_are_lost(shipped_run):
+    code, printed = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--out", shipped_run.out)
+    assert code == 0
+    assert "pr-56195-style · run order:plain1,grammar,plain2: broken" in " ".join(printed.split())
+    step = printed[printed.index("step 1  * the first step that disagrees with the oracle") :]
+    step = step[: step.index("\nstep 2")]
+    rows = {line.split()[0]: line.split() for line in step.splitlines()[1:] if line.strip()}
+    assert {"plain1", "grammar", "plain2"} <= set(rows)
+    assert rows["branch"][1:4] == ["1", "*", "3"] and rows["oracle"][1] == "2"  # one row of two: plain1's is lost
+    assert "lost: plain1" in printed
+    assert max(len(line.rstrip()) for line in printed.splitlines()) <= 80
+
+
+def test_show_picks_a_run_by_label_or_order_and_lists_valid_names(shipped_run, capsys):
+    code, by_order = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--order", "grammar,plain1,plain2", "--out", shipped_run.out)
+    assert code == 0 and "run order:grammar,plain1,plain2: pass" in " ".join(by_order.split())
+    assert "every step agrees with the oracle" in by_order
+    code, _ = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--order", "nope", "--out", shipped_run.out)
+    assert code == 2 and "alone:plain1" in capsys.readouterr().err
+    assert show("no-such-scenario", "--out", shipped_run.out)[0] == 2
+    assert CONTROL in capsys.readouterr().err
+    assert show(CONTROL, "--branch", "ghost", "--out", shipped_run.out)[0] == 2
+    assert "pr-56137-style" in capsys.readouterr().err
+
+
+def test_show_refuses_records_changed_after_the_run(shipped_run, tmp_path, capsys):
+    copy = tmp_path / "out"
+    shutil.copytree(shipped_run.out, copy)
+    records = copy / "probe" / "pr-56195-style-scheduler-runs.jsonl"
+    records.write_text(records.read_text().replace('"num_drafts": 1', '"num_drafts": 2', 1))
+    assert show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--out", copy)[0] == 2
+    err = capsys.readouterr().err
+    assert "changed after the evidence was written" in err and "fix:" in err
+
+
+def test_the_html_report_carries_traces_charts_and_links(shipped_run):
+    html = (shipped_run.out / "report.html").read_text()
+    assert html.count("step trace: first disagreement at step") >= 4  # every broken run of pr-56195-style, at least
+    assert '<svg class="chart"' in html and "acceptance rate per position" in html
+    assert 'href="evidence.json"' in html and 'href="probe/pr-56195-style-scheduler-runs.jsonl"' in html
+    assert "<script" not in html and "http" not in html.split("</title>", 1)[1].replace("http-equiv", "")
+
+
+@pytest.mark.parametrize("width", [420, 1400])
+def test_the_html_report_in_chromium_never_scrolls_sideways(shipped_run, width):
+    seen = measure(shipped_run.out / "report.html", width)
+    assert seen["innerWidth"] == width
+    assert seen["scrollWidth"] <= seen["innerWidth"], seen
+    assert seen["shown"] and seen["grid"]["width"] > 0 and seen["grid"]["height"] > 0
+    assert 0 <= seen["box"]["left"] and seen["box"]["right"] <= width
+    assert seen["tablesOutsideScrollBoxes"] == 0
+    assert seen["grid"]["width"] <= seen["box"]["width"]  # every column in view, the broken one too
+    if width == 1400:
+        assert seen["grid"]["top"] < 900  # on the first screen of a desktop browser
+
+
+def test_report_md_fits_a_comment_and_lists_the_broken_runs_first(shipped_run):
+    md = (shipped_run.out / "report.md").read_text()
+    assert len(md) <= 60_000
+    details = md[md.index("### Details") :]
+    broken = [m.start() for m in re.finditer(r"^#### ❌ .* broken$", details, re.M)]
+    diverge = [m.start() for m in re.finditer(r"^#### ⚠️ .* diverge$", details, re.M)]
+    assert len(broken) == 4 and diverge and max(broken) < min(diverge)
+    for branch, sha in ((b, e["sha"]) for b, e in shipped_run.evidence["branches"].items()):
+        assert f"`{sha[:12]}`" in md
+    assert "`difftest verify evidence.json`" in md
+    assert "The same on " in md  # repeated differences are counted, not repeated
+
+
+@pytest.mark.parametrize("variants", [1, 3])
+def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(shipped_run, variants):
+    """Each shipped branch again as `variants` more branches, each with its own values: 6 and 12 branches."""
+    evidence = read_evidence(shipped_run.out / "evidence.json")
+    extra = []
+    for n in range(variants):
+        for r in evidence.results:
+            copy = r.model_copy(update={"branch": f"{r.branch}-variant-{n}"}, deep=True)
+            for d in copy.differences:
+                if isinstance(d.measured, int):
+                    d.measured += n + 1
+            extra.append(copy)
+    more = evidence.model_copy(update={"results": evidence.results + extra})
+    md = render_markdown(more)
+    assert len({r.branch for r in more.results}) == 3 * (variants + 1)
+    assert len(md) <= 60_000
+    details = md[md.index("### Details") :]
+    broken = re.findall(r"^#### ❌ .* broken$", details, re.M)
+    assert len(broken) == 4 * (variants + 1)  # pr-56195-style's 4 broken runs, and each variant's
+    assert details.index("broken") < details.index("diverge")
+
+
+def test_junit_cases_carry_their_time(shipped_run):
+    cases = ET.parse(shipped_run.out / "junit.xml").getroot().iter("testcase")
+    times = [float(case.get("time")) for case in cases]
+    assert len(times) == 3 * 61 and all(t >= 0 for t in times) and sum(times) > 0
+
+
+def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):
+    assert run_cli("list", "-c", SHIPPED) == 0
+    printed = capsys.readouterr().out
+    assert "mixed-batch-invalid-async  [scheduler]" in printed and "engine-plain-control  [engine]" in printed
+    assert "9 run(s): order:grammar,plain1,plain2" in printed
+    assert "17 scenario(s)" in printed
 
 
 def test_evidence_keeps_every_run_with_its_role(shipped_run):
@@ -106,9 +254,12 @@ def test_evidence_keeps_every_run_with_its_role(shipped_run):
     assert all(run["steps"] == [] for branch_runs in runs.values() for run in branch_runs)
 
 
-def test_run_exits_0_when_everything_passes(tmp_path, capsys):
-    assert run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "-k", CONTROL, "--out", tmp_path / "out") == 0
-    assert CONTROL in capsys.readouterr().out
+def test_run_exits_0_when_everything_passes_and_prints_json_for_scripts(tmp_path, capsys):
+    assert run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "-k", CONTROL, "--out", tmp_path / "out", "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["exit_code"] == 0 and document["schema_version"] == SCHEMA_VERSION
+    assert {r["scenario"] for r in document["results"]} == {CONTROL}
+    assert document["results"] == results_of(tmp_path / "out")
 
 
 def test_verify_reproduces_the_evidence_and_writes_the_rerun(shipped_run, tmp_path, capsys):
@@ -123,10 +274,11 @@ def test_verify_reproduces_the_evidence_and_writes_the_rerun(shipped_run, tmp_pa
 
 
 def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
-    """Schema 1 (results keyed by `order`), written with identity version 1 (the installed RECORD
-    file's own hash), still verifies in the cache that wrote it."""
+    """Schema 1 (results keyed by `order`; upgraded 1 -> 2 -> 3 -> 4), written with identity version 1
+    (the installed RECORD file's own hash), still verifies in the cache that wrote it."""
     old = shipped_run.evidence
     old["schema_version"] = "1"
+    del old["probes"]
     assert old.pop("baseline") == "main"
     fingerprint = old["base"]["fingerprint"]
     assert fingerprint.pop("identity") == IDENTITY_VERSION
@@ -135,6 +287,8 @@ def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
         result["order"] = result.pop("label")
         result["explanation"] = result.pop("statement")
         result.pop("duration_s")
+        for violation in result["violations"]:
+            violation.pop("requests")
     for branch_runs in old["runs"].values():
         for run in branch_runs:
             role = run.pop("role")

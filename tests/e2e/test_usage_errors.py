@@ -29,9 +29,19 @@ def test_a_branch_named_twice_on_the_command_line_exits_2(tmp_path, capsys):
     assert not (tmp_path / "probe").exists()
 
 
-def test_no_scenario_matching_k_exits_2(tmp_path, capsys):
+def test_no_scenario_matching_k_exits_2_and_lists_the_scenarios(tmp_path, capsys):
     assert run_cli("run", "-c", ROOT / "branches.yaml", "-k", "no-such-scenario", "--out", tmp_path) == 2
-    assert "no-such-scenario" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no-such-scenario" in err
+    assert "mixed-batch-invalid-async" in err and "engine-plain-control" in err  # the names there are
+
+
+def test_an_unknown_branch_exits_2_and_lists_the_configured_ones(tmp_path, fixture_repo, capsys):
+    assert run_cli("run", "-c", ROOT / "branches.yaml", "--out", tmp_path, "main", "pr-99999-style") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'pr-99999-style' is neither a branch of the config (main, pr-56137-style, pr-56195-style) nor a git ref" in err
+    assert "fix:" in err
+    assert not (tmp_path / "probe").exists()
 
 
 def test_envs_build_prepares_the_three_branches(capsys):

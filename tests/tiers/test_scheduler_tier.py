@@ -110,6 +110,10 @@ def test_56195_loses_stats_by_order(runs_of) -> None:
             assert kinds == set()
         else:
             assert {"stats-lost", "order-independence", "additivity"} <= kinds
+            # Each lost row is named, and it is always one of the requests scheduled before the invalid one.
+            for v in violations[run.label]:
+                if v.invariant == "stats-lost":
+                    assert v.requests and set(v.requests) <= set(run.order[:position]), v.detail
         if position == len(run.order) - 1:  # last: the step reports no spec stats at all
             first_decode = next(s for s in run.steps if s.drafts)
             assert first_decode.stats is None

@@ -2,8 +2,8 @@
 
 Built from hand-made `Result`s and `ProbeRun`s (`tests.factories`): the file
 format is what is under test, not how the values were measured. Version-1
-files are made from version-2 data by undoing each documented change, so the
-upgrade is checked against exactly what it claims to reverse.
+and version-2 files are made from current data by undoing each documented
+change, so each upgrade is checked against exactly what it claims to reverse.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from difftest.core.errors import DifftestError
 from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, evidence_json, read_evidence, write_evidence
 from difftest.core.records import Difference, Failure
-from tests.factories import make_evidence, make_result, make_run, make_totals
+from tests.factories import make_evidence, make_probe_files, make_result, make_run, make_totals, make_violation
 
 
 def rich_evidence(with_runs: bool = True) -> Evidence:
@@ -33,7 +33,13 @@ def rich_evidence(with_runs: bool = True) -> Evidence:
         make_run("alone:a", duration_s=0.5, notes={"prometheus": {"num_drafts": 4}}),
         make_run("reference:a", totals=None, status="error", error="ValueError: x"),
     ]
-    return make_evidence(reading="lenient", results=[result], runs={"main": runs} if with_runs else None)
+    broken = make_result("broken", label="order:b,a", violations=[make_violation(label="order:b,a", requests=["a"])])
+    return make_evidence(
+        reading="lenient",
+        results=[result, broken],
+        runs={"main": runs} if with_runs else None,
+        probes=[make_probe_files()] if with_runs else [],
+    )
 
 
 def write_raw(tmp_path: Path, raw: Any) -> Path:
@@ -42,12 +48,32 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
-def as_version_2(evidence: Evidence) -> dict[str, Any]:
-    """The same data as a version-2 file: no `baseline`."""
+def as_version_3(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-3 file: no `baseline`."""
     raw = json.loads(evidence_json(evidence))
-    raw["schema_version"] = "2"
-    assert raw.pop("baseline") is None  # new in version 3, default None
+    raw["schema_version"] = "3"
+    assert raw.pop("baseline") is None  # new in version 4, default None
     return raw
+
+
+def as_version_2(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-2 file: no `probes`, violations without `requests`."""
+    raw = as_version_3(evidence)
+    raw["schema_version"] = "2"
+    assert not raw.pop("probes")  # new in version 3; version-2 files recorded none
+    for result in raw["results"]:
+        for violation in result["violations"]:
+            assert not violation.pop("requests")  # new in version 3, default []
+    return raw
+
+
+def _without_version_3(evidence: Evidence) -> Evidence:
+    """What a version-2 file could hold of `evidence`."""
+    results = [
+        r.model_copy(update={"violations": [v.model_copy(update={"requests": []}) for v in r.violations]})
+        for r in evidence.results
+    ]
+    return evidence.model_copy(update={"probes": [], "results": results})
 
 
 def as_version_1(evidence: Evidence) -> dict[str, Any]:
@@ -80,7 +106,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "3" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "4" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
@@ -103,15 +129,27 @@ def test_writing_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
     assert evidence_json(rich_evidence()).count("\n") > 10
 
 
-def test_version_1_file_reads_as_the_same_version_2_data(tmp_path: Path) -> None:
-    evidence = rich_evidence()
+def test_version_1_file_reads_as_the_same_data(tmp_path: Path) -> None:
+    evidence = _without_version_3(rich_evidence())
     raw = as_version_1(evidence)
     assert "role" not in raw["runs"]["main"][0] and "order" in raw["results"][0]
     assert read_evidence(write_raw(tmp_path, raw)) == evidence
 
 
-def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
+def test_version_3_file_reads_as_the_same_data_without_a_baseline(tmp_path: Path) -> None:
     evidence = rich_evidence()
+    upgraded = read_evidence(write_raw(tmp_path, as_version_3(evidence)))
+    assert upgraded == evidence and upgraded.baseline is None
+
+
+def test_version_2_file_reads_as_the_same_data_without_probe_files(tmp_path: Path) -> None:
+    evidence = _without_version_3(rich_evidence())
+    upgraded = read_evidence(write_raw(tmp_path, as_version_2(evidence)))
+    assert upgraded == evidence and upgraded.probes == []
+
+
+def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
+    evidence = _without_version_3(rich_evidence())
     raw = as_version_1(evidence)
     # A version-1 engine reference run: label without the prefix, role in `notes`.
     raw["runs"]["main"][2]["notes"] = {"role": "reference"}
@@ -120,13 +158,8 @@ def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
     assert (upgraded.role, upgraded.label, upgraded.notes) == ("reference", "ref-a", {})
 
 
-def test_version_2_file_reads_as_the_same_version_3_data(tmp_path: Path) -> None:
-    evidence = rich_evidence()
-    assert read_evidence(write_raw(tmp_path, as_version_2(evidence))) == evidence
-
-
 def test_version_1_without_runs_upgrades(tmp_path: Path) -> None:
-    evidence = rich_evidence(with_runs=False)
+    evidence = _without_version_3(rich_evidence(with_runs=False))
     assert read_evidence(write_raw(tmp_path, as_version_1(evidence))) == evidence
 
 
@@ -139,7 +172,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     with pytest.raises(DifftestError) as info:
         read_evidence(write_raw(tmp_path, raw))
     assert "schema version '99'" in info.value.problem
-    assert "'1', '2', '3'" in info.value.problem
+    assert "'1', '2', '3', '4'" in info.value.problem
     assert info.value.hint
 
 
@@ -148,9 +181,11 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "4"}', "schema version '4'"),
+        ('{"schema_version": "5"}', "schema version '5'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
+        ('{"schema_version": "3"}', "invalid evidence file"),
+        ('{"schema_version": "4"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -10,11 +10,13 @@ import math
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
 from difftest.core.gate import compare_for_gate, distance, gate_exit_code
 from difftest.core.records import Difference, Result, Verdict
 from difftest.reports.gate_markdown import render_gate_markdown
+from difftest.reports.gate_terminal import render_gate_terminal
 from tests.factories import EMITTED, LABEL, SCENARIO, make_expected, make_result, make_totals
 
 
@@ -202,3 +204,14 @@ def test_markdown_when_not_worse_and_unmeasured() -> None:
     assert "matches the oracle" in ok
     unmeasured = render_gate_markdown(compare_for_gate([result()], [result("error")]), "main", "head")
     assert "could not measure" in unmeasured.lower() and "ImportError: boom" in unmeasured
+
+
+def test_the_gate_outcome_for_a_person_reads_as_lines_that_are_never_cut() -> None:
+    base = [make_result("pass", label="order:a,b"), make_result("pass", label="order:b,a")]
+    head = [make_result("broken", label="order:a,b"), make_result("pass", label="order:b,a")]
+    console = Console(record=True, width=60)
+    render_gate_terminal(compare_for_gate(base, head), "main", "pr-56195-style", console)
+    text = console.export_text()
+    assert text.startswith("✗ difftest gate: pr-56195-style is worse than main")
+    assert "Why it is worse (1)" in text and "[order:a,b]" in text
+    assert "…" not in text and max(len(line.rstrip()) for line in text.splitlines()) <= 60

@@ -22,6 +22,29 @@ from dataclasses import dataclass
 from difftest.core.records import Reading, Totals
 
 
+#: The rule above, per counter, in the words reports use to say why a branch differs from the oracle.
+RULES: dict[str, str] = {
+    "num_drafts": "a row is a request's step that verified a real (grammar-valid) draft",
+    "num_draft_tokens": "only real drafts count, not grammar-invalid -1 padding",
+    "num_accepted_tokens": "the verifier's accepted prefix, capped at the real drafts",
+    "num_accepted_tokens_per_pos": "per position, the verifier's accepted prefix",
+    "num_draft_tokens_per_pos": "per position, real drafts only",
+    "num_emitted_tokens": "the tokens a step really appended after stop handling (EOS, stop token, max_tokens), "
+    "stop token included",
+    "mean_acceptance_length": "emitted tokens per row",
+}
+#: What each reading of a request whose drafts are all grammar-invalid says.
+READINGS: dict[str, str] = {
+    "strict": "a request whose drafts are all grammar-invalid makes no row",
+    "lenient": "a request whose drafts are all grammar-invalid makes a row with 0 draft tokens",
+}
+
+
+def truncated(expected: Totals) -> int:
+    """Accepted tokens the oracle saw cut by stop handling: `accepted + 1` per row minus what was emitted."""
+    return expected.num_accepted_tokens + expected.num_drafts - expected.num_emitted_tokens
+
+
 @dataclass(frozen=True)
 class Verification:
     """One request's verification in one step, as the oracle sees it."""

@@ -38,3 +38,8 @@ def verifications(step: StepRecord) -> list[Verification]:
 def expected_totals(k: int, run: ProbeRun, reading: Reading) -> Totals:
     """The oracle's totals for one run."""
     return accounting.totals((v for step in run.steps for v in verifications(step)), k, reading)
+
+
+def expected_steps(k: int, run: ProbeRun, reading: Reading) -> list[Totals]:
+    """The oracle's row for each recorded step (they sum to `expected_totals`)."""
+    return [accounting.totals(verifications(step), k, reading) for step in run.steps]

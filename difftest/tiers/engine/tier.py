@@ -44,6 +44,9 @@ class EngineTier(Tier):
     def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
         return invariants.check(runs)
 
+    def expected_steps(self, scenario: EngineScenario, run: ProbeRun, reading: Reading) -> list[Totals | None]:  # type: ignore[override]
+        return list(oracle.expected_steps(scenario.k, run, reading))
+
     def across_branches(  # type: ignore[override]
         self, scenario: EngineScenario, runs_by_branch: dict[str, list[ProbeRun]], baseline: str
     ) -> dict[str, ByLabel]:
