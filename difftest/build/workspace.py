@@ -9,12 +9,11 @@ other branches' results survive.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import git
 
-from difftest.core.config import BranchSpec, Config
+from difftest.core.config import BranchSpec, Config, branch_name_for
 from difftest.build.envs.base import BaseEnv, Log, ensure_base
 from difftest.build.envs.branch import BranchEnv, ensure_branch_env
 from difftest.build.refs import (
@@ -57,8 +56,7 @@ def branch_spec(config: Config, name_or_ref: str) -> BranchSpec:
     known = config.branch(name_or_ref)
     if known is not None:
         return known
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name_or_ref).strip("-.") or "ref"
-    return BranchSpec(name=slug, ref=name_or_ref)
+    return BranchSpec(name=branch_name_for(name_or_ref), ref=name_or_ref)
 
 
 def open_source_repo(

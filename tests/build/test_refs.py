@@ -444,10 +444,19 @@ def test_native_changes_and_touches() -> None:
         "vllm/v1/spec_decode/metrics_extra.py",
         "vllm/v1/core/sched/scheduler.py",
         "vllm/v1/metrics/stats.py",
+        "vllm/_C.abi3.so",
+        "vllm/lib/libfoo.so.1.2",
+        "vllm/ext.pyd",
+        "vllm/attention/ops/kernel.cpp",
+        "vllm/sourceless.py",
     ]
     changes = [Change("M", p) for p in paths_]
     assert NATIVE_PATHS == ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
-    assert native_changes(changes) == ["csrc/attention/kernel.cu", "cmake/utils.cmake", "CMakeLists.txt", "setup.py"]
+    assert native_changes(changes) == [
+        "csrc/attention/kernel.cu", "cmake/utils.cmake", "CMakeLists.txt", "setup.py",
+        "csrcx/a.cu", "vllm/_C.abi3.so", "vllm/lib/libfoo.so.1.2", "vllm/ext.pyd", "vllm/attention/ops/kernel.cpp",
+    ]
+    assert native_changes(changes[:1], binary=["vllm/data.bin"]) == ["csrc/attention/kernel.cu", "vllm/data.bin"]
     assert touches(changes, DEFAULT_STATS_PATHS) == [
         "vllm/v1/spec_decode/metrics.py",
         "vllm/v1/core/sched/scheduler.py",

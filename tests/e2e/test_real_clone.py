@@ -44,8 +44,7 @@ def clone(tmp_path, fixture_repo) -> Path:
 
 def write_config(tmp_path: Path, clone: Path, branches: list[dict]) -> Path:
     raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
-    raw.update(repo={"path": str(clone), "base_ref": "v0.32.0"}, branches=branches, baseline=branches[0]["name"],
-               scenarios_dir=str(ROOT / "scenarios"))
+    raw.update(repo={"path": str(clone), "base_ref": "v0.32.0"}, branches=branches, baseline=branches[0]["name"])
     path = tmp_path / "real.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

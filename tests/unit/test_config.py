@@ -113,7 +113,7 @@ def test_relative_paths_resolve_against_config_folder(tmp_path: Path) -> None:
     config = load_config(conf)
     assert config.branches[0].patches == [tmp_path / "p" / "x.patch"]
     assert config.repo.path == tmp_path / "clone"
-    assert config.scenarios_dir == tmp_path / "scenarios"
+    assert config.scenarios_dir == SCENARIOS_DIR  # the package's scenarios, wherever the config is
 
 
 def test_repo_path_must_exist(tmp_path: Path) -> None:

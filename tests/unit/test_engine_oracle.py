@@ -281,3 +281,22 @@ def test_shipped_engine_scenarios_plan_reference_runs_first(folder: Path) -> Non
         assert len(refs) == sum(r.truncate != "none" for r in s.requests)
         assert all(r["label"].startswith("reference:") for r in runs[: len(refs)])
         assert s.job_scenario()["runs"] == runs
+
+
+# -- the context check ----------------------------------------------------------
+
+
+def _engine_scenario(**request: Any) -> dict[str, Any]:
+    return {"name": "ctx", "statement": "x", "k": 3, "engine": {"max_model_len": 128},
+            "requests": [{"id": "a", "prompt": "abcd", "max_tokens": 200, **request}]}
+
+
+def test_a_request_vllm_would_cap_is_refused_unless_it_is_meant_to_end_there() -> None:
+    from pydantic import ValidationError
+
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    with pytest.raises(ValidationError, match=r"requests\.a: may need 209 tokens.*until_max_model_len: true"):
+        EngineScenario.model_validate(_engine_scenario())
+    scenario = EngineScenario.model_validate(_engine_scenario(until_max_model_len=True))
+    assert scenario.requests[0].until_max_model_len

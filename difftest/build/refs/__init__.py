@@ -4,7 +4,15 @@ Everything here runs real git through GitPython and writes commits with a fixed
 identity and date, so a branch spec gives the same SHA on every machine.
 """
 
-from difftest.build.refs.diff import NATIVE_PATHS, Change, changed_files, native_changes, read_blob, touches
+from difftest.build.refs.diff import (
+    NATIVE_PATHS,
+    Change,
+    binary_paths,
+    changed_files,
+    native_changes,
+    read_blob,
+    touches,
+)
 from difftest.build.refs.fixture import (
     build_fixture_repo,
     ensure_fixture_repo,
@@ -26,6 +34,7 @@ __all__ = [
     "CommitStep",
     "PatchInfo",
     "ResolvedBranch",
+    "binary_paths",
     "build_fixture_repo",
     "changed_files",
     "ensure_fixture_repo",

@@ -26,6 +26,9 @@ PAD_DRAFT = -1
 #: What the model runner fills a step's drafts with when it skips the drafter (#34734). Here as in a
 #: real vocabulary, id 0 is a real token (`<pad>`): the verifier accepts it where the target has it.
 ZERO_FILL = 0
+#: The scripted model's context length: prompt, output and the drafts of a step must fit in it
+#: (the scenario loader refuses a request that would not, instead of vLLM capping it silently).
+MAX_MODEL_LEN = 8192
 
 _TOKEN_RE = re.compile(r"<[a-z]+>|.", re.DOTALL)
 _DEFAULT_ALPHABET = string.ascii_lowercase

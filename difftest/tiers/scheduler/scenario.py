@@ -205,9 +205,23 @@ def _check_playable(scenario: Scenario, path: Path) -> None:
     data = scenario.probe_data()
     for req in scenario.requests:
         try:
-            play_request(data, req.id)
+            played = play_request(data, req.id)
         except (script.ScriptError, ScriptViolation) as exc:
             raise ConfigError(
                 f"{path}: requests.{req.id}: {exc}",
                 "make the target stream long enough to reach a stop (or max_tokens) and keep it inside its grammar",
             ) from None
+        _check_fits(scenario, req, len(played.output), path)
+
+
+def _check_fits(scenario: Scenario, req: RequestSpec, output: int, path: Path) -> None:
+    """Prompt + output + one step's drafts must stay below the probe model's context length: vLLM
+    would cap the request there (finish `length`, fewer drafts), a false `diverge` on every branch."""
+    prompt = len(_tokens(req.prompt))
+    needed = prompt + output + scenario.k + 1
+    if needed > script.MAX_MODEL_LEN:
+        raise ConfigError(
+            f"{path}: requests.{req.id}: needs {needed} tokens of context (prompt {prompt} + output {output} + "
+            f"k={scenario.k} drafts + 1), more than the probe model's max_model_len {script.MAX_MODEL_LEN}",
+            "shorten the prompt, the target stream or `max_tokens`",
+        )
