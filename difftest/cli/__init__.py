@@ -10,8 +10,11 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +29,8 @@ from difftest.cli.run import RunCommand
 from difftest.cli.show import ShowCommand
 from difftest.cli.verify import VerifyCommand
 from difftest.core.config import load_config
-from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE, DifftestError
+from difftest.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE, DifftestError
+from difftest.run.runner import allow_probes, stop_all_probes
 
 COMMANDS: dict[str, Command] = {
     c.name: c
@@ -47,6 +51,7 @@ exit codes (run, gate, verify, fuzz):
      (fuzz: it found a scenario that diverges or is broken)
   {EXIT_USAGE}  usage or configuration error: nothing was run
   {EXIT_UNMEASURED}  something could not be measured (and nothing exits 1)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM): every probe stopped, no report written
 
 `difftest COMMAND --help` describes each command's options."""
 
@@ -74,17 +79,37 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = COMMANDS[args.command]
+    with _terminate_as_interrupt():
+        try:
+            config = load_config(args.config) if command.needs_config(args) else None
+            return command.run(config, args, log)
+        except DifftestError as exc:
+            console.print(f"[bold red]difftest: error:[/] {escape(exc.problem)}", markup=True, soft_wrap=True)
+            if exc.hint:
+                console.print(f"  [bold]fix:[/] {escape(exc.hint)}", markup=True, soft_wrap=True)
+            return exc.exit_code
+        except KeyboardInterrupt:
+            stopped = stop_all_probes()
+            console.print(f"difftest: interrupted; {stopped} running probe(s) stopped, no report written")
+            allow_probes()
+            return EXIT_INTERRUPTED
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, `kill`) ends difftest the way Ctrl-C does: probes stopped, exit 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        config = load_config(args.config) if command.needs_config(args) else None
-        return command.run(config, args, log)
-    except DifftestError as exc:
-        console.print(f"[bold red]difftest: error:[/] {escape(exc.problem)}", markup=True, soft_wrap=True)
-        if exc.hint:
-            console.print(f"  [bold]fix:[/] {escape(exc.hint)}", markup=True, soft_wrap=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        console.print("difftest: interrupted")
-        return EXIT_USAGE
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

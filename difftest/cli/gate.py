@@ -16,12 +16,14 @@ import os
 import sys
 
 from difftest.build.refs import changed_files, touches
-from difftest.build.workspace import branch_spec, open_source_repo, resolve_spec
+from difftest.build.workspace import branch_spec, open_source_repo, refs_to_fetch, resolve_spec
 from difftest.cli.base import Command, Log, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK
+from difftest.core.evidence import atomic_write_text
 from difftest.core.gate import compare_for_gate, gate_exit_code
+from difftest.reports import prepare_out
 from difftest.reports.gate_markdown import render_gate_markdown
 from difftest.reports.gate_terminal import render_gate_terminal
 from difftest.reports.json_report import render_json, render_skipped_json
@@ -44,6 +46,7 @@ class GateCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
+        out = prepare_out(args.out)
         base_name = branch_spec(config, args.base).name
         head_name = branch_spec(config, args.head).name
         hits = stats_path_changes(config, args.base, args.head, args.fetch, log)
@@ -57,7 +60,7 @@ class GateCommand(Command):
             return EXIT_OK
         if hits:
             log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
-        request = compare_request(args, [args.base, args.head])
+        request = compare_request(args, [args.base, args.head], baseline=base_name)
         comparison = compare(config, request, log, probe_progress)
         evidence = comparison.evidence
         base_results = [r for r in evidence.results if r.branch == base_name]
@@ -66,7 +69,7 @@ class GateCommand(Command):
         code = gate_exit_code(outcome, head_results)
         summary = render_gate_markdown(outcome, base_name, head_name)
         write_comparison_reports(comparison, request.out)
-        (request.out / "gate.md").write_text(summary)
+        atomic_write_text(out / "gate.md", summary)
         chosen = args.format if args.format != "auto" else ("text" if sys.stdout.isatty() else "md")
         if chosen == "json":
             gate = {"worse": outcome.worse, "findings": [dataclasses.asdict(f) for f in outcome.findings]}
@@ -82,7 +85,7 @@ class GateCommand(Command):
 def stats_path_changes(config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log) -> list[str]:
     """The head's changed files (relative to the base) that lie on the stats path."""
     specs = [branch_spec(config, base_name), branch_spec(config, head_name)]
-    repo = open_source_repo(config, None, do_fetch, log, [s.ref for s in specs])
+    repo = open_source_repo(config, None, do_fetch, log, refs_to_fetch(config, specs))
     base, head = (resolve_spec(config, repo, spec) for spec in specs)
     return touches(changed_files(repo, base.sha, head.sha), config.stats_paths)
 

@@ -11,6 +11,7 @@ from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.records import Result
 from difftest.core.verdicts import exit_code
+from difftest.reports import prepare_out
 from difftest.reports.json_report import render_json
 from difftest.reports.terminal import render_terminal, render_tier_verdicts
 from difftest.run.pipeline import compare
@@ -24,10 +25,6 @@ class RunCommand(Command):
         super().setup_arguments(parser)
         add_compare_options(parser)
         parser.add_argument(
-            "-k", dest="select", default=None, metavar="EXPR",
-            help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
-        )
-        parser.add_argument(
             "--jobs", type=int, default=None,
             help="branches probed at once (default: all for the scheduler tier, one per 4 cores for the engine tier)",
         )
@@ -40,7 +37,8 @@ class RunCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
-        request = compare_request(args, args.branches or None, select=args.select, jobs=args.jobs)
+        request = compare_request(args, args.branches or None, jobs=args.jobs)
+        prepare_out(request.out)
         progress_console = Console(stderr=True, highlight=False)
 
         def tier_done(tier: str, results: list[Result], more: bool) -> None:

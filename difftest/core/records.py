@@ -108,6 +108,8 @@ class StepRecord(_Record):
     emitted: dict[str, list[StrictInt]] = Field(default_factory=dict)
     finished: dict[str, StrictStr] = Field(default_factory=dict)
     stats: StepStats | None = None
+    #: Requests whose drafting the model runner skipped for this step (its zero-fill is no draft).
+    skipped: list[StrictStr] = Field(default_factory=list)
 
 
 class Failure(_Record):

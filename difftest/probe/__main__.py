@@ -70,6 +70,7 @@ def _serve(nonce: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     nonce = protocol.take_nonce()
+    protocol.die_with_host()
     parser = argparse.ArgumentParser(prog="python -m difftest.probe")
     parser.add_argument("--job", type=Path)
     parser.add_argument("--out", type=Path)

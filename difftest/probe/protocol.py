@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO, TypedDict
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 #: The probe reads its nonce from this variable and removes it before importing vLLM.
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
+#: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
+HOST_PID_ENV = "DIFFTEST_HOST_PID"
 
 #: The SpecDecodingStats counters compared against the oracle, in report order.
 COUNTERS = (
@@ -102,6 +104,9 @@ class StepRecord(TypedDict):
     finished: dict[str, str]
     #: Every field of the step's SpecDecodingStats, or None if the step had none.
     stats: dict[str, Any] | None
+    #: Requests whose drafts for this step the model runner skipped (zero-filled), whether or not
+    #: the branch scheduled the zero-fill.
+    skipped: list[str]
 
 
 class Failure(TypedDict):
@@ -152,6 +157,7 @@ def step_record(
     emitted: dict[str, list[int]],
     finished: dict[str, str],
     stats: dict[str, Any] | None,
+    skipped: list[str] | tuple[str, ...] = (),
 ) -> StepRecord:
     """The one place a step record is built (both tiers' drivers call it)."""
     return {
@@ -163,6 +169,7 @@ def step_record(
         "emitted": {rid: list(e) for rid, e in emitted.items()},
         "finished": dict(finished),
         "stats": stats,
+        "skipped": list(skipped),
     }
 
 
@@ -220,7 +227,7 @@ def describe_failure(exc: BaseException) -> Failure:
     where, origin = "", "other"
     if frames:
         frame, line = frames[-1]
-        where = f"{frame.f_code.co_filename}:{line} in {frame.f_code.co_name}"
+        where = f"{_importable_path(frame.f_code.co_filename)}:{line} in {frame.f_code.co_name}"
         origin = _origin(frames)
     kind: FailureKind = "exception"
     if isinstance(exc, RunTimeout):
@@ -237,6 +244,14 @@ def describe_failure(exc: BaseException) -> Failure:
         "origin": origin,  # type: ignore[typeddict-item]
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
+
+
+def _importable_path(filename: str) -> str:
+    """`vllm/v1/core/sched/scheduler.py`, not the environment's absolute path: the same in every
+    cache and clone, so evidence compares across them (`difftest verify`)."""
+    roots = [os.path.join(os.path.abspath(p), "") for p in sys.path if p]
+    under = [root for root in roots if filename.startswith(root)]
+    return filename[len(max(under, key=len)) :] if under else filename
 
 
 def _origin(frames: list[tuple[Any, int]]) -> str:
@@ -350,6 +365,26 @@ def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
             call = CallInfo.from_call(lambda: started.session.play(scenario, planned), job.get("run_timeout_s"))
             writer.run(scenario, planned, call)
     writer.trailer()
+
+
+def die_with_host() -> None:
+    """Ask Linux to SIGKILL this probe when the host process dies, however it dies (even SIGKILL).
+
+    The host kills its probes on a timeout, an interrupt or exit; this covers
+    the host being killed outright, which no handler of its own can see.
+    """
+    host = os.environ.pop(HOST_PID_ENV, "")
+    if not sys.platform.startswith("linux") or not host.isdigit():
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(host):  # the host died before the request was made
+        os._exit(3)
 
 
 def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session]) -> int:

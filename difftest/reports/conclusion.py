@@ -163,18 +163,24 @@ def _diverge(results: list[Result], order: list[str], reading: str) -> tuple[str
                 group.largest, group.largest_in = delta, r.scenario
     if not groups:
         return f"diverges in {_runs(results)}", []
-    ranked = sorted(groups.values(), key=lambda g: (-len(g.scenarios), -g.runs, _counter_rank(g.counter)))
-    top, rest = ranked[0], ranked[1:]
     drafts_signs = {g.sign for g in groups.values() if g.counter == "num_drafts"}
-    also = [
-        _short(g) for g in rest if not (g.cause == "rows" and g.sign in drafts_signs)  # the rows already say it
-    ]
+    # An emitted count that differs because the rows do is the rows' finding, not one of its own.
+    findings = [g for g in groups.values() if not (g.cause == "rows" and g.sign in drafts_signs)]
+    ranked = sorted(findings, key=lambda g: (-len(g.scenarios), -g.runs, _counter_rank(g.counter)))
+    top, rest = ranked[0], ranked[1:]
+    also = [_short(g) for g in rest]
     return f"diverges in {_runs(results)}, " + _sentence(top, reading), also
 
 
 def _cause(result: Result, counter: str) -> str:
-    """Why an emitted count differs: the branch's rows differ, or the oracle saw stop handling cut a step."""
-    if counter != "num_emitted_tokens" or result.measured is None or result.expected is None:
+    """Why an emitted count differs: the branch's rows differ, or the oracle saw stop handling cut a step.
+    Why a row count differs: extra rows WITH draft tokens (e.g. a skipped drafter's zero-fill counted as
+    drafts) are not a question of the reading, which is about rows without any real draft."""
+    if result.measured is None or result.expected is None:
+        return ""
+    if counter == "num_drafts":
+        return "tokens" if result.measured.num_draft_tokens != result.expected.num_draft_tokens else ""
+    if counter != "num_emitted_tokens":
         return ""
     if result.measured.num_drafts != result.expected.num_drafts:
         return "rows"
@@ -225,7 +231,7 @@ def _sentence(group: _Group, reading: str) -> str:
     text = f"on {group.counter}: {_amount(group)} {_where(group)}"
     if group.cause == "rows":
         return text + ", with its rows"
-    if group.counter == "num_drafts" and reading in READINGS:
+    if group.counter == "num_drafts" and group.cause != "tokens" and reading in READINGS:
         return text + f"; {reading} reading: {READINGS[reading]}"
     if group.counter in RULES:
         text += f"; the oracle: {RULES[group.counter]}"

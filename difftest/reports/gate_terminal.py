@@ -9,28 +9,17 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from difftest.core.gate import WORSE_KINDS, GateFinding, GateOutcome
+from difftest.core.gate import GateOutcome
 from difftest.core.values import format_value
+from difftest.reports.gate_view import headline, nothing_found, sections
 
-
-def sections(outcome: GateOutcome) -> list[tuple[str, list[GateFinding]]]:
-    """(heading, findings) in the order a reader needs them; empty sections included."""
-    return [
-        ("Why it is worse", [f for f in outcome.findings if f.kind in WORSE_KINDS]),
-        ("Could not measure", outcome.unmeasured),
-        ("Still differs from the oracle, as on the base", outcome.unchanged),
-        ("Better than the base", outcome.improved),
-    ]
+TITLES = {"worse": ("✗", "bold red"), "unmeasured": ("?", "bold magenta"), "not-worse": ("✓", "bold green")}
 
 
 def render_gate_terminal(outcome: GateOutcome, base_name: str, head_name: str, console: Console) -> None:
-    if outcome.worse:
-        title = Text(f"✗ difftest gate: {head_name} is worse than {base_name}", style="bold red")
-    elif outcome.unmeasured:
-        title = Text(f"? difftest gate: could not measure everything on {head_name}", style="bold magenta")
-    else:
-        title = Text(f"✓ difftest gate: {head_name} is not worse than {base_name}", style="bold green")
-    console.print(title)
+    standing, text = headline(outcome, base_name, head_name)
+    mark, style = TITLES[standing]
+    console.print(Text(f"{mark} difftest gate: {text}", style=style))
     console.print(
         Text(f"oracle reading {outcome.reading or 'unknown'} · {outcome.compared} (scenario, run) pair(s) "
              "measured on both sides", style="dim")
@@ -52,4 +41,4 @@ def render_gate_terminal(outcome: GateOutcome, base_name: str, head_name: str, c
             line.append(f" - {f.text}", style="dim")
             console.print(line)
     if not outcome.findings:
-        console.print("Every (scenario, run) matches the oracle on the head as on the base.")
+        console.print(nothing_found(outcome))

@@ -25,6 +25,7 @@ from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
 from difftest.reports.chart import Chart, acceptance_chart
 from difftest.reports.conclusion import conclude
+from difftest.reports.format import printable
 from difftest.reports.trace import FIELDS, Elided, StatsRow, Trace, TraceStep
 from difftest.reports.views import (
     VERDICT_WORDS,
@@ -32,6 +33,7 @@ from difftest.reports.views import (
     Row,
     ScenarioView,
     branch_names,
+    branch_origin,
     counter_rows,
     scenario_views,
     timestamp,
@@ -67,6 +69,12 @@ class Section:
     failing: list[Failing] = field(default_factory=list)
 
 
+def _safe(value: object) -> object:
+    """Every value a template prints, cleaned before it is escaped: no NUL, ESC or lone surrogate
+    from a branch reaches the file raw."""
+    return printable(value) if isinstance(value, str) else value
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("difftest.reports", "templates"),
@@ -74,6 +82,7 @@ def _environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_safe,
     )
     env.filters["value"] = format_value
     env.globals.update(stats_cells=stats_cells, is_elided=lambda item: isinstance(item, Elided))
@@ -111,6 +120,7 @@ def render_html(evidence: Evidence, traces: dict[TraceKey, Trace] | None = None)
         skipped=[v for v in views if v.skipped],
         branches=branches,
         summary={b: summary.get(b) for b in branches},
+        origins={b: branch_origin(evidence.branches.get(b)) for b in branches},
         verdicts=SUMMARY_ORDER,
         words=VERDICT_WORDS,
         fields=FIELDS,

@@ -29,6 +29,7 @@ from difftest.reports.views import (
     VERDICT_WORDS,
     ScenarioView,
     branch_names,
+    branch_origin,
     scenario_names,
     scenario_views,
     severity,
@@ -107,14 +108,14 @@ def _branches(evidence: Evidence) -> list[str]:
     lines = [
         "### Branches",
         "",
-        "| branch | ref | commit | " + " | ".join(f"{ICONS[v]} {VERDICT_WORDS[v]}" for v in order) + " |",
+        "| branch | built from | commit | " + " | ".join(f"{ICONS[v]} {VERDICT_WORDS[v]}" for v in order) + " |",
         "|---|---|---|" + "---:|" * len(order),
     ]
     summary = summarize(evidence.results)
     for branch in branch_names(evidence):
         counts = summary.get(branch)
         info = evidence.branches.get(branch)
-        ref = md_escape(info.ref) if info else ""
+        ref = md_escape(branch_origin(info))
         sha = f"`{md_escape(info.sha[:12])}`" if info and info.sha else ""
         cells = [str(counts[v]) if counts else "0" for v in order]
         lines.append(f"| {md_escape(branch)} | {ref} | {sha} | " + " | ".join(cells) + " |")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timezone
 
 from difftest import tiers
-from difftest.core.evidence import Evidence, ScenarioEvidence
+from difftest.core.evidence import BranchEvidence, Evidence, ScenarioEvidence
 from difftest.core.records import ProbeRun, Result, Totals, Verdict
 from difftest.core.values import format_value
 from difftest.core.verdicts import MAL, VERDICTS, first_reason, measured_mal, oracle_mal, worst
@@ -114,6 +114,23 @@ def timestamp(evidence: Evidence) -> str:
 def branch_names(evidence: Evidence) -> list[str]:
     """Branches in config order, then any that only appear in results."""
     return list(dict.fromkeys([*evidence.branches, *(r.branch for r in evidence.results)]))
+
+
+def branch_origin(info: BranchEvidence | None) -> str:
+    """What a branch was built from, in one line: its ref and patches, its replayed commits, its stack."""
+    if info is None:
+        return ""
+    if info.stack:
+        return "stack: " + " + ".join(info.stack)
+    parts = [info.ref]
+    for moved in info.transplants:
+        squashed = ", squashed: the range has merges" if moved.squashed else ""
+        parts.append(
+            f"{len(moved.replayed)} commit(s) of {moved.ref} ({moved.original_sha[:12]}) replayed from merge-base "
+            f"{moved.merge_base[:12]}{squashed}"
+        )
+    parts += list(info.patches)
+    return " + ".join(parts)
 
 
 def scenario_names(evidence: Evidence) -> list[str]:
@@ -266,8 +283,10 @@ def counter_cell(result: Result | None, key: str) -> Cell:
     """One branch's value of one counter, flagged if it is what made the result fail."""
     if result is None:
         return Cell(NOT_RUN, "error")
-    if result.verdict == "error" or result.measured is None:
-        return Cell(VERDICT_WORDS["error"], "error")
+    if result.measured is None:
+        # No totals: could not measure, or broken by a crash or a hang (`core.breakage`).
+        verdict = "error" if result.verdict == "pass" else result.verdict
+        return Cell(VERDICT_WORDS[verdict], verdict)
     text = _value(result.measured, key, measured=True)
     flagged = {d.counter for d in result.differences} | {v.counter for v in result.violations if v.counter}
     if key in flagged and result.verdict != "pass":

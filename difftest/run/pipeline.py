@@ -20,15 +20,26 @@ from pathlib import Path
 
 from difftest import tiers
 from difftest.build.envs.fingerprint import sha256_file
+from difftest.build.refs import TransplantInfo
 from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ProbeFiles, ScenarioEvidence
+from difftest.core.evidence import (
+    BaseEvidence,
+    BranchEvidence,
+    Evidence,
+    ProbeFiles,
+    ReplayedCommit,
+    ScenarioEvidence,
+    TransplantEvidence,
+)
 from difftest.core.records import ProbeRun, Reading, Result, Totals, Violation
 from difftest.core.selection import compile_selection
+from difftest.core.breakage import judge_against_baseline
 from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.run.capacity import available_memory_mb, probes_at_once
 from difftest.run.runner import BranchRun, Progress, run_branches
 from difftest.tiers.base import Tier
 from difftest.tiers.common.scenario import ScenarioBase
@@ -52,6 +63,8 @@ class CompareRequest:
     tiers: list[str] | None = None
     #: A `-k` expression over scenario names.
     select: str | None = None
+    #: Exact scenario names (what `verify` re-runs); None: every scenario `select` matches.
+    scenarios: list[str] | None = None
     #: The oracle reading; None: the config's.
     reading: Reading | None = None
     #: Where the probes' jobs, records and logs go (`<out>/probe/`).
@@ -59,6 +72,9 @@ class CompareRequest:
     #: Branch probes at once; None: each tier's default.
     jobs: int | None = None
     fetch: bool = False
+    #: The branch crashes and hangs are judged against, and cross-branch invariants compare with;
+    #: None: the config's `baseline` (the gate passes its base).
+    baseline: str | None = None
 
 
 @dataclass
@@ -88,34 +104,48 @@ def compare(
     tier_done: TierDone | None = None,
 ) -> Comparison:
     """Validate, prepare environments, probe every tier in every branch, judge each tier as it ends."""
-    selected = select_scenarios(config, request.tiers, request.select)
+    selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
     workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
     for chosen in selected:
         _mark_unavailable(chosen, workspace.base.fingerprint, log)
     delivered: dict[str, dict[str, BranchRun]] = {}
     results: list[Result] = []
+    baseline = pick_baseline(workspace, request.baseline)
     for index, chosen in enumerate(selected):
         runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
         if runnable:
             names = [b.name for b in workspace.branches if b.env is not None]
+            jobs, why = probes_at_a_time(chosen.tier, len(names), request.jobs)
+            log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
             with progress(chosen.tier.name, names) as callback:
                 delivered[chosen.tier.name] = measure_tier(
-                    workspace, chosen.tier, runnable, request.out / "probe", request.jobs, callback
+                    workspace, chosen.tier, runnable, request.out / "probe", jobs, callback
                 )
             for branch, run in delivered[chosen.tier.name].items():
                 state = f"failed: {run.error}" if run.error else "done"
                 log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
-        judged = judge_tier(workspace, chosen, delivered.get(chosen.tier.name, {}), reading)
+        judged = judge_tier(workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline)
         results += judged
         if tier_done is not None and judged:
             more = any(s.name not in later.skipped for later in selected[index + 1 :] for s in later.scenarios)
             tier_done(chosen.tier.name, judged, more)
     evidence = make_evidence(workspace, selected, delivered, results, reading, request.out)
-    return Comparison(workspace, evidence, delivered, selected)
+    return Comparison(workspace, evidence.model_copy(update={"baseline": baseline}), delivered, selected)
 
 
-def select_scenarios(config: Config, tier_names: list[str] | None, select: str | None) -> list[TierScenarios]:
+def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
+    """The requested baseline, else the config's, if it is among the compared branches; else the first."""
+    names = [b.name for b in workspace.branches]
+    for name in (wanted, workspace.config.baseline):
+        if name in names:
+            return name
+    return names[0]
+
+
+def select_scenarios(
+    config: Config, tier_names: list[str] | None, select: str | None, names: list[str] | None = None
+) -> list[TierScenarios]:
     """Load and validate the scenarios first: a bad file or `-k` stops the run before anything is built."""
     chosen_tiers = [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
     matcher = compile_selection(select) if select is not None else None
@@ -132,6 +162,8 @@ def select_scenarios(config: Config, tier_names: list[str] | None, select: str |
         scenarios = tier.load(folder)
         if matcher is not None:
             scenarios = [s for s in scenarios if matcher(s.name)]
+        if names is not None:
+            scenarios = [s for s in scenarios if s.name in names]
         if scenarios:
             chosen.append(TierScenarios(tier, scenarios))
     if not chosen:
@@ -187,6 +219,18 @@ def make_job(
     }
 
 
+def probes_at_a_time(tier: Tier, branches: int, jobs: int | None) -> tuple[int, str]:
+    """`--jobs`, or the tier's default for these branches and cores capped by the memory available."""
+    if jobs is not None:
+        return max(1, jobs), "--jobs"
+    cores = os.cpu_count() or 1
+    wanted = tier.default_jobs(branches, cores)
+    available = available_memory_mb()
+    chosen = probes_at_once(wanted, tier.probe_memory_mb, available)
+    memory = f"{available / 1024:.1f} GB available, ~{tier.probe_memory_mb} MB per probe" if available else "memory unknown"
+    return chosen, f"{cores} cores, {memory}"
+
+
 def measure_tier(
     workspace: Workspace,
     tier: Tier,
@@ -204,7 +248,7 @@ def measure_tier(
         tier.name,
         work_dir,
         workspace.config.timeouts.probe_s,
-        jobs or tier.default_jobs(len(targets), os.cpu_count() or 1),
+        jobs or probes_at_a_time(tier, len(targets), None)[0],
         progress,
     )
 
@@ -214,11 +258,10 @@ def judge_tier(
     chosen: TierScenarios,
     tier_runs: dict[str, BranchRun],
     reading: Reading,
+    baseline: str,
 ) -> list[Result]:
     """Verdicts of one tier's scenarios on every branch (skipped scenarios get none)."""
     results: list[Result] = []
-    names = [b.name for b in workspace.branches]
-    baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
     for scenario in chosen.scenarios:
         if scenario.name in chosen.skipped:
             continue
@@ -229,7 +272,7 @@ def judge_tier(
                 chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
                 across.get(branch.name, {}), reading,
             )
-    return results
+    return judge_against_baseline(results, {name: run.runs for name, run in tier_runs.items()}, baseline)
 
 
 def _judge_scenario(
@@ -280,6 +323,12 @@ def _not_in(found: list[Violation], baseline: list[Violation]) -> list[Violation
     return [v for v in found if (v.invariant, v.counter) not in shared]
 
 
+def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
+    """The evidence's copy of a transplant: every recorded field, and the (original, written) commit pairs."""
+    plain = {name: getattr(info, name) for name in TransplantEvidence.model_fields if name != "replayed"}
+    return TransplantEvidence(**plain, replayed=[ReplayedCommit(original=o, sha=sha) for o, sha in info.replayed])
+
+
 def make_evidence(
     workspace: Workspace,
     selected: list[TierScenarios],
@@ -298,6 +347,8 @@ def make_evidence(
             sha=r.sha,
             ref_sha=r.ref_sha,
             patches={str(p.path.name): p.sha256 for p in r.patches},
+            transplants=[_transplant_evidence(t) for t in r.transplants],
+            stack=list(r.stack),
             fingerprint=b.env.fingerprint if b.env else {"error": b.error},
         )
     scenarios = {

@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import selectors
-import signal
 import subprocess
 import threading
 import time
@@ -39,7 +38,14 @@ from typing import IO, Any
 from difftest.core.verdicts import one_line
 from difftest.probe.protocol import NONCE_ENV, Job
 from difftest.run.delivery import check_lines
-from difftest.run.runner import BranchRun, planned_count, probe_environ
+from difftest.run.runner import (
+    BranchRun,
+    kill_group,
+    planned_count,
+    probe_environ,
+    probe_process_ended,
+    start_probe_process,
+)
 
 #: Seconds a closing probe gets to exit after its stdin is closed.
 CLOSE_GRACE_S = 5.0
@@ -157,7 +163,7 @@ class ProbeServer:
         if not self._lock.acquire(blocking=False):
             proc = self._proc
             if proc is not None and proc.poll() is None:
-                _kill_group(proc)
+                kill_group(proc, wait=False)
             self._lock.acquire()
         try:
             self._close()
@@ -186,7 +192,7 @@ class ProbeServer:
         with open(self.log_path, "ab") as log:
             log.write(f"--- difftest: probe process {self.starts} for {self.branch} ({self.tier}) ---\n".encode())
             self._log_offset = log.tell()
-            self._proc = subprocess.Popen(
+            self._proc = start_probe_process(
                 [str(self.python), "-m", "difftest.probe", "--serve"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -208,8 +214,9 @@ class ProbeServer:
         except subprocess.TimeoutExpired:
             pass
         if proc.poll() is None:
-            _kill_group(proc)
+            kill_group(proc, wait=False)
         code = proc.wait()
+        probe_process_ended(proc)
         for stream in (proc.stdin, proc.stdout):
             _close_quietly(stream)
         return code
@@ -259,13 +266,6 @@ class ProbeServer:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-_LOG_TAIL:])
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _close_quietly(stream: IO[Any] | None) -> None:

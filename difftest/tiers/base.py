@@ -10,7 +10,8 @@ tier the user selected (`difftest.run.pipeline`):
     unavailable(scenario, base)       -> reason or None     (e.g. needs CUDA on a CPU base)
     scenario.runs(), job_scenario()   -> the planned runs and what the probe plays
     probe_entry                       -> which probe runs it inside each branch environment
-    default_jobs(branches, cores)     -> how many branch probes at once
+    default_jobs(branches, cores)     -> how many branch probes at once (then capped by memory:
+                                         probe_memory_mb, `run.capacity`)
     expected(scenario, run, reading)  -> the oracle's totals for one measured run
     invariants(scenario, runs)        -> violations per run label, for one branch
     across_branches(scenario, runs, baseline) -> violations per branch and label
@@ -48,6 +49,9 @@ class Tier:
     probe_entry: ClassVar[str]
     #: The pydantic model of one scenario file.
     scenario_model: ClassVar[type[ScenarioBase]]
+    #: Memory budget of one branch probe, MB: its measured peak plus a margin (`bench/memory.py`);
+    #: caps how many probes run at once (`run.capacity`).
+    probe_memory_mb: ClassVar[int] = 1024
 
     def load(self, folder: Path) -> list[ScenarioBase]:
         """Read and validate every scenario file of `folder`; raise ConfigError naming file, key, fix."""

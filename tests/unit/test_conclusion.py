@@ -96,6 +96,16 @@ def test_diverge_on_rows_gives_the_reading_and_folds_the_emitted_count_that_foll
     assert lenient.headline.endswith("lenient reading: a request whose drafts are all grammar-invalid makes a row with 0 draft tokens")
 
 
+def test_extra_rows_with_draft_tokens_are_not_a_question_of_the_reading() -> None:
+    """A skipped drafter's zero-fill counted as drafts: rows AND draft tokens above the oracle."""
+    zero_fill = dict(num_drafts=6, num_draft_tokens=15, num_draft_tokens_per_pos=[6, 5, 4], num_emitted_tokens=13)
+    results = [diverging("fix-a", "drafter-skip", **zero_fill), diverging("fix-a", "engine-drafter-skip", **zero_fill)]
+    for reading in ("strict", "lenient"):
+        (standing,) = conclude(evidence(results, reading=reading)).standings
+        assert standing.headline.startswith("diverges in 2/2 runs, on num_drafts: +2 in drafter-skip and engine-drafter-skip")
+        assert "grammar-invalid" not in standing.headline and "skipped drafter's zero-fill" in standing.headline
+
+
 def test_diverge_ranks_by_breadth_and_lists_the_rest() -> None:
     results = [
         diverging("x", f"s{i}", num_accepted_tokens=8, num_accepted_tokens_per_pos=[4, 3, 1], num_emitted_tokens=10,

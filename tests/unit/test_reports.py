@@ -25,7 +25,16 @@ from difftest.reports.junit import render_junit
 from difftest.reports.markdown import MAX_CHARS, render_markdown
 from difftest.reports.terminal import render_terminal
 from difftest.reports.views import reasons_for, scenario_views, verdict_cell
-from tests.factories import make_evidence, make_expected, make_result, make_run, make_totals, make_violation
+from tests.factories import (
+    make_evidence,
+    make_expected,
+    make_result,
+    make_run,
+    make_stack_branch,
+    make_totals,
+    make_transplanted_branch,
+    make_violation,
+)
 
 XSS = "<script>alert(1)</script>"
 QUOTES = "\"'&"
@@ -271,3 +280,16 @@ def test_write_reports_writes_four_files(tmp_path: Path) -> None:
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths.values())
     assert read_evidence(paths["evidence"]) == evidence
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["evidence.json", "junit.xml", "report.html", "report.md"]
+
+
+def test_reports_say_what_transplanted_branches_and_stacks_were_built_from() -> None:
+    evidence = make_evidence(
+        branches={"main": BranchEvidence(ref="main", sha="a" * 40), "pr": make_transplanted_branch(), "both": make_stack_branch()}
+    )
+    markdown = render_markdown(evidence)
+    branches = markdown[markdown.index("### Branches"):]
+    assert "| branch | built from | commit |" in branches
+    assert "2 commit(s) of pull/7/head (777777777777) replayed from merge-base 555555555555" in branches
+    assert "| both | stack: pr + fix |" in branches and "| main | main | `aaaaaaaaaaaa` |" in branches
+    html = render_html(evidence)
+    assert "stack: pr + fix" in html and "replayed from merge-base 555555555555" in html

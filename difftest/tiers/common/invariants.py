@@ -68,7 +68,7 @@ def step_checks(run: ProbeRun) -> list[Violation]:
         verified = [
             rid
             for rid, drafts in step.drafts.items()
-            if len(drafts) - step.invalid.get(rid, 0) > 0 and step.sampled.get(rid)
+            if len(drafts) - step.invalid.get(rid, 0) > 0 and step.sampled.get(rid) and rid not in step.skipped
         ]
         stats = step.stats.model_dump() if step.stats is not None else None
         rows = (stats or {}).get("num_drafts", 0)

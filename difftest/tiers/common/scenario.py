@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from difftest.core.errors import ConfigError
 from difftest.core.validation import describe
+from difftest.core.values import quote
+from difftest.core.yamlfile import read_yaml
 from difftest.probe.protocol import JobScenario, PlannedRun
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -68,9 +70,9 @@ class ScenarioBase(BaseModel):
             seen: list[list[str]] = []
             for order in self.batch_orders:
                 if sorted(order) != sorted(ids):
-                    raise ValueError(f"orders: {order} is not a permutation of the request ids {ids}")
+                    raise ValueError(f"orders: {quote(order)} is not a permutation of the request ids {quote(ids)}")
                 if order in seen:
-                    raise ValueError(f"orders: {order} is listed twice; each order runs once")
+                    raise ValueError(f"orders: {quote(order)} is listed twice; each order runs once")
                 seen.append(order)
 
     def orders(self) -> list[list[str]]:
@@ -110,10 +112,7 @@ def order_label(order: list[str]) -> str:
 def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
     """The file's mapping plus what the loader sets: `name` (default: the file's stem), `file`, `sha256`."""
     raw_bytes = path.read_bytes()
-    try:
-        raw = yaml.safe_load(raw_bytes)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    raw = read_yaml(path, raw_bytes)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping", f"see {guide} for the format")
     raw.setdefault("name", path.stem)

@@ -21,6 +21,8 @@ class SchedulerTier(Tier):
     folder = "scheduler"
     probe_entry = "scheduler"
     scenario_model = Scenario
+    #: Measured peak 520 MB (all 61 runs, bench/memory.py), plus a margin.
+    probe_memory_mb = 640
 
     def load(self, folder: Path) -> list[Scenario]:  # type: ignore[override]
         return load_scenarios(folder)
