@@ -25,7 +25,7 @@ from difftest.cli.base import Command, Log, add_format, recorded_scenarios, writ
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
-from difftest.core.evidence import Evidence, read_evidence
+from difftest.core.evidence import Evidence, read_evidence, written_version
 from difftest.core.reproduction import evidence_differences
 from difftest.reports import prepare_out
 from difftest.reports.json_report import render_json
@@ -122,7 +122,7 @@ class VerifyCommand(Command):
         evidence = comparison.evidence
         written = write_comparison_reports(comparison, request.out)
         log("wrote " + ", ".join(str(p) for p in written.values()))
-        found = evidence_differences(recorded, evidence)
+        found = evidence_differences(recorded, evidence, written_version(args.evidence))
         code = EXIT_FAILED if found else EXIT_OK
         if args.format == "json":
             print(render_json(evidence, code, identical=not found, differences=found, evidence_file=str(args.evidence)))

@@ -193,6 +193,12 @@ def read_evidence(path: str | Path) -> Evidence:
         ) from None
 
 
+def written_version(path: str | Path) -> str:
+    """The schema version a (readable) evidence file was written in, before any upgrade: what an older
+    file could not record is not held against a re-run (`core.reproduction`)."""
+    return str(json.loads(Path(path).read_text(encoding="utf-8")).get("schema_version"))
+
+
 def upgrade_from_1(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 1 -> 2: results' `order` -> `label`, `explanation` -> `statement`; runs gain `role`."""
     out = {**raw, "schema_version": "2"}

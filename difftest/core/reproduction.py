@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from difftest.core.evidence import Evidence
+from difftest.core.evidence import SCHEMA_VERSION, Evidence
 from difftest.core.records import ProbeRun, Result
 
 #: Fields of a result that must be identical in a re-run (the error text is not: it may quote
@@ -26,12 +26,21 @@ def result_key(result: Result) -> tuple[str, str, str]:
     return (result.branch, result.scenario, result.label)
 
 
-def evidence_differences(recorded: Evidence, rerun: Evidence) -> list[str]:
-    """One line per thing that differs: per (branch, scenario, run) result field, then per raw run."""
-    return _result_differences(recorded.results, rerun.results) + _run_differences(recorded.runs or {}, rerun.runs or {})
+def evidence_differences(recorded: Evidence, rerun: Evidence, written_as: str = SCHEMA_VERSION) -> list[str]:
+    """One line per thing that differs: per (branch, scenario, run) result field, then per raw run;
+    `written_as` is the recorded file's own schema version (`evidence.written_version`)."""
+    ignored = _not_recorded(written_as)
+    return _result_differences(recorded.results, rerun.results, ignored) + _run_differences(
+        recorded.runs or {}, rerun.runs or {}
+    )
 
 
-def _result_differences(recorded: list[Result], rerun: list[Result]) -> list[str]:
+def _not_recorded(version: str) -> set[str]:
+    """Violation fields a file of schema `version` could not hold (their upgrade left a default)."""
+    return {"requests"} if version in ("1", "2") else set()
+
+
+def _result_differences(recorded: list[Result], rerun: list[Result], ignored: frozenset[str] | set[str] = frozenset()) -> list[str]:
     before = {result_key(r): r for r in recorded}
     after = {result_key(r): r for r in rerun}
     found = []
@@ -43,6 +52,9 @@ def _result_differences(recorded: list[Result], rerun: list[Result]) -> list[str
             continue
         for name in RESULT_FIELDS:
             then, now = _plain(getattr(old, name)), _plain(getattr(new, name))
+            if name == "violations" and ignored:
+                now = [{k: v for k, v in violation.items() if k not in ignored} for violation in now]
+                then = [{k: v for k, v in violation.items() if k not in ignored} for violation in then]
             if then != now:
                 found.append(f"{where}: {_label(name)} differ: {_short(then)} -> {_short(now)}")
     return found

@@ -207,7 +207,7 @@ def test_a_probe_that_exits_0_without_its_trailer_keeps_what_it_reported(faulty_
 @faulty
 def test_show_explains_runs_without_steps_instead_of_failing(faulty_run, capsys):
     """A branch with no probe output, one whose records were rejected, and one whose probe quit early."""
-    _, out = faulty_run
+    _, out, _ = faulty_run
     config = out.parent / "branches.yaml"
     assert run_cli("show", "-c", config, CONTROL, "--branch", "broken", "--out", out) == 0
     assert "could not be measured, no steps were recorded" in " ".join(capsys.readouterr().out.split())
