@@ -26,7 +26,7 @@ from difftest.core.config import Config, load_config
 from difftest.core.records import ProbeRun
 from difftest.run.pipeline import make_job
 from difftest.run.runner import run_probe
-from tests.factories import ROOT
+from tests.factories import ROOT, link_base_into
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +37,18 @@ def shipped_config() -> Config:
 @pytest.fixture(scope="session")
 def base_env(shipped_config) -> BaseEnv:
     return ensure_base(shipped_config.base)
+
+
+@pytest.fixture
+def home_with_base_copy(tmp_path, base_env, monkeypatch) -> Path:
+    """A DIFFTEST_HOME of the test's own whose only content is a hard-linked copy of the shared base.
+
+    That is "another cache path" for the same base without a rebuild (`link_base_into`): the
+    fixture repository and branch environments are built afresh in it.
+    """
+    home = link_base_into(tmp_path / "home", base_env.path)
+    monkeypatch.setenv("DIFFTEST_HOME", str(home))
+    return home
 
 
 @pytest.fixture(scope="session")

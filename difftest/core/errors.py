@@ -2,7 +2,8 @@
 
 Every error names the problem and the fix, so that the CLI can print it as is
 instead of a traceback. Exit codes follow the README: 2 for usage and
-configuration errors (nothing was run), 3 when something could not be measured.
+configuration errors (nothing was run), 3 when something could not be measured,
+130 when interrupted.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNMEASURED = 3
+#: Interrupted by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
 
 
 class DifftestError(Exception):

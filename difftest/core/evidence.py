@@ -9,15 +9,22 @@ an unknown version fails with a message instead of a pydantic dump.
 
 Versions: 1 (results keyed by `order`, statement as `explanation`); 2 (results
 keyed by run `label`, `statement`; runs carry their `role` and the probe's
-`failure`; scenarios not run on this base say why in `skipped`); 3 (the tests
-tier: `tests` holds every (test source, code branch, test, outcome, message)
-and `test_sources` where each source's tests came from).
+`failure`; scenarios not run on this base say why in `skipped`); 3 (`probes`:
+each probe's job and records file with its sha256 and nonce, so `difftest show`
+can trust the step records next to the evidence; violations may name
+`requests`); 4 (`baseline`: the branch crashes and hangs were judged against;
+the base fingerprint's `wheel_hash` is the wheel's identity, `identity: 2`, the
+same in every cache and clone); 5 (branches record what was transplanted —
+original SHA, merge-base, replayed commits — and the members of a stack); 6 (the
+tests tier: `tests` holds every (test source, code branch, test, outcome,
+message) and `test_sources` where each source's tests came from).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +36,8 @@ from difftest import __version__
 from difftest.core.errors import DifftestError
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "6"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class BaseEvidence(BaseModel):
@@ -41,16 +49,44 @@ class BaseEvidence(BaseModel):
     fingerprint: dict[str, Any] = Field(default_factory=dict)
 
 
+class ReplayedCommit(BaseModel):
+    """One transplanted commit: the original, and the commit difftest wrote for it."""
+
+    original: str
+    sha: str
+
+
+class TransplantEvidence(BaseModel):
+    """A branch's own commits, replayed onto the base wheel's commit."""
+
+    #: Whose commits: the branch itself, or a member of a stack.
+    branch: str
+    ref: str
+    #: The commit `ref` named before transplanting.
+    original_sha: str
+    mainline: str
+    merge_base: str
+    #: `repo.base_ref` and its commit: where the commits were replayed.
+    onto: str
+    onto_sha: str
+    replayed: list[ReplayedCommit] = Field(default_factory=list)
+    #: The range held merge commits, so it was replayed as one step (its net diff).
+    squashed: bool = False
+
+
 class BranchEvidence(BaseModel):
     """What one branch really was: the ref asked for, the commit built, the patches applied."""
 
     ref: str
-    #: The commit the environment was built from (after patches, if any).
+    #: The commit the environment was built from (after patches and replays, if any).
     sha: str | None = None
-    #: The commit `ref` resolved to, before patches.
+    #: The commit the branch's steps start from (`ref`; `repo.base_ref` when transplanted).
     ref_sha: str | None = None
     #: Patch file path -> sha256 of its content.
     patches: dict[str, str] = Field(default_factory=dict)
+    transplants: list[TransplantEvidence] = Field(default_factory=list)
+    #: The branches a stack composes, in order.
+    stack: list[str] = Field(default_factory=list)
     fingerprint: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -62,6 +98,28 @@ class ScenarioEvidence(BaseModel):
     statement: str = ""
     #: Why the scenario was not run on this base (e.g. it needs CUDA), if it was not.
     skipped: str | None = None
+
+
+class ProbeFiles(BaseModel):
+    """One probe's files (one branch, one tier), so the step records can be re-read and trusted later.
+
+    The step records stay in the JSONL file (the evidence keeps runs without
+    steps). A reader checks both files' sha256 (any edit after the run shows)
+    and then validates the records exactly as the runner did, with the nonce
+    the probe stamped them with; the probe is over, so the nonce guards nothing
+    any more and may be published.
+    """
+
+    branch: str
+    tier: str
+    #: Paths relative to the folder holding evidence.json.
+    job: str
+    job_sha256: str
+    records: str
+    records_sha256: str
+    nonce: str
+    #: The probe exited 0 without being killed (the runner reads a missing trailer differently then).
+    exited_cleanly: bool = True
 
 
 class TestSourceEvidence(BaseModel):
@@ -84,18 +142,23 @@ class TestSourceEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["3"] = SCHEMA_VERSION
+    schema_version: Literal["6"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
     command: list[str] = Field(default_factory=list)
     reading: Reading
+    #: The branch a crash or a hang was judged against (`core.breakage`): the config's baseline, the
+    #: gate's base; None in files written before schema 4.
+    baseline: str | None = None
     base: BaseEvidence
     branches: dict[str, BranchEvidence] = Field(default_factory=dict)
     scenarios: dict[str, ScenarioEvidence] = Field(default_factory=dict)
     results: list[Result] = Field(default_factory=list)
     #: Raw probe runs per branch, kept so verdicts can be re-checked offline.
     runs: dict[str, list[ProbeRun]] | None = None
+    #: Where each probe's step records are, and how to trust them.
+    probes: list[ProbeFiles] = Field(default_factory=list)
     #: The tests tier: every test of every source on every branch's code, with its judgement.
     tests: list[TestRecord] = Field(default_factory=list)
     #: The tests tier's sources by label (`upstream`, `from:<branch>`).
@@ -103,8 +166,10 @@ class Evidence(BaseModel):
 
 
 def evidence_json(evidence: Evidence) -> str:
-    """Stable text: sorted keys, indent 2, trailing newline (diff-friendly)."""
-    return json.dumps(evidence.model_dump(mode="json"), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    """Stable text: sorted keys, indent 2, trailing newline (diff-friendly). A lone surrogate (no
+    UTF-8 file can hold one) is written as its JSON escape, so the file reads back the same."""
+    text = json.dumps(evidence.model_dump(mode="json"), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def write_evidence(evidence: Evidence, path: str | Path) -> Path:
@@ -153,6 +218,12 @@ def read_evidence(path: str | Path) -> Evidence:
         ) from None
 
 
+def written_version(path: str | Path) -> str:
+    """The schema version a (readable) evidence file was written in, before any upgrade: what an older
+    file could not record is not held against a re-run (`core.reproduction`)."""
+    return str(json.loads(Path(path).read_text(encoding="utf-8")).get("schema_version"))
+
+
 def upgrade_from_1(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 1 -> 2: results' `order` -> `label`, `explanation` -> `statement`; runs gain `role`."""
     out = {**raw, "schema_version": "2"}
@@ -184,12 +255,30 @@ def _run_from_1(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_from_2(raw: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 -> 3: no tests tier yet, so no test records and no test sources."""
-    return {**raw, "schema_version": "3", "tests": raw.get("tests") or [], "test_sources": raw.get("test_sources") or {}}
+    """Version 2 -> 3: nothing moves; `probes` (absent: the step records cannot be trusted) and
+    violations' `requests` are new and optional."""
+    return {**raw, "schema_version": "3"}
+
+
+def upgrade_from_3(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 -> 4: no `baseline` recorded (verify then uses the config's); the base's
+    `wheel_hash` stays as written (identity version 1: comparable in the same cache only)."""
+    return {**raw, "schema_version": "4", "baseline": None}
+
+
+def upgrade_from_4(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 -> 5: branches gain `transplants` and `stack` (a version-4 branch had neither)."""
+    branches = {name: {"transplants": [], "stack": [], **branch} for name, branch in (raw.get("branches") or {}).items()}
+    return {**raw, "schema_version": "5", "branches": branches}
+
+
+def upgrade_from_5(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 -> 6: no tests tier yet, so no test records and no test sources."""
+    return {**raw, "schema_version": "6", "tests": raw.get("tests") or [], "test_sources": raw.get("test_sources") or {}}
 
 
 #: schema version -> the step that brings a file of that version one version up.
-UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2}
+UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2, "3": upgrade_from_3, "4": upgrade_from_4, "5": upgrade_from_5}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

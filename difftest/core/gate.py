@@ -13,6 +13,11 @@ A head that could not be measured is not called worse - we do not know - but
 the gate still fails, with exit code 3 instead of 1, unless something measured
 is worse. That includes a base pass that became a head `error`: it is listed
 under "could not measure", so the reader looks at the error, not at counters.
+A base that could not be measured (or nothing compared at all) is exit 3 too,
+with what failed listed: the gate never claims "not worse" on no evidence.
+
+A head run that crashes inside vLLM or never finishes where the base completes
+arrives here already `broken` (`core.breakage`), so it fails the gate with 1.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from difftest.core.records import COUNTERS, Reading, Result, Totals
 from difftest.core.values import format_value
 from difftest.core.verdicts import MAL, MAL_TOLERANCE, first_reason, measured_mal, oracle_mal, one_line
 
-Kind = Literal["broken", "regressed", "further", "unmeasured", "improved", "unchanged"]
+Kind = Literal["broken", "regressed", "further", "unmeasured", "base-unmeasured", "improved", "unchanged"]
 #: Kinds that make the head worse.
 WORSE_KINDS = frozenset({"broken", "regressed", "further"})
 
@@ -60,6 +65,10 @@ class GateOutcome:
         return [f for f in self.findings if f.kind == "unmeasured"]
 
     @property
+    def base_unmeasured(self) -> list[GateFinding]:
+        return [f for f in self.findings if f.kind == "base-unmeasured"]
+
+    @property
     def improved(self) -> list[GateFinding]:
         return [f for f in self.findings if f.kind == "improved"]
 
@@ -79,6 +88,8 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
     for head in head_results:
         key = (head.scenario, head.label)
         old = base.get(key)
+        if old is not None and old.verdict == "error":
+            findings.append(_finding("base-unmeasured", old, f"could not measure the base: {_error_line(old)}"))
         if head.verdict == "error":
             was = f"base {old.verdict}" if old else "not run on base"
             findings.append(_finding("unmeasured", head, f"could not measure the head ({was}): {_error_line(head)}"))
@@ -93,10 +104,18 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
             continue  # judged from test outcomes (the tests tier): no counters to compare
         if old.verdict == "pass" and head.verdict == "diverge":  # pass -> broken is reported above
             findings.append(_finding("regressed", head, f"base passed, head diverges: {first_reason(head)}"))
-        findings += _distances(old, head)
+        distances = _distances(old, head)
+        if head.verdict == "broken":
+            # A broken run is worse, full stop: it is never also listed as better or "as on the base".
+            distances = [f for f in distances if f.kind in WORSE_KINDS]
+        findings += distances
     seen = {(r.scenario, r.label) for r in head_results}
     for key, old in base.items():
-        if key not in seen:
+        if key in seen:
+            continue
+        if old.verdict == "error":
+            findings.append(_finding("base-unmeasured", old, f"could not measure the base: {_error_line(old)}"))
+        else:
             findings.append(_finding("unmeasured", old, f"not run on the head (base {old.verdict})"))
     reasons = [f.text for f in findings if f.kind in WORSE_KINDS]
     return GateOutcome(
@@ -109,10 +128,13 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
 
 
 def gate_exit_code(outcome: GateOutcome, head_results: list[Result]) -> int:
-    """1 worse; 3 nothing worse but something on the head (or nothing at all) went unmeasured; else 0."""
+    """1 worse; 3 nothing worse but the base or the head went unmeasured somewhere, or nothing was
+    compared at all; 0 only when at least one (scenario, run) was compared and nothing is worse."""
     if outcome.worse:
         return EXIT_FAILED
-    if outcome.unmeasured or not head_results or any(r.verdict == "error" for r in head_results):
+    if outcome.unmeasured or outcome.base_unmeasured or not head_results or any(r.verdict == "error" for r in head_results):
+        return EXIT_UNMEASURED
+    if outcome.compared == 0:
         return EXIT_UNMEASURED
     return EXIT_OK
 

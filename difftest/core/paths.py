@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from difftest.core.errors import ConfigError
+
 
 def difftest_home() -> Path:
     """The cache root, created on first use."""
@@ -20,8 +22,21 @@ def difftest_home() -> Path:
     else:
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         root = Path(xdg) / "difftest"
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unusable(root, exc.strerror or str(exc)) from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise _unusable(root, "not writable")
     return root.resolve()
+
+
+def _unusable(root: Path, why: str) -> ConfigError:
+    variable = "DIFFTEST_HOME" if os.environ.get("DIFFTEST_HOME") else "the cache folder"
+    return ConfigError(
+        f"{variable} {str(root)!r} cannot be used: {why}",
+        "point DIFFTEST_HOME at a folder you can write to (it is created if missing)",
+    )
 
 
 def envs_dir() -> Path:

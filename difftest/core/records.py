@@ -120,6 +120,8 @@ class StepRecord(_Record):
     emitted: dict[str, list[StrictInt]] = Field(default_factory=dict)
     finished: dict[str, StrictStr] = Field(default_factory=dict)
     stats: StepStats | None = None
+    #: Requests whose drafting the model runner skipped for this step (its zero-fill is no draft).
+    skipped: list[StrictStr] = Field(default_factory=list)
 
 
 class Failure(_Record):
@@ -200,6 +202,8 @@ class Violation(BaseModel):
     counter: str | None = None
     measured: Any = None
     expected: Any = None
+    #: The requests the violation is about where they can be named (e.g. those whose stats were lost).
+    requests: list[str] = Field(default_factory=list)
 
 
 class Result(BaseModel):

@@ -1,4 +1,5 @@
 """`python -m difftest.probe --job JOB.json --out RUNS.jsonl`: one branch, one tier, every planned run.
+`python -m difftest.probe --serve`: the same, job after job (one per line on stdin, answers on stdout).
 
 Runs inside a branch environment. The nonce is taken from the environment
 first, then environment defaults are set, then the tier's entry starts its
@@ -33,24 +34,62 @@ def _set_env(work_dir: Path) -> None:
     os.environ.setdefault("HF_HOME", str(work_dir / "hf-home"))
 
 
+def _start(job: protocol.Job) -> protocol.Session:
+    """The session of the job's entry (the entry was checked by `_entry`)."""
+    _set_env(Path(job["work_dir"]))
+    return importlib.import_module(ENTRIES[job["entry"]]).start(job)
+
+
+def _entry_error(job: protocol.Job) -> str | None:
+    if job.get("entry", "") in ENTRIES:
+        return None
+    return f"difftest.probe: no probe entry {job.get('entry')!r} (entries: {sorted(ENTRIES)})"
+
+
+def _checked_start(job: protocol.Job) -> protocol.Session:
+    problem = _entry_error(job)
+    if problem:
+        raise ValueError(problem)
+    return _start(job)
+
+
+def _serve(nonce: str) -> int:
+    """Answer on a private copy of stdout; everything else written to stdout (vLLM's own logging
+    goes there) is sent to stderr, so only the probe's records reach the host's channel.
+
+    Once the input ends, every answer has been written and flushed: the process leaves at once
+    instead of tearing down torch and vLLM (seconds on a busy machine, for nothing)."""
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    with channel:
+        code = protocol.serve_stream(sys.stdin, channel, nonce, _checked_start)
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     nonce = protocol.take_nonce()
+    protocol.die_with_host()
     parser = argparse.ArgumentParser(prog="python -m difftest.probe")
-    parser.add_argument("--job", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--job", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--serve", action="store_true", help="play jobs read one per line on stdin")
     args = parser.parse_args(argv)
+    if args.serve:
+        return _serve(nonce)
+    if args.job is None or args.out is None:
+        parser.error("--job and --out are required (or --serve)")
     try:
         job = protocol.read_job(args.job)
     except (OSError, ValueError) as exc:
         print(f"difftest.probe: cannot read the job {args.job}: {exc}", file=sys.stderr)
         return 2
-    entry = ENTRIES.get(job.get("entry", ""))
-    if entry is None:
-        print(f"difftest.probe: no probe entry {job.get('entry')!r} (entries: {sorted(ENTRIES)})", file=sys.stderr)
+    problem = _entry_error(job)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
-    _set_env(Path(job["work_dir"]))
-    start = importlib.import_module(entry).start
-    return protocol.serve(job, args.out, nonce, start)
+    return protocol.serve(job, args.out, nonce, _start)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ that run, never a crash that loses the other runs.
                     {"kind": "run", ...}           once per planned run, flushed as it ends
                     {"kind": "trailer", "runs": N} last; its absence means the probe died
 
+A persistent probe (`serve_stream`, `python -m difftest.probe --serve`) keeps
+vLLM imported and plays job after job: one job per line on stdin, answered on
+stdout with exactly the lines above (header, runs, trailer), so the host checks
+each answer as it checks a RUNS.jsonl.
+
 Each run is played under `CallInfo.from_call` (the shape of pytest's CallInfo):
 the result, or the failure with its kind, a one-line summary (`Type: message`),
 where it was raised and whether vLLM's code raised it, plus the duration. A failure in one run never stops the next one.
@@ -33,9 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO, TypedDict
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 #: The probe reads its nonce from this variable and removes it before importing vLLM.
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
+#: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
+HOST_PID_ENV = "DIFFTEST_HOST_PID"
 
 #: The SpecDecodingStats counters compared against the oracle, in report order.
 COUNTERS = (
@@ -97,6 +104,9 @@ class StepRecord(TypedDict):
     finished: dict[str, str]
     #: Every field of the step's SpecDecodingStats, or None if the step had none.
     stats: dict[str, Any] | None
+    #: Requests whose drafts for this step the model runner skipped (zero-filled), whether or not
+    #: the branch scheduled the zero-fill.
+    skipped: list[str]
 
 
 class Failure(TypedDict):
@@ -147,6 +157,7 @@ def step_record(
     emitted: dict[str, list[int]],
     finished: dict[str, str],
     stats: dict[str, Any] | None,
+    skipped: list[str] | tuple[str, ...] = (),
 ) -> StepRecord:
     """The one place a step record is built (both tiers' drivers call it)."""
     return {
@@ -158,6 +169,7 @@ def step_record(
         "emitted": {rid: list(e) for rid, e in emitted.items()},
         "finished": dict(finished),
         "stats": stats,
+        "skipped": list(skipped),
     }
 
 
@@ -215,7 +227,7 @@ def describe_failure(exc: BaseException) -> Failure:
     where, origin = "", "other"
     if frames:
         frame, line = frames[-1]
-        where = f"{frame.f_code.co_filename}:{line} in {frame.f_code.co_name}"
+        where = f"{_importable_path(frame.f_code.co_filename)}:{line} in {frame.f_code.co_name}"
         origin = _origin(frames)
     kind: FailureKind = "exception"
     if isinstance(exc, RunTimeout):
@@ -232,6 +244,14 @@ def describe_failure(exc: BaseException) -> Failure:
         "origin": origin,  # type: ignore[typeddict-item]
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
+
+
+def _importable_path(filename: str) -> str:
+    """`vllm/v1/core/sched/scheduler.py`, not the environment's absolute path: the same in every
+    cache and clone, so evidence compares across them (`difftest verify`)."""
+    roots = [os.path.join(os.path.abspath(p), "") for p in sys.path if p]
+    under = [root for root in roots if filename.startswith(root)]
+    return filename[len(max(under, key=len)) :] if under else filename
 
 
 def _origin(frames: list[tuple[Any, int]]) -> str:
@@ -296,15 +316,75 @@ class RecordWriter:
 
 
 def read_job(path: Path) -> Job:
-    job = json.loads(Path(path).read_text())
-    if job.get("protocol") != PROTOCOL_VERSION:
-        raise ValueError(f"job protocol {job.get('protocol')!r}; this probe speaks {PROTOCOL_VERSION}")
-    return job
+    return parse_job(Path(path).read_text())
+
+
+def parse_job(text: str) -> Job:
+    """A job from its JSON text; ValueError if it is not one this probe speaks."""
+    job = json.loads(text)
+    if not isinstance(job, dict) or job.get("protocol") != PROTOCOL_VERSION:
+        found = job.get("protocol") if isinstance(job, dict) else None
+        raise ValueError(f"job protocol {found!r}; this probe speaks {PROTOCOL_VERSION}")
+    return job  # type: ignore[return-value]
 
 
 def take_nonce() -> str:
     """Read the nonce and remove it from the environment before any branch code is imported."""
     return os.environ.pop(NONCE_ENV, "")
+
+
+@dataclass
+class _Started:
+    """A session and the timings its header reports."""
+
+    session: Session
+    info: dict[str, Any]
+    import_s: float
+    setup_s: float
+
+
+def _start(job: Job, start: Callable[[Job], Session]) -> _Started | None:
+    """Start the tier's session; None (traceback on stderr) if it cannot start."""
+    started = time.perf_counter()
+    try:
+        session = start(job)
+        info = session.header_info()
+    except Exception:
+        traceback.print_exc()
+        return None
+    import_s = float(info.pop("import_s", time.perf_counter() - started))
+    return _Started(session, info, import_s, time.perf_counter() - started - import_s)
+
+
+def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
+    """Header, one record per planned run, trailer: the whole answer to one job."""
+    writer = RecordWriter(stream, nonce)
+    writer.header(dict(started.info), started.import_s, started.setup_s)
+    for scenario in job["scenarios"]:
+        for planned in scenario["runs"]:
+            call = CallInfo.from_call(lambda: started.session.play(scenario, planned), job.get("run_timeout_s"))
+            writer.run(scenario, planned, call)
+    writer.trailer()
+
+
+def die_with_host() -> None:
+    """Ask Linux to SIGKILL this probe when the host process dies, however it dies (even SIGKILL).
+
+    The host kills its probes on a timeout, an interrupt or exit; this covers
+    the host being killed outright, which no handler of its own can see.
+    """
+    host = os.environ.pop(HOST_PID_ENV, "")
+    if not sys.platform.startswith("linux") or not host.isdigit():
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(host):  # the host died before the request was made
+        os._exit(3)
 
 
 def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session]) -> int:
@@ -313,22 +393,40 @@ def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session])
     A session that cannot start (vLLM does not import, the engine does not
     build) exits 3 with its traceback on stderr: nothing could be measured.
     """
-    started = time.perf_counter()
-    try:
-        session = start(job)
-        info = session.header_info()
-    except Exception:
-        traceback.print_exc()
+    started = _start(job, start)
+    if started is None:
         return 3
-    import_s = float(info.pop("import_s", time.perf_counter() - started))
-    setup_s = time.perf_counter() - started - import_s
     with Path(out_path).open("w", encoding="utf-8") as stream:
-        writer = RecordWriter(stream, nonce)
-        writer.header(info, import_s, setup_s)
-        for scenario in job["scenarios"]:
-            for planned in scenario["runs"]:
-                call = CallInfo.from_call(lambda: session.play(scenario, planned), job.get("run_timeout_s"))
-                writer.run(scenario, planned, call)
-        writer.trailer()
+        _answer(job, started, stream, nonce)
     sys.stdout.flush()
+    return 0
+
+
+def serve_stream(jobs: TextIO, channel: TextIO, nonce: str, start: Callable[[Job], Session]) -> int:
+    """Answer job after job (one JSON job per line of `jobs`) on `channel`, vLLM imported once.
+
+    The session starts with the first job; every later job must name the same
+    entry and work folder (one process serves one branch and one tier). Exits
+    0 when `jobs` ends, 2 on a job it cannot read, 3 if the session cannot start.
+    """
+    started: _Started | None = None
+    first: Job | None = None
+    for line in jobs:
+        if not line.strip():
+            continue
+        try:
+            job = parse_job(line)
+        except ValueError as exc:
+            print(f"difftest.probe: cannot read a job: {exc}", file=sys.stderr)
+            return 2
+        if first is None:
+            first = job
+            started = _start(job, start)
+            if started is None:
+                return 3
+        elif (job.get("entry"), job.get("work_dir")) != (first.get("entry"), first.get("work_dir")):
+            print("difftest.probe: a served job must keep the first job's entry and work_dir", file=sys.stderr)
+            return 2
+        assert started is not None
+        _answer(job, started, channel, nonce)
     return 0

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import re
 
+from difftest.core.text import clean
+
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _NEWLINES = re.compile(r"\r\n|\r|\n")
-#: Control characters other than tab and line breaks (ANSI colour codes in tracebacks, NUL, ...).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def printable(text: str) -> str:
-    """Control characters (other than tab and line breaks) replaced by U+FFFD."""
-    return _CONTROL.sub("\ufffd", text)
+    """Control characters (other than tab and line breaks) and lone surrogates replaced by U+FFFD."""
+    return clean(text)
 
 
 def md_escape(text: object) -> str:

@@ -2,34 +2,25 @@
 
 from __future__ import annotations
 
-from difftest.core.gate import WORSE_KINDS, GateOutcome
+from difftest.core.gate import GateOutcome
 from difftest.core.values import format_value
 from difftest.reports.format import md_escape
+from difftest.reports.gate_view import headline, nothing_found, sections
+
+ICONS = {"worse": "❌", "unmeasured": "⛔", "not-worse": "✅"}
 
 
 def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -> str:
     """Say whether the head is worse and exactly why (scenario, order, counter, values)."""
     base, head = md_escape(base_name), md_escape(head_name)
-    if outcome.worse:
-        title = f"## ❌ difftest gate: {head} is worse than {base}"
-    elif outcome.unmeasured:
-        title = f"## ⛔ difftest gate: could not measure everything on {head}"
-    else:
-        title = f"## ✅ difftest gate: {head} is not worse than {base}"
     lines = [
-        title,
+        "## {} difftest gate: {}".format(*_title(outcome, base, head)),
         "",
         f"Oracle reading: **{md_escape(outcome.reading or 'unknown')}** · "
         f"{outcome.compared} (scenario, run) pair(s) measured on both sides",
         "",
     ]
-    sections = [
-        ("Why it is worse", [f for f in outcome.findings if f.kind in WORSE_KINDS]),
-        ("Could not measure", outcome.unmeasured),
-        ("Still differs from the oracle, as on the base", outcome.unchanged),
-        ("Better than the base", outcome.improved),
-    ]
-    for heading, found in sections:
+    for heading, found in sections(outcome):
         if not found:
             continue
         lines += [
@@ -47,7 +38,10 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
             )
         lines.append("")
     if not outcome.findings:
-        lines += ["Every (scenario, run) matches the oracle on the head as on the base.", ""]
+        lines += [nothing_found(outcome), ""]
     return "\n".join(lines)
 
 
+def _title(outcome: GateOutcome, base: str, head: str) -> tuple[str, str]:
+    standing, text = headline(outcome, base, head)
+    return ICONS[standing], text

@@ -1,7 +1,7 @@
 """The JUnit XML report, for CI systems that show test results natively.
 
-One testcase per (branch, scenario, order): classname = branch, name =
-`scenario[order]`. diverge/broken become `<failure>` (message = the first
+One testcase per (branch, scenario, run): classname = branch, name =
+`scenario[run label]`, time = how long the probe took to play the run. diverge/broken become `<failure>` (message = the first
 violation or difference), error becomes `<error>`. The tree is built with
 ElementTree so quoting is right; characters XML 1.0 cannot hold at all (NUL,
 ANSI escape codes in a captured traceback, ...) are replaced first, otherwise
@@ -41,6 +41,7 @@ def render_junit(evidence: Evidence) -> str:
             suite.set(key, str(value))
             totals[key] += value
         suite.set("skipped", "0")
+        suite.set("time", _seconds(sum(r.duration_s for r in results)))
         for result in results:
             _testcase(suite, result)
     for key, value in totals.items():
@@ -55,12 +56,17 @@ def _testcase(suite: ET.Element, result: Result) -> None:
         "testcase",
         classname=xml_text(result.branch),
         name=xml_text(f"{result.scenario}[{result.label}]"),
+        time=_seconds(result.duration_s),
     )
     if result.verdict == "pass":
         return
     tag = "error" if result.verdict == "error" else "failure"
     outcome = ET.SubElement(case, tag, message=xml_text(first_reason(result)), type=result.verdict)
     outcome.text = xml_text(_body(result))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"
 
 
 def _body(result: Result) -> str:

@@ -1,41 +1,82 @@
 """The Markdown report: a PR comment and a GitHub step summary.
 
-Order is what a reviewer needs: counts per branch, then the verdict grid
-(scenarios x branches), then the detail of every non-pass. Everything that
-comes from a branch, a probe or a scenario file goes through `md_escape`
-(table cells) or `fenced` (multi-line error text), so a branch cannot break
-the table or inject HTML. The text is kept under GitHub's comment limit; what
-does not fit is named, not silently dropped.
+Order is what a reviewer needs: how to reproduce it, the conclusion (which
+branch is right, and why), each branch's commit and verdict counts, the
+verdict grid (scenarios x branches), then the details of what does not pass,
+most severe first (broken, could not measure, diverge). A difference seen on
+several runs or branches is written once, at its first (most severe)
+occurrence, with the others counted and named; counter tables (the most
+severe run of each failing scenario) come last, collapsed.
+
+Everything that comes from a branch, a probe or a scenario file goes through
+`md_escape` (table cells) or `fenced` (multi-line error text), so a branch
+cannot break the table or inject HTML. The text stays under GitHub's comment
+limit: what does not fit is dropped from the least severe end and counted,
+never silently.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from difftest.core.evidence import Evidence
-from difftest.core.records import Result
+from difftest.core.records import Result, Violation
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
+from difftest.reports.conclusion import conclude
 from difftest.reports.format import fenced, md_escape
 from difftest.reports.tests_matrix import markdown_lines
-from difftest.reports.views import VERDICT_WORDS, branch_names, results_for, scenario_views, timestamp
+from difftest.reports.views import (
+    VERDICT_WORDS,
+    ScenarioView,
+    branch_names,
+    branch_origin,
+    scenario_names,
+    scenario_views,
+    severity,
+    timestamp,
+)
+from difftest.tiers.common.accounting import READINGS
 
 ICONS: dict[str, str] = {"pass": "✅", "diverge": "⚠️", "broken": "❌", "error": "⛔"}
 #: GitHub rejects comments over 65536 characters; leave room for a wrapper.
 MAX_CHARS = 60_000
+#: Room kept for the closing notes when deciding whether one more block fits.
+RESERVE = 400
+#: How many run labels of one branch a "same on" line names.
+NAMED_RUNS = 4
 
 
 def render_markdown(evidence: Evidence) -> str:
-    head = [*_header(evidence), *_summary(evidence), *_grid(evidence), *markdown_lines(evidence)]
-    details = _details(evidence)
-    text = "\n".join(head)
-    for i, block in enumerate(details):
-        if len(text) + len(block) + 200 > MAX_CHARS:
-            text += (
-                f"\n\n_{len(details) - i} more non-pass result(s) left out to fit a comment; "
-                "see report.html or evidence.json._"
-            )
+    views = scenario_views(evidence)
+    text = "\n".join([*_header(evidence), *_conclusion(evidence), *_branches(evidence), *_grid(views), *markdown_lines(evidence)])
+    blocks = _details(evidence)
+    left_out: list[_Block] = []
+    for i, block in enumerate(blocks):
+        rendered = ("### Details\n\n" if i == 0 else "") + block.render()
+        if len(text) + len(rendered) + RESERVE > MAX_CHARS:
+            left_out = blocks[i:]
             break
-        text += "\n" + block
-    return text + "\n"
+        text += "\n" + rendered
+    if left_out:
+        runs = sum(1 + len(b.others) for b in left_out)
+        kinds = ", ".join(f"{n} {VERDICT_WORDS[v]}" for v, n in _count(left_out).items())
+        text += (
+            f"\n_{len(left_out)} more distinct finding(s) ({runs} run(s): {kinds}) left out to fit a comment; "
+            "see report.html or evidence.json._\n"
+        )
+    else:
+        counters = _counter_tables(views)
+        if counters and len(text) + len(counters) + RESERVE <= MAX_CHARS:
+            text += "\n" + counters
+    return text.rstrip("\n") + "\n"
+
+
+def _count(blocks: list["_Block"]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for block in blocks:
+        counts[block.first.verdict] = counts.get(block.first.verdict, 0) + 1 + len(block.others)
+    return counts
 
 
 def _header(evidence: Evidence) -> list[str]:
@@ -43,79 +84,188 @@ def _header(evidence: Evidence) -> list[str]:
     return [
         f"## {ICONS[code]} difftest: speculative-decoding stats",
         "",
-        f"Oracle reading: **{md_escape(evidence.reading)}** · base {md_escape(evidence.base.requirement)} · "
-        f"difftest {md_escape(evidence.difftest_version)} · {timestamp(evidence)}",
+        f"Oracle reading: **{md_escape(evidence.reading)}** ({md_escape(READINGS.get(evidence.reading, ''))}) · "
+        f"base {md_escape(evidence.base.requirement)} · difftest {md_escape(evidence.difftest_version)} · "
+        f"{timestamp(evidence)}",
+        "",
+        "Reproduce: `difftest verify evidence.json` (with the branches.yaml that produced it; "
+        "it rebuilds the same commits and re-runs every scenario).",
         "",
     ]
 
 
-def _summary(evidence: Evidence) -> list[str]:
+def _conclusion(evidence: Evidence) -> list[str]:
+    conclusion = conclude(evidence)
+    lines = ["### Conclusion", ""]
+    for standing in conclusion.standings:
+        lines.append(f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** {md_escape(standing.headline)}")
+        lines += [f"  - {md_escape(also)}" for also in standing.also]
+    lines += ["", f"**→ {md_escape(conclusion.verdict)}**", ""]
+    return lines
+
+
+def _branches(evidence: Evidence) -> list[str]:
     order = SUMMARY_ORDER
     lines = [
-        "### Summary",
+        "### Branches",
         "",
-        "| branch | " + " | ".join(f"{ICONS[v]} {VERDICT_WORDS[v]}" for v in order) + " |",
-        "|---|" + "---:|" * len(order),
+        "| branch | built from | commit | " + " | ".join(f"{ICONS[v]} {VERDICT_WORDS[v]}" for v in order) + " |",
+        "|---|---|---|" + "---:|" * len(order),
     ]
     summary = summarize(evidence.results)
     for branch in branch_names(evidence):
         counts = summary.get(branch)
+        info = evidence.branches.get(branch)
+        ref = md_escape(branch_origin(info))
+        sha = f"`{md_escape(info.sha[:12])}`" if info and info.sha else ""
         cells = [str(counts[v]) if counts else "0" for v in order]
-        lines.append(f"| {md_escape(branch)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {md_escape(branch)} | {ref} | {sha} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
-def _grid(evidence: Evidence) -> list[str]:
-    branches = branch_names(evidence)
+def _grid(views: list[ScenarioView]) -> list[str]:
+    measured = [v for v in views if not v.skipped]
+    branches = measured[0].branches if measured else []
     lines = [
         "### Verdicts",
         "",
         "| scenario | tier | " + " | ".join(md_escape(b) for b in branches) + " |",
         "|---|---|" + "---|" * len(branches),
     ]
-    for view in scenario_views(evidence):
+    for view in measured:
         cells = [f"{ICONS[c.verdict or 'pass']} {md_escape(c.text)}" for c in view.verdicts]
         lines.append(f"| {md_escape(view.name)} | {md_escape(view.tier)} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    lines.append("")
+    for view in views:
+        if view.skipped:
+            lines.append(f"- not run on this base: {md_escape(view.name)} ({md_escape(view.skipped)})")
+    if any(v.skipped for v in views):
+        lines.append("")
+    return lines
 
 
-def _details(evidence: Evidence) -> list[str]:
-    """One block per non-pass (branch, scenario, run)."""
-    blocks = []
-    for view in scenario_views(evidence):
-        for branch in view.branches:
-            for result in results_for(evidence, view.name, branch):
-                if result.verdict != "pass":
-                    blocks.append(_detail(result, header=not blocks))
-    return blocks
+@dataclass
+class _Block:
+    """One distinct finding: its first (most severe) occurrence, and the other runs that show the same."""
 
+    first: Result
+    others: list[Result] = field(default_factory=list)
 
-def _detail(result: Result, header: bool) -> str:
-    lines = ["### Details", ""] if header else []
-    lines += [
-        f"#### {ICONS[result.verdict]} {md_escape(result.scenario)} · {md_escape(result.branch)} · "
-        f"run {md_escape(result.label)}: {VERDICT_WORDS[result.verdict]}",
-        "",
-    ]
-    if result.statement:
-        lines += [f"> {md_escape(result.statement)}", ""]
-    if result.verdict == "error":
-        lines += [fenced(result.error or "no detail"), ""]
+    def render(self) -> str:
+        r = self.first
+        lines = [
+            f"#### {ICONS[r.verdict]} {md_escape(r.scenario)} · {md_escape(r.branch)} · "
+            f"run {md_escape(r.label)}: {VERDICT_WORDS[r.verdict]}",
+            "",
+        ]
+        if r.statement:
+            lines += [f"> {md_escape(r.statement)}", ""]
+        if self.others:
+            lines += [f"The same on {len(self.others)} more run(s): {_named(self.others)}.", ""]
+        if r.verdict == "error":
+            lines += [fenced(r.error or "no detail"), ""]
+            return "\n".join(lines)
+        if r.violations:
+            lines += ["| invariant | counter | measured | expected | detail |", "|---|---|---|---|---|"]
+            for group in _grouped(r.violations):
+                first = group[0]
+                more = f" (and {len(group) - 1} more counter(s) alike)" if len(group) > 1 else ""
+                lines.append(
+                    f"| {md_escape(first.invariant)} | {md_escape(', '.join(v.counter or '' for v in group))} | "
+                    f"{md_escape('; '.join(format_value(v.measured) for v in group))} | "
+                    f"{md_escape('; '.join(format_value(v.expected) for v in group))} | {md_escape(first.detail)}{more} |"
+                )
+            lines.append("")
+        if r.differences:
+            lines += ["| counter | measured | oracle | why |", "|---|---:|---:|---|"]
+            for d in r.differences:
+                lines.append(
+                    f"| {md_escape(d.counter)} | {md_escape(format_value(d.measured))} | "
+                    f"{md_escape(format_value(d.expected))} | {md_escape(d.explanation)} |"
+                )
+            lines.append("")
         return "\n".join(lines)
-    if result.violations:
-        lines += ["| invariant | counter | measured | expected | detail |", "|---|---|---|---|---|"]
-        for v in result.violations:
-            lines.append(
-                f"| {md_escape(v.invariant)} | {md_escape(v.counter or '')} | {md_escape(format_value(v.measured))} | "
-                f"{md_escape(format_value(v.expected))} | {md_escape(v.detail)} |"
-            )
+
+
+def _grouped(violations: list[Violation]) -> list[list[Violation]]:
+    """Consecutive violations of one invariant on different counters (one order that changes six
+    counters) as one row; a violation repeated on the same counter (a step lost, then another) starts
+    a row of its own, since its detail is what differs."""
+    groups: list[list[Violation]] = []
+    for v in violations:
+        last = groups[-1] if groups else []
+        if v.counter and last and last[0].invariant == v.invariant and v.counter not in {g.counter for g in last}:
+            last.append(v)
+        else:
+            groups.append([v])
+    return groups
+
+
+def _named(results: list[Result]) -> str:
+    """`main: order:a,b, alone:a; pr-x: 7 runs` (a branch's labels named up to `NAMED_RUNS`)."""
+    per_branch: dict[str, list[str]] = {}
+    for r in results:
+        per_branch.setdefault(r.branch, []).append(r.label)
+    parts = []
+    for branch, labels in per_branch.items():
+        named = ", ".join(md_escape(label) for label in labels[:NAMED_RUNS])
+        more = f" and {len(labels) - NAMED_RUNS} more" if len(labels) > NAMED_RUNS else ""
+        parts.append(f"{md_escape(branch)} ({named}{more})")
+    return "; ".join(parts)
+
+
+def _signature(result: Result) -> tuple:
+    """What makes two findings the same: verdict, counters, values and violation details, not the branch."""
+    return (
+        result.scenario,
+        result.verdict,
+        result.error if result.verdict == "error" else None,
+        tuple((d.counter, repr(d.measured), repr(d.expected)) for d in result.differences),
+        tuple((v.invariant, v.counter, repr(v.measured), repr(v.expected), v.detail) for v in result.violations),
+    )
+
+
+def _details(evidence: Evidence) -> list[_Block]:
+    """Every non-pass result, most severe first (then scenario and branch order), distinct findings once."""
+    scenarios = scenario_names(evidence)
+    branches = branch_names(evidence)
+    failing = [r for r in evidence.results if r.verdict != "pass"]
+    failing.sort(
+        key=lambda r: (
+            severity(r.verdict),
+            scenarios.index(r.scenario) if r.scenario in scenarios else len(scenarios),
+            branches.index(r.branch) if r.branch in branches else len(branches),
+        )
+    )
+    blocks: dict[tuple, _Block] = {}
+    for result in failing:
+        key = _signature(result)
+        if key in blocks:
+            blocks[key].others.append(result)
+        else:
+            blocks[key] = _Block(result)
+    return list(blocks.values())
+
+
+def _counter_tables(views: list[ScenarioView]) -> str:
+    failing = [v for v in views if not v.skipped and not v.passes]
+    if not failing:
+        return ""
+    lines = ["<details><summary>Counter tables: the most severe run of each scenario that does not pass</summary>", ""]
+    for view in failing:
+        why = f" ({md_escape(view.shown_why)})" if view.shown_why else ""
+        lines += [
+            f"#### {md_escape(view.name)}: run {md_escape(view.shown)}{why}",
+            "",
+            "| counter | " + " | ".join(md_escape(b) for b in view.branches) + " | oracle |",
+            "|---|" + "---:|" * (len(view.branches) + 1),
+        ]
+        for row in view.rows:
+            cells = [
+                (f"**{md_escape(c.text)}** {ICONS[c.verdict]}" if c.verdict in ("broken", "diverge") else md_escape(c.text))
+                for c in row.cells
+            ]
+            lines.append(f"| {md_escape(row.label.strip())} | " + " | ".join(cells) + f" | {md_escape(row.oracle)} |")
         lines.append("")
-    if result.differences:
-        lines += ["| counter | measured | oracle | why |", "|---|---:|---:|---|"]
-        for d in result.differences:
-            lines.append(
-                f"| {md_escape(d.counter)} | {md_escape(format_value(d.measured))} | "
-                f"{md_escape(format_value(d.expected))} | {md_escape(d.explanation)} |"
-            )
-        lines.append("")
+    lines += ["</details>", ""]
     return "\n".join(lines)

@@ -1,13 +1,15 @@
-"""The terminal report: what a maintainer reads first.
+"""The terminal report: what a maintainer reads first, summary last (like pytest).
 
-Per scenario, one table: counters as rows, branches and the oracle as columns,
-values of the first order run (the canonical one), and a verdict row that
-covers every order (`broken (2/6 orders)`). Under it, each distinct reason a
-branch failed, with the orders it failed on. Then verdict counts per branch
-and the oracle reading.
+From the top: per scenario where some branch does not pass (every scenario
+with `verbose`), a table of counters by branch next to the oracle for the most
+severe run (named), and each distinct reason a branch failed; then, at the
+end where a terminal leaves the reader, the verdict grid (scenario x branch),
+the verdict counts, and the conclusion: one line per branch saying where it
+stands and why, and which branch is right.
 
-Every string that comes from a branch or a probe is wrapped in `Text`, so
-rich never reads it as markup.
+Everything fits the console's width without cutting a name (`fit`). Every
+string that comes from a branch or a probe is wrapped in `Text`, so rich never
+reads it as markup.
 """
 
 from __future__ import annotations
@@ -16,13 +18,27 @@ from collections import Counter
 
 from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from difftest.core.evidence import Evidence
+from difftest.core.records import Result
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
 from difftest.reports.tests_matrix import terminal_renderables
-from difftest.reports.views import VERDICT_WORDS, Cell, ScenarioView, branch_names, scenario_views, timestamp
+from difftest.reports.conclusion import Conclusion, conclude
+from difftest.reports.fit import fit
+from difftest.reports.views import (
+    VERDICT_WORDS,
+    Cell,
+    ScenarioView,
+    branch_names,
+    emitted_source,
+    scenario_views,
+    timestamp,
+    views_from,
+)
+from difftest.tiers.base import EMITTED_SOURCE
 
 STYLES: dict[str, str] = {
     "broken": "bold white on red",
@@ -31,29 +47,41 @@ STYLES: dict[str, str] = {
     "pass": "green",
 }
 VERDICT_STYLES: dict[str, str] = {"broken": "bold red", "diverge": "bold yellow", "error": "magenta", "pass": "green"}
+#: Marks where colours are lost (CI logs, pipes): a flagged cell, a branch's standing.
 MARK = "*"
+ICONS: dict[str, str] = {"broken": "✗", "error": "?", "diverge": "~", "pass": "✓"}
 LEGEND = f"{MARK} differs from the oracle (red: broken, yellow: diverge)"
-READINGS = {
-    "strict": "strict: a request whose drafts are all grammar-invalid makes no row",
-    "lenient": "lenient: a request whose drafts are all grammar-invalid makes a row with 0 draft tokens",
-}
 
 
-def render_terminal(evidence: Evidence, console: Console | None = None) -> None:
+def render_terminal(evidence: Evidence, console: Console | None = None, verbose: bool = False) -> None:
+    """Scenario tables (failing ones, or all with `verbose`), then grid, counts and conclusion."""
     console = console or Console()
     console.print(_header(evidence))
-    for view in scenario_views(evidence):
+    views = scenario_views(evidence)
+    measured = [v for v in views if not v.skipped]
+    shown = [v for v in measured if verbose or not v.passes]
+    for view in shown:
         console.print()
-        if view.rows:  # tiers without counter rows (tests) show their own matrix below
-            console.print(_scenario_table(view))
-        for line in _reason_lines(view):
-            console.print(line)
+        _print_scenario(console, view)
+    quiet = len(measured) - len(shown)
+    if quiet:
+        console.print()
+        console.print(Text(f"{quiet} scenario(s) pass on every branch: tables left out (-v shows them)", style="dim"))
     for renderable in terminal_renderables(evidence):
         console.print()
         console.print(renderable)
     console.print()
-    console.print(_summary_table(evidence))
-    console.print(Text("reading  ", style="bold") + Text(READINGS.get(evidence.reading, evidence.reading)))
+    console.rule(Text("summary", style="bold"), style="dim")
+    console.print(_counts_table(evidence))
+    console.print()
+    print_grid(console, views)
+    print_conclusion(console, conclude(evidence))
+
+
+def render_tier_verdicts(results: list[Result], tier: str, console: Console) -> None:
+    """One tier's grid, printed as soon as the tier is judged (the next tier may take minutes)."""
+    console.print()
+    print_grid(console, views_from(results), title=f"{tier} tier verdicts (the other tiers are still running)")
 
 
 def _header(evidence: Evidence) -> Text:
@@ -68,67 +96,136 @@ def _header(evidence: Evidence) -> Text:
     return text
 
 
-def _scenario_table(view: ScenarioView) -> Table:
-    n = len(view.labels)
+# -- one scenario --------------------------------------------------------------
+
+
+def _print_scenario(console: Console, view: ScenarioView) -> None:
     title = Text(view.name, style="bold")
     title.append(f"  [{view.tier}]", style="dim")
+    console.print(title)
     if view.statement:
-        title.append("\n")
-        title.append(view.statement, style="italic")
-    caption = Text(LEGEND, style="dim") if any(c.verdict in ("broken", "diverge") for r in view.rows for c in r.cells) else Text("")
-    if n > 1:
-        caption.append("\n" if caption else "")
-        caption.append(f"values: run {view.canonical!r} (1 of {n}); the verdict row covers all {n} runs", style="dim")
-    table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left")
-    table.add_column("counter", style="cyan", no_wrap=True)
-    for branch in view.branches:
-        table.add_column(Text(branch), justify="right")
-    table.add_column("oracle", justify="right", style="bold")
-    for row in view.rows:
-        dim = row.key == "emitted_source"
-        table.add_row(
-            Text(row.label, style="dim" if dim else ""),
-            *(_cell(c, dim) for c in row.cells),
-            Text(row.oracle, style="dim" if dim else ""),
+        console.print(Text(view.statement, style="italic"))
+    rows = [row for row in view.rows if row.key != EMITTED_SOURCE]
+    if not rows:  # a tier without counter rows (tests): its own matrix is printed after the scenarios
+        for line in _reason_lines(view):
+            console.print(line)
+        return
+    widest = max((len(_compact(c.text)) for row in rows for c in row.cells), default=6)
+
+    def build(headers: list[Text], columns: list[int]) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table.add_column("counter", style="cyan", no_wrap=True)
+        for header in headers:
+            table.add_column(header, justify="right")
+        table.add_column("oracle", justify="right", style="bold")
+        for row in rows:
+            table.add_row(Text(row.label), *(_cell(row.cells[i]) for i in columns), Text(_compact(row.oracle)))
+        table.add_section()
+        table.add_row(Text("verdict", style="bold"), *(_verdict(view.short[i]) for i in columns), Text(""))
+        return table
+
+    _print_fitted(console, fit(console, build, view.branches, widest))
+    notes = []
+    flagged = {row.key for row in rows for c in row.cells if c.verdict in ("broken", "diverge")}
+    if flagged:
+        notes.append(LEGEND)
+    if "num_emitted_tokens" in flagged:
+        sources = [f"{b} {emitted_source(view.results[b][0] if view.results[b] else None)}" for b in view.branches]
+        notes.append("emitted from: " + " · ".join(sources))
+    if len(view.labels) > 1:
+        why = f"the most severe, {view.shown_why}; " if view.shown_why else ""
+        notes.append(
+            f"run {view.shown} ({why}1 of {len(view.labels)}; the verdict row covers all; "
+            f"others: difftest show {view.name} --order RUN)"
         )
-    table.add_section()
-    table.add_row(Text("verdict", style="bold"), *(_verdict(c) for c in view.verdicts), Text(""))
-    return table
+    for note in notes:
+        console.print(Text(note, style="dim"))
+    for line in _reason_lines(view):
+        console.print(line)
 
 
-def _cell(cell: Cell, dim: bool = False) -> Text:
+def _compact(text: str) -> str:
+    """A per-position vector without brackets and commas (`3 3 3`): narrow columns wrap it at spaces."""
+    return text[1:-1].replace(",", "") if text.startswith("[") and text.endswith("]") else text
+
+
+def _cell(cell: Cell) -> Text:
+    text = _compact(cell.text)
     if cell.verdict is None:
-        return Text(cell.text, style="dim" if dim else "")
+        return Text(text)
     if cell.verdict in ("broken", "diverge"):
-        # The marker keeps the finding visible where colours are lost (CI logs, pipes).
-        return Text(f"{cell.text} {MARK}", style=STYLES[cell.verdict])
-    return Text(cell.text, style=STYLES[cell.verdict])
+        return Text(f"{text} {MARK}", style=STYLES[cell.verdict])
+    return Text(text, style=STYLES[cell.verdict])
 
 
 def _verdict(cell: Cell) -> Text:
     return Text(cell.text, style=VERDICT_STYLES[cell.verdict or "pass"])
 
 
-def _reason_lines(view: ScenarioView) -> list[Text]:
+def _reason_lines(view: ScenarioView) -> list[Padding]:
+    """Each distinct reason a branch failed, and the runs it failed on (wrapped lines stay indented)."""
     lines = []
     for branch in view.branches:
         for reason in view.reasons.get(branch, []):
-            line = Text("  ")
-            line.append(branch, style="bold")
+            line = Text(branch, style="bold")
             line.append(" ")
             line.append(VERDICT_WORDS[reason.verdict], style=VERDICT_STYLES[reason.verdict])
             line.append(": ")
             line.append(reason.text)
-            lines.append(line)
+            lines.append(Padding(line, (0, 0, 0, 2), expand=False))
             if len(view.labels) > 1:
                 shown = "; ".join(reason.labels[:4]) + ("; ..." if len(reason.labels) > 4 else "")
-                lines.append(Text(f"    on {len(reason.labels)}/{len(view.labels)} runs: {shown}", style="dim"))
+                runs = Text(f"on {len(reason.labels)}/{len(view.labels)} runs: {shown}", style="dim")
+                lines.append(Padding(runs, (0, 0, 0, 4), expand=False))
     return lines
 
 
-def _summary_table(evidence: Evidence) -> Table:
-    table = Table(title=Text("summary", style="bold"), box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("branch")
+# -- the summary -----------------------------------------------------------------
+
+
+def print_grid(console: Console, views: list[ScenarioView], title: str = "verdicts") -> None:
+    """Scenario x branch, tier by tier; scenarios this base cannot run are named under it."""
+    measured = [v for v in views if not v.skipped]
+    branches = measured[0].branches if measured else []
+    widest = max((len(c.text) for v in measured for c in v.short), default=4)
+    tiers_in = list(dict.fromkeys(v.tier for v in measured))
+
+    def build(headers: list[Text], columns: list[int]) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table.add_column("scenario", no_wrap=True)
+        for header in headers:
+            table.add_column(header)
+        for tier in tiers_in:
+            if len(tiers_in) > 1:
+                table.add_row(Text(f"{tier} tier", style="dim italic"))
+            for view in (v for v in measured if v.tier == tier):
+                table.add_row(Text(view.name), *(_short(view.short[i]) for i in columns))
+        return table
+
+    console.print(Text(title, style="bold"))
+    _print_fitted(console, fit(console, build, branches, widest))
+    for view in views:
+        if view.skipped:
+            console.print(Text(f"not run on this base: {view.name} ({view.skipped})", style="dim"))
+
+
+def _print_fitted(console: Console, tables: list[tuple[Table, Text | None]]) -> None:
+    for number, (table, legend) in enumerate(tables):
+        if number:
+            console.print()
+        if legend is not None:
+            console.print(legend)
+        console.print(table)
+
+
+def _short(cell: Cell) -> Text:
+    verdict = cell.verdict or "pass"
+    return Text(cell.text, style=VERDICT_STYLES[verdict] if verdict != "pass" else "green")
+
+
+def _counts_table(evidence: Evidence) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("runs")
     for verdict in SUMMARY_ORDER:
         table.add_column(Text(VERDICT_WORDS[verdict], style=VERDICT_STYLES[verdict]), justify="right")
     summary = summarize(evidence.results)
@@ -139,3 +236,22 @@ def _summary_table(evidence: Evidence) -> Table:
             *(Text(str(counts[v]), style=VERDICT_STYLES[v] if counts[v] and v != "pass" else "") for v in SUMMARY_ORDER),
         )
     return table
+
+
+def print_conclusion(console: Console, conclusion: Conclusion) -> None:
+    console.print()
+    title = Text("conclusion", style="bold")
+    title.append(f" ({conclusion.reading} reading)", style="dim")
+    console.print(title)
+    # Two columns: the mark, then the text wrapped under itself (a hanging indent).
+    lines = Table.grid(padding=(0, 1))
+    lines.add_column(no_wrap=True)
+    lines.add_column()
+    for standing in conclusion.standings:
+        text = Text(standing.branch, style="bold")
+        text.append(" " + standing.headline)
+        for also in standing.also:
+            text.append("\n" + also, style="dim")
+        lines.add_row(Text(ICONS[standing.verdict], style=VERDICT_STYLES[standing.verdict]), text)
+    lines.add_row(Text("→", style="bold"), Text(conclusion.verdict, style="bold"))
+    console.print(lines)

@@ -9,7 +9,9 @@ Each line is checked on its own (`difftest.probe.protocol` is the contract):
 - the trailer must come last and count the run records; a probe that ends
   without it (killed, crashed, or `exit(0)` from branch code) leaves the runs
   it did not report as errors, each with the reason.
-A torn last line (the probe was killed mid-write) is ignored.
+A torn last line (the probe was killed mid-write) is ignored. Every string is
+cleaned as it is read (`core.text`: lone surrogates, NUL, ESC, ...), so nothing
+a branch writes can crash or corrupt a report.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from difftest.core.records import ProbeHeader, ProbeRun, Trailer
+from difftest.core.text import clean_strings
+from difftest.core.values import quote
 from difftest.probe.protocol import Job, PlannedRun
 
 M = TypeVar("M", bound=BaseModel)
-#: How many characters of a rejected value an error message quotes.
-MAX_QUOTED = 80
 
 
 @dataclass
@@ -65,17 +67,22 @@ class Delivery:
 
 
 def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: bool) -> Delivery:
-    """Check every line of `path` against the job's plan."""
+    """Check every line of `path` (a probe's RUNS.jsonl) against the job's plan."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+    return check_lines(lines, nonce, job, tier, exited_cleanly)
+
+
+def check_lines(lines: list[str], nonce: str, job: Job, tier: str, exited_cleanly: bool) -> Delivery:
+    """Check a probe's answer to one job, line by line (a file's lines, or a served probe's answer)."""
     plan = [(s["name"], run) for s in job["scenarios"] for run in s["runs"]]
     delivery = Delivery(plan=plan, tier=tier)
     planned = {(name, run["label"]): run for name, run in plan}
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
     run_records = 0
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = clean_strings(json.loads(line))
         except ValueError:
             if number == len(lines) and delivery.trailer is None:
                 continue  # torn: the probe was killed while writing it
@@ -105,7 +112,7 @@ def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: b
         elif kind == "trailer":
             delivery.trailer = _envelope(Trailer, record, delivery, number)
         else:
-            delivery.untrusted.append(f"line {number} has an unknown kind {_quote(kind)}")
+            delivery.untrusted.append(f"line {number} has an unknown kind {quote(kind)}")
     if delivery.trailer is not None and delivery.trailer.runs != run_records:
         delivery.untrusted.append(
             f"the trailer counts {delivery.trailer.runs} run record(s), the file holds {run_records}"
@@ -128,7 +135,7 @@ def _run(record: dict[str, Any], delivery: Delivery, planned: dict[tuple[str, st
     key = (str(record.get("scenario")), str(record.get("label")))
     plan = planned.get(key)
     if plan is None:
-        delivery.untrusted.append(f"line {number} reports a run that was not planned: {_quote(key)}")
+        delivery.untrusted.append(f"line {number} reports a run that was not planned: {quote(key)}")
         return
     if key in delivery.found or key in delivery.rejected:
         delivery.found.pop(key, None)
@@ -153,15 +160,12 @@ def validation_summary(exc: ValidationError, limit: int = 3) -> str:
     parts = []
     for err in exc.errors()[:limit]:
         where = ".".join(str(p) for p in err["loc"]) or "(record)"
-        got = "" if err["type"] == "missing" else f" (got {_quote(err.get('input'))})"
+        got = "" if err["type"] == "missing" else f" (got {quote(err.get('input'))})"
         parts.append(f"{where}: {err['msg']}{got}")
     more = f"; and {exc.error_count() - limit} more" if exc.error_count() > limit else ""
     return "; ".join(parts) + more
 
 
-def _quote(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
 
 
 def _error_run(scenario: str, planned: PlannedRun, tier: str, reason: str) -> ProbeRun:

@@ -19,15 +19,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from difftest import tiers
+from difftest.build.envs.fingerprint import sha256_file
+from difftest.build.refs import TransplantInfo
 from difftest.build.workspace import PreparedBranch, Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
-from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence, ScenarioEvidence, TestSourceEvidence
-from difftest.core.records import ProbeRun, Reading, Result, TestRecord, Violation
+from difftest.core.evidence import (
+    BaseEvidence,
+    BranchEvidence,
+    Evidence,
+    ProbeFiles,
+    ReplayedCommit,
+    ScenarioEvidence,
+    TestSourceEvidence,
+    TransplantEvidence,
+)
+from difftest.core.records import ProbeRun, Reading, Result, TestRecord, Totals, Violation
 from difftest.core.selection import compile_selection
+from difftest.core.breakage import judge_against_baseline
 from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.run.capacity import available_memory_mb, probes_at_once
 from difftest.run.runner import BranchRun, Progress, run_branches
 from difftest.run.suite import SuiteMeasurement, measure_suites
 from difftest.tiers.base import Tier
@@ -36,6 +49,8 @@ from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
 Log = Callable[[str], None]
 #: (tier name, branch names) -> a context manager yielding that tier's progress callback.
 ProgressFactory = Callable[[str, list[str]], AbstractContextManager[Progress | None]]
+#: (tier name, that tier's results, whether another tier runs next): called as soon as a tier is judged.
+TierDone = Callable[[str, list[Result], bool], None]
 #: Run roles that get a verdict; `reference` runs only choose where later runs are cut.
 JUDGED_ROLES = ("batch", "alone")
 
@@ -50,6 +65,8 @@ class CompareRequest:
     tiers: list[str] | None = None
     #: A `-k` expression over scenario names.
     select: str | None = None
+    #: Exact scenario names (what `verify` re-runs); None: every scenario `select` matches.
+    scenarios: list[str] | None = None
     #: The oracle reading; None: the config's.
     reading: Reading | None = None
     #: Where the probes' jobs, records and logs go (`<out>/probe/`).
@@ -57,6 +74,9 @@ class CompareRequest:
     #: Branch probes at once; None: each tier's default.
     jobs: int | None = None
     fetch: bool = False
+    #: The branch crashes and hangs are judged against, and cross-branch invariants compare with;
+    #: None: the config's `baseline` (the gate passes its base).
+    baseline: str | None = None
 
 
 @dataclass
@@ -74,6 +94,8 @@ class Comparison:
     evidence: Evidence
     #: tier name -> branch name -> what its probe delivered (tiers measured by probes).
     delivered: dict[str, dict[str, BranchRun]]
+    #: The scenarios compared, per tier (reports read their step records with them).
+    selected: list[TierScenarios] = field(default_factory=list)
     #: tier name -> what its test sessions measured (tiers measured by suites).
     suites: dict[str, SuiteMeasurement] = field(default_factory=dict)
 
@@ -83,37 +105,63 @@ def compare(
     request: CompareRequest,
     log: Log = lambda _m: None,
     progress: ProgressFactory = lambda _tier, _branches: nullcontext(None),
+    tier_done: TierDone | None = None,
 ) -> Comparison:
-    """Validate, prepare environments, probe every tier in every branch, judge."""
-    selected = select_scenarios(config, request.tiers, request.select)
+    """Validate, prepare environments, probe every tier in every branch, judge each tier as it ends."""
+    selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
     workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
     for chosen in selected:
         _mark_unavailable(chosen, workspace.base.fingerprint, log)
     delivered: dict[str, dict[str, BranchRun]] = {}
     suites: dict[str, SuiteMeasurement] = {}
-    for chosen in selected:
+    results: list[Result] = []
+    baseline = pick_baseline(workspace, request.baseline)
+    for index, chosen in enumerate(selected):
         runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
-        if not runnable:
-            continue
         names = [b.name for b in workspace.branches if b.env is not None]
-        with progress(chosen.tier.name, names) as callback:
-            if chosen.tier.method == "suites":
+        judged: list[Result] = []
+        if chosen.tier.method == "suites":
+            if runnable:
                 (scenario,) = runnable
-                suites[chosen.tier.name] = measure_suites(
-                    workspace, chosen.tier, scenario, request.out / chosen.tier.name, reading, callback, log
-                )
-                continue
-            delivered[chosen.tier.name] = measure_tier(workspace, chosen.tier, runnable, request.out / "probe", request.jobs, callback)
-        for branch, run in delivered[chosen.tier.name].items():
-            state = f"failed: {run.error}" if run.error else "done"
-            log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
-    results = judge_all(workspace, selected, delivered, reading) + [r for m in suites.values() for r in m.results]
-    evidence = make_evidence(workspace, selected, delivered, results, reading, suites)
-    return Comparison(workspace, evidence, delivered, suites)
+                with progress(chosen.tier.name, names) as callback:
+                    suites[chosen.tier.name] = measure_suites(
+                        workspace, chosen.tier, scenario, request.out / chosen.tier.name, reading, callback, log,
+                        baseline=baseline,
+                    )
+                judged = suites[chosen.tier.name].results
+        else:
+            if runnable:
+                jobs, why = probes_at_a_time(chosen.tier, len(names), request.jobs)
+                log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
+                with progress(chosen.tier.name, names) as callback:
+                    delivered[chosen.tier.name] = measure_tier(
+                        workspace, chosen.tier, runnable, request.out / "probe", jobs, callback
+                    )
+                for branch, run in delivered[chosen.tier.name].items():
+                    state = f"failed: {run.error}" if run.error else "done"
+                    log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
+            judged = judge_tier(workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline)
+        results += judged
+        if tier_done is not None and judged:
+            more = any(s.name not in later.skipped for later in selected[index + 1 :] for s in later.scenarios)
+            tier_done(chosen.tier.name, judged, more)
+    evidence = make_evidence(workspace, selected, delivered, results, reading, request.out, suites)
+    return Comparison(workspace, evidence.model_copy(update={"baseline": baseline}), delivered, selected, suites)
 
 
-def select_scenarios(config: Config, tier_names: list[str] | None, select: str | None) -> list[TierScenarios]:
+def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
+    """The requested baseline, else the config's, if it is among the compared branches; else the first."""
+    names = [b.name for b in workspace.branches]
+    for name in (wanted, workspace.config.baseline):
+        if name in names:
+            return name
+    return names[0]
+
+
+def select_scenarios(
+    config: Config, tier_names: list[str] | None, select: str | None, names: list[str] | None = None
+) -> list[TierScenarios]:
     """Load and validate the scenarios first: a bad file or `-k` stops the run before anything is built."""
     chosen_tiers = [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
     matcher = compile_selection(select) if select is not None else None
@@ -124,13 +172,26 @@ def select_scenarios(config: Config, tier_names: list[str] | None, select: str |
             continue
         if matcher is not None:
             scenarios = [s for s in scenarios if matcher(s.name)]
+        if names is not None:
+            scenarios = [s for s in scenarios if s.name in names]
         if scenarios:
             chosen.append(TierScenarios(tier, scenarios))
     if not chosen:
-        where = f" matches -k {select!r}" if select is not None else f" found under {config.scenarios_dir}"
-        raise ConfigError(f"no scenario{where}", "check the words passed to -k, or `scenarios_dir` in the config")
+        if select is not None:
+            known = sorted({s.name for tier in chosen_tiers for s in _loaded(config, tier)})
+            raise ConfigError(
+                f"no scenario matches -k {select!r}",
+                "use words from the scenario names"
+                + (f": {', '.join(known)}" if known else f" (none found under {config.scenarios_dir})"),
+            )
+        raise ConfigError(f"no scenario found under {config.scenarios_dir}", "check `scenarios_dir` in the config")
     _check_unique_names(chosen)
     return chosen
+
+
+def _loaded(config: Config, tier: Tier) -> list[ScenarioBase]:
+    folder = config.scenarios_dir / tier.folder
+    return tier.load(folder) if folder.is_dir() else []
 
 
 def _check_unique_names(chosen: list[TierScenarios]) -> None:
@@ -168,6 +229,18 @@ def make_job(
     }
 
 
+def probes_at_a_time(tier: Tier, branches: int, jobs: int | None) -> tuple[int, str]:
+    """`--jobs`, or the tier's default for these branches and cores capped by the memory available."""
+    if jobs is not None:
+        return max(1, jobs), "--jobs"
+    cores = os.cpu_count() or 1
+    wanted = tier.default_jobs(branches, cores)
+    available = available_memory_mb()
+    chosen = probes_at_once(wanted, tier.probe_memory_mb, available)
+    memory = f"{available / 1024:.1f} GB available, ~{tier.probe_memory_mb} MB per probe" if available else "memory unknown"
+    return chosen, f"{cores} cores, {memory}"
+
+
 def measure_tier(
     workspace: Workspace,
     tier: Tier,
@@ -185,35 +258,31 @@ def measure_tier(
         tier.name,
         work_dir,
         workspace.config.timeouts.probe_s,
-        jobs or tier.default_jobs(len(targets), os.cpu_count() or 1),
+        jobs or probes_at_a_time(tier, len(targets), None)[0],
         progress,
     )
 
 
-def judge_all(
+def judge_tier(
     workspace: Workspace,
-    selected: list[TierScenarios],
-    delivered: dict[str, dict[str, BranchRun]],
+    chosen: TierScenarios,
+    tier_runs: dict[str, BranchRun],
     reading: Reading,
+    baseline: str,
 ) -> list[Result]:
+    """Verdicts of one tier's scenarios on every branch (skipped scenarios get none)."""
     results: list[Result] = []
-    names = [b.name for b in workspace.branches]
-    baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
-    for chosen in selected:
-        if chosen.tier.method != "probes":
-            continue  # judged from its test outcomes (`measure_suites`)
-        tier_runs = delivered.get(chosen.tier.name, {})
-        for scenario in chosen.scenarios:
-            if scenario.name in chosen.skipped:
-                continue
-            runs = {name: [r for r in run.runs if r.scenario == scenario.name] for name, run in tier_runs.items()}
-            across = chosen.tier.across_branches(scenario, runs, baseline)
-            for branch in workspace.branches:
-                results += _judge_scenario(
-                    chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
-                    across.get(branch.name, {}), reading,
-                )
-    return results
+    for scenario in chosen.scenarios:
+        if scenario.name in chosen.skipped:
+            continue
+        runs = {name: [r for r in run.runs if r.scenario == scenario.name] for name, run in tier_runs.items()}
+        across = chosen.tier.across_branches(scenario, runs, baseline)
+        for branch in workspace.branches:
+            results += _judge_scenario(
+                chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
+                across.get(branch.name, {}), reading,
+            )
+    return judge_against_baseline(results, {name: run.runs for name, run in tier_runs.items()}, baseline)
 
 
 def _judge_scenario(
@@ -229,12 +298,45 @@ def _judge_scenario(
         labels = [p["label"] for p in scenario.runs() if p["role"] in JUDGED_ROLES]
         why = branch.error or "no probe was run for this branch"
         return unmeasured(branch.name, scenario.name, tier.name, scenario.statement, labels, why, reading)
+    return judge_runs(tier, scenario, branch.name, runs, reading, across)
+
+
+def judge_runs(
+    tier: Tier,
+    scenario: ScenarioBase,
+    branch: str,
+    runs: list[ProbeRun],
+    reading: Reading,
+    across: dict[str, list[Violation]] | None = None,
+    expected: dict[str, Totals] | None = None,
+    baseline_violations: dict[str, list[Violation]] | None = None,
+) -> list[Result]:
+    """The verdicts of one branch's runs of one scenario: `run`'s judging, which `fuzz` shares.
+
+    `expected` replaces the oracle's totals (per run label) when a branch is
+    compared with another branch instead; violations that `baseline_violations`
+    holds too (same run, invariant and counter) are then not this branch's doing.
+    """
     judged = [r for r in runs if r.role in JUDGED_ROLES]
-    expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
+    if expected is None:
+        expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
     violations = tier.invariants(scenario, judged)
-    for label, extra in across.items():
+    for label, extra in (across or {}).items():
         violations.setdefault(label, []).extend(extra)
-    return judge(branch.name, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
+    if baseline_violations is not None:
+        violations = {label: _not_in(found, baseline_violations.get(label, [])) for label, found in violations.items()}
+    return judge(branch, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
+
+
+def _not_in(found: list[Violation], baseline: list[Violation]) -> list[Violation]:
+    shared = {(v.invariant, v.counter) for v in baseline}
+    return [v for v in found if (v.invariant, v.counter) not in shared]
+
+
+def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
+    """The evidence's copy of a transplant: every recorded field, and the (original, written) commit pairs."""
+    plain = {name: getattr(info, name) for name in TransplantEvidence.model_fields if name != "replayed"}
+    return TransplantEvidence(**plain, replayed=[ReplayedCommit(original=o, sha=sha) for o, sha in info.replayed])
 
 
 def make_evidence(
@@ -243,8 +345,10 @@ def make_evidence(
     delivered: dict[str, dict[str, BranchRun]],
     results: list[Result],
     reading: Reading,
+    out: Path = Path("out"),
     suites: dict[str, SuiteMeasurement] | None = None,
 ) -> Evidence:
+    """The evidence of one comparison; `out` is where evidence.json goes (probe files are named relative to it)."""
     base_fp = workspace.base.fingerprint
     branches = {}
     for b in workspace.branches:
@@ -254,6 +358,8 @@ def make_evidence(
             sha=r.sha,
             ref_sha=r.ref_sha,
             patches={str(p.path.name): p.sha256 for p in r.patches},
+            transplants=[_transplant_evidence(t) for t in r.transplants],
+            stack=list(r.stack),
             fingerprint=b.env.fingerprint if b.env else {"error": b.error},
         )
     scenarios = {
@@ -289,6 +395,33 @@ def make_evidence(
         scenarios=scenarios,
         results=results,
         runs=runs,
+        probes=probe_files(delivered, out),
         tests=tests,
         test_sources=test_sources,
     )
+
+
+def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[ProbeFiles]:
+    """Each probe's job and records, hashed, with their nonce (`ProbeFiles`): what `show` trusts later."""
+    found = []
+    for tier, per_branch in delivered.items():
+        for name, run in per_branch.items():
+            if run.job_path is None or run.records_path is None or not run.records_path.is_file():
+                continue
+            found.append(
+                ProbeFiles(
+                    branch=name,
+                    tier=tier,
+                    job=_relative(run.job_path, out),
+                    job_sha256=sha256_file(run.job_path),
+                    records=_relative(run.records_path, out),
+                    records_sha256=sha256_file(run.records_path),
+                    nonce=run.nonce,
+                    exited_cleanly=run.exited_cleanly,
+                )
+            )
+    return found
+
+
+def _relative(path: Path, out: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), out.resolve())).as_posix()

@@ -13,11 +13,13 @@ touches and never the other runs or branches.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,14 +29,91 @@ from typing import Any
 
 from difftest.core import paths
 from difftest.core.records import ProbeHeader, ProbeRun
+from difftest.core.text import clean
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import NONCE_ENV, Job
+from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, Job
 from difftest.run.delivery import read_delivery
 
-#: (branch, finished runs, expected runs, scenario and label of the last finished run)
+#: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
+#: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
+#: until then the branch waits for a free slot (`jobs`).
 Progress = Callable[[str, int, int, str, str], None]
 
 _CAPTURE_TAIL = 40
+
+
+class ProbesStopped(Exception):
+    """Raised instead of starting a probe after `stop_all_probes` (the user interrupted difftest)."""
+
+
+class _LiveProbes:
+    """Every probe process this difftest started and that has not ended yet.
+
+    Probes run in their own session (a Ctrl-C in the terminal does not reach
+    them, and the host kills their whole process group on a timeout), so the
+    host must stop them itself when it is interrupted or exits for any reason.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen[Any]] = set()
+        self._killed: set[int] = set()
+        self._stopped = False
+
+    def start(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        with self._lock:
+            if self._stopped:
+                raise ProbesStopped("difftest was interrupted: no new probe is started")
+            proc = subprocess.Popen(*args, **kwargs)
+            self._procs.add(proc)
+            return proc
+
+    def ended(self, proc: subprocess.Popen[Any]) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def stop_all(self) -> int:
+        """Kill every live probe's process group and start no more; how many were killed since the
+        stop began (calling it again, say from the command line's handler, counts them once)."""
+        with self._lock:
+            self._stopped = True
+            procs = [p for p in self._procs if p.pid not in self._killed]
+            self._killed.update(p.pid for p in procs)
+        for proc in procs:
+            kill_group(proc, wait=False)
+        return len(self._killed)
+
+    def allow_again(self) -> None:
+        """After an interrupt was handled (tests call `main` again in one process)."""
+        with self._lock:
+            self._stopped = False
+            self._killed.clear()
+
+
+_LIVE = _LiveProbes()
+
+
+def stop_all_probes() -> int:
+    """Kill every probe process group still running; later probes are not started."""
+    return _LIVE.stop_all()
+
+
+def allow_probes() -> None:
+    _LIVE.allow_again()
+
+
+def start_probe_process(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+    """`subprocess.Popen`, for a probe: killed with the others on an interrupt or at exit, told to die
+    with this host (`protocol.die_with_host`); raises ProbesStopped once difftest was interrupted."""
+    kwargs["env"] = {**kwargs.get("env", {}), HOST_PID_ENV: str(os.getpid())}
+    return _LIVE.start(*args, **kwargs)
+
+
+def probe_process_ended(proc: subprocess.Popen[Any]) -> None:
+    _LIVE.ended(proc)
+
+
+atexit.register(stop_all_probes)  # no probe outlives difftest, whatever way it exits
 
 
 @dataclass
@@ -50,11 +129,19 @@ class BranchRun:
     #: The last lines the probe printed, for reports of a failed process.
     log_tail: str = ""
     timed_out: bool = False
+    #: The probe exited 0 on its own (not killed, no timeout).
+    exited_cleanly: bool = False
     duration_s: float = 0.0
     #: Wall-clock start and end (epoch seconds): shows which branches overlapped.
     started_at: float = 0.0
     ended_at: float = 0.0
     log_path: Path | None = None
+    job_path: Path | None = None
+    records_path: Path | None = None
+    #: The secret the probe stamped its records with; kept so the records can be re-validated later.
+    nonce: str = ""
+    #: The probe process's peak resident memory (VmHWM, sampled while it ran), in MB; None if unknown.
+    peak_rss_mb: float | None = None
 
 
 def probe_environ(parallel: int = 1) -> dict[str, str]:
@@ -100,6 +187,7 @@ def run_probe(
     parallel: int = 1,
 ) -> BranchRun:
     """Run `python -m difftest.probe` on one job; never raises for the branch's own failures."""
+    work_dir = work_dir.resolve()  # the probe runs in `work_dir`: paths it is given must not be relative
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path = work_dir / f"{branch}-{tier}-job.json"
     out_path = work_dir / f"{branch}-{tier}-runs.jsonl"
@@ -107,11 +195,16 @@ def run_probe(
     job_path.write_text(json.dumps(job, indent=1))
     out_path.unlink(missing_ok=True)
     nonce = secrets.token_hex(16)
-    result = BranchRun(branch=branch, tier=tier, log_path=log_path, started_at=time.time())
+    result = BranchRun(
+        branch=branch, tier=tier, log_path=log_path, job_path=job_path, records_path=out_path, nonce=nonce,
+        started_at=time.time(),
+    )
     started = time.monotonic()
     expected = planned_count(job)
+    if progress is not None:
+        progress(branch, 0, expected, "", "")
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
+        proc = _LIVE.start(
             [str(python), "-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -119,18 +212,24 @@ def run_probe(
             # Not the caller's folder: `-m` puts the working directory first on sys.path, and a
             # difftest checkout there would shadow the environment's own copy of the probe.
             cwd=work_dir,
-            env={**probe_environ(parallel), NONCE_ENV: nonce},
+            env={**probe_environ(parallel), NONCE_ENV: nonce, HOST_PID_ENV: str(os.getpid())},
             start_new_session=True,
         )
-        seen = 0
-        while proc.poll() is None:
-            if time.monotonic() - started > timeout_s:
-                _kill_group(proc)
-                result.timed_out = True
-                break
-            seen = _report_progress(out_path, branch, seen, expected, progress)
-            time.sleep(0.2)
-        _report_progress(out_path, branch, seen, expected, progress)
+        try:
+            seen = 0
+            while proc.poll() is None:
+                if time.monotonic() - started > timeout_s:
+                    kill_group(proc)
+                    result.timed_out = True
+                    break
+                seen = _report_progress(out_path, branch, seen, expected, progress)
+                result.peak_rss_mb = _peak_rss_mb(proc.pid) or result.peak_rss_mb
+                time.sleep(0.2)
+            _report_progress(out_path, branch, seen, expected, progress)
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
+            _LIVE.ended(proc)
     result.duration_s = round(time.monotonic() - started, 2)
     result.ended_at = time.time()
     result.log_tail = _tail(log_path)
@@ -138,7 +237,8 @@ def run_probe(
         result.error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
     elif proc.returncode != 0:
         result.error = f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
-    delivery = read_delivery(out_path, nonce, job, tier, exited_cleanly=proc.returncode == 0 and not result.timed_out)
+    result.exited_cleanly = proc.returncode == 0 and not result.timed_out
+    delivery = read_delivery(out_path, nonce, job, tier, exited_cleanly=result.exited_cleanly)
     result.header = delivery.header
     result.runs = delivery.runs(result.error)
     return result
@@ -153,23 +253,37 @@ def run_branches(
     jobs: int,
     progress: Progress | None = None,
 ) -> dict[str, BranchRun]:
-    """Probe every (branch, interpreter) concurrently; results keyed by branch name."""
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    """Probe every (branch, interpreter) concurrently; results keyed by branch name.
+
+    Interrupted (Ctrl-C, SIGTERM, any exception here), it kills every probe at
+    once and does not wait for the ones not started: the caller exits in
+    moments, not after `probe_s`.
+    """
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         futures = {
             name: pool.submit(
                 run_probe, name, python, job, tier, work_dir, timeout_s, progress, min(jobs, len(targets))
             )
             for name, python in targets
         }
-        return {name: future.result() for name, future in futures.items()}
+        delivered = {name: future.result() for name, future in futures.items()}
+    except BaseException:
+        stop_all_probes()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return delivered
 
 
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
+def kill_group(proc: subprocess.Popen[Any], wait: bool = True) -> None:
+    """SIGKILL a probe's whole process group (it runs in its own session); wait for it unless told not to."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
+    if wait:
+        proc.wait()
 
 
 def _report_progress(out_path: Path, branch: str, seen: int, total: int, progress: Progress | None) -> int:
@@ -182,12 +296,24 @@ def _report_progress(out_path: Path, branch: str, seen: int, total: int, progres
             last = json.loads(runs[-1])
         except ValueError:
             last = {}
-        progress(branch, len(runs), total, str(last.get("scenario", "")), str(last.get("label", "")))
+        progress(branch, len(runs), total, clean(str(last.get("scenario", ""))), clean(str(last.get("label", ""))))
     return len(runs)
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    """The process's resident-memory high-water mark so far (Linux `/proc`), in MB."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
 
 
 def _tail(path: Path) -> str:
     if not path.exists():
         return ""
     lines = path.read_text(errors="replace").splitlines()
-    return "\n".join(lines[-_CAPTURE_TAIL:])
+    return clean("\n".join(lines[-_CAPTURE_TAIL:]))

@@ -82,12 +82,15 @@ def measure_suites(
     log: Log = lambda _m: None,
     extra_args: list[str] | None = None,
     inherit_controller_path: bool = False,
+    baseline: str | None = None,
 ) -> SuiteMeasurement:
-    """Plan, run and judge every test session of one suite scenario across the workspace's branches.
+    """Plan, run and judge every test session of one suite scenario across the workspace's branches,
+    against `baseline` (default: the config's, if compared, else the first branch).
 
     `extra_args` and `inherit_controller_path` are for difftest's own tests (see `run_session`)."""
     names = [b.name for b in workspace.branches]
-    baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
+    if baseline not in names:
+        baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
     built = [b for b in workspace.branches if b.env is not None]
     unmeasured = {b.name: b.error or "no environment" for b in workspace.branches if b.env is None}
     base_branch = workspace.branch(baseline)

@@ -7,6 +7,7 @@ this order, for every tier the user selected (`difftest.run.pipeline`):
 
     scenarios(config, explicit)       -> scenarios or None  (validation: before anything is built;
                                          the default reads `load(folder)` from `scenarios_dir/folder`)
+    parse_scenario(mapping, source)   -> one scenario, validated as `load` validates a file
     unavailable(scenario, base)       -> reason or None     (e.g. needs CUDA on a CPU base)
 
 then, by `method`, one of two ways of measuring and judging:
@@ -15,7 +16,8 @@ then, by `method`, one of two ways of measuring and judging:
 
     scenario.runs(), job_scenario()   -> the planned runs and what the probe plays
     probe_entry                       -> which probe runs it inside each branch environment
-    default_jobs(branches, cores)     -> how many branch probes at once
+    default_jobs(branches, cores)     -> how many branch probes at once (then capped by memory:
+                                         probe_memory_mb, `run.capacity`)
     expected(scenario, run, reading)  -> the oracle's totals for one measured run
     invariants(scenario, runs)        -> violations per run label, for one branch
     across_branches(scenario, runs, baseline) -> violations per branch and label
@@ -32,6 +34,9 @@ environment, all branches at once in one pytest-xdist session per test tree
 and for every tier:
 
     report_rows()                     -> the counter rows reports show (none: no counter table)
+    expected_steps(scenario, run, reading) -> the oracle's stats row for each recorded step
+                                         (`difftest show` and the HTML trace, beside what the branch recorded)
+    fuzz_strategy()                   -> Hypothesis strategy of scenario mappings (`difftest fuzz`), or None
 
 Adding a tier is one folder under `difftest/tiers/` with a `tier.py`, one under
 `difftest/probe/` (its `start(job)`, or its pytest plugin), and one line in
@@ -70,6 +75,10 @@ class Tier:
     plugin: ClassVar[str] = ""
     #: The pydantic model of one scenario.
     scenario_model: ClassVar[type[ScenarioIdentity]]
+    #: Memory budget of one branch probe, MB: its measured peak plus a margin (`bench/memory.py`);
+    #: caps how many probes run at once (`run.capacity`).
+    probe_memory_mb: ClassVar[int] = 1024
+
 
     def scenarios(self, config: Config, explicit: bool) -> list[ScenarioIdentity] | None:
         """This tier's validated scenarios for `config`; None when the config has none for it (a run
@@ -87,6 +96,15 @@ class Tier:
     def load(self, folder: Path) -> list[ScenarioBase]:
         """Read and validate every scenario file of `folder`; raise ConfigError naming file, key, fix."""
         raise NotImplementedError
+
+    def parse_scenario(self, raw: dict[str, Any], source: str) -> ScenarioBase:
+        """Validate one scenario mapping exactly as `load` validates a file (`source` names it in errors)."""
+        raise NotImplementedError
+
+    def fuzz_strategy(self) -> Any:
+        """A Hypothesis strategy of this tier's scenario mappings (no `name`), valid by construction,
+        for `difftest fuzz`; None if the tier cannot be fuzzed (the engine tier: no scripted model)."""
+        return None
 
     def unavailable(self, scenario: ScenarioBase, base: dict[str, Any]) -> str | None:
         """Why `scenario` cannot run on this base (its fingerprint), or None if it can."""
@@ -137,3 +155,12 @@ class Tier:
         """One Result per (code branch, source) and every outcome judged; `unmeasured`: branches
         whose code ran nothing, and why."""
         raise NotImplementedError
+
+    def expected_steps(self, scenario: ScenarioBase, run: ProbeRun, reading: Reading) -> list[Totals | None]:
+        """The oracle's stats row for each of `run.steps`, in order; None where the tier cannot say.
+
+        Summed over the steps they equal `expected(scenario, run, reading)`. Set
+        beside the stats the branch recorded for the same step, they show the
+        first step where the branch and the oracle part ways.
+        """
+        return [None] * len(run.steps)

@@ -104,7 +104,7 @@ def test_cache_reuse_and_invalidation(base_env, fixture_repo, home, tmp_path, mo
     assert rebuilt.path != first.path
     stale = {e.path for e in list_envs() if e.stale_reason}
     assert first.path in stale and rebuilt.path not in stale
-    removed = {e.path for e in prune()}
+    removed = {e.path for e in prune()[0]}
     assert first.path in removed and not first.path.exists() and rebuilt.path.exists()
 
 
@@ -143,3 +143,23 @@ def test_base_build_is_atomic_and_excludes_packages(home):
     rebuilt = ensure_base(spec)
     assert rebuilt.path == built.path and not (rebuilt.path / "half-written").exists()
     assert ensure_base(spec).fingerprint["created_at"] == rebuilt.fingerprint["created_at"]
+
+
+def test_prune_during_a_build_leaves_the_build_alone(base_env, fixture_repo, home, monkeypatch):
+    """`envs --prune` run while an environment is half built (here: from inside the build, between
+    linking the base and copying the probe) skips it; the build finishes and is trusted."""
+    from difftest.cli import main
+
+    pruned: list[int] = []
+    copy_probe = branch_module._copy_probe
+
+    def prune_then_copy(dest: Path) -> None:
+        assert any(p.name.startswith(".branch-") for p in paths.envs_dir().iterdir())  # the half-built folder
+        pruned.append(main(["envs", "--prune"]))
+        copy_probe(dest)
+
+    monkeypatch.setattr(branch_module, "_copy_probe", prune_then_copy)
+    env = ensure_branch_env(base_env, fixture_repo, resolve_branch(fixture_repo, BranchSpec(name="m", ref="main")), "v0.32.0")
+    assert pruned == [0]
+    assert read_fingerprint(env.path) is not None
+    assert run_python(env.python, "import difftest.probe, vllm.version; print('ok')") == "ok"

@@ -52,34 +52,9 @@ PINNED_FIXTURE_SHA = "7af20a8804c10c230d09564b5bf9ed8e51a5dfc1"
 
 
 @pytest.fixture(autouse=True)
-def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own global git config and DIFFTEST_HOME, so tests are
-    independent of the machine and safe under xdist."""
-    config = write_git_config(tmp_path / "gitconfig")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
-        monkeypatch.delenv(var, raising=False)
-    return config
-
-
-@pytest.fixture
-def src(tmp_path: Path) -> Path:
-    return make_vllm_tree(tmp_path / "site")
-
-
-@pytest.fixture
-def fixture(src: Path, tmp_path: Path) -> Path:
-    return build_fixture_repo(src, VERSION, tmp_path / "repos" / "fx")
-
-
-@pytest.fixture
-def user(fixture: Path, tmp_path: Path) -> git.Repo:
-    """A user's checkout: a non-bare clone of the fixture (origin = fixture)."""
-    repo = git.Repo.clone_from(str(fixture), str(tmp_path / "user"))
-    yield repo
-    repo.close()
+def _isolated(isolated_git: Path) -> Path:
+    """Every test here runs with its own git config and DIFFTEST_HOME (see conftest.py)."""
+    return isolated_git
 
 
 def spec(name: str, ref: str = f"v{VERSION}", patches: list[Path] | None = None) -> BranchSpec:
@@ -469,10 +444,19 @@ def test_native_changes_and_touches() -> None:
         "vllm/v1/spec_decode/metrics_extra.py",
         "vllm/v1/core/sched/scheduler.py",
         "vllm/v1/metrics/stats.py",
+        "vllm/_C.abi3.so",
+        "vllm/lib/libfoo.so.1.2",
+        "vllm/ext.pyd",
+        "vllm/attention/ops/kernel.cpp",
+        "vllm/sourceless.py",
     ]
     changes = [Change("M", p) for p in paths_]
     assert NATIVE_PATHS == ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
-    assert native_changes(changes) == ["csrc/attention/kernel.cu", "cmake/utils.cmake", "CMakeLists.txt", "setup.py"]
+    assert native_changes(changes) == [
+        "csrc/attention/kernel.cu", "cmake/utils.cmake", "CMakeLists.txt", "setup.py",
+        "csrcx/a.cu", "vllm/_C.abi3.so", "vllm/lib/libfoo.so.1.2", "vllm/ext.pyd", "vllm/attention/ops/kernel.cpp",
+    ]
+    assert native_changes(changes[:1], binary=["vllm/data.bin"]) == ["csrc/attention/kernel.cu", "vllm/data.bin"]
     assert touches(changes, DEFAULT_STATS_PATHS) == [
         "vllm/v1/spec_decode/metrics.py",
         "vllm/v1/core/sched/scheduler.py",

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from difftest.cli import main
+from tests.factories import shipped_branch, write_config
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 METRICS = "vllm/v1/spec_decode/metrics.py"
@@ -37,3 +41,21 @@ def assert_main_intact(out: Path) -> None:
     assert {r["verdict"] for r in by_branch(out, "main")} == {"pass"}
     for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
         assert (out / name).stat().st_size > 0
+
+
+def faulty_config(tmp_path: Path, name: str, patch: Path, **extra) -> Path:
+    """A config with main and one branch `name` = main plus `patch`."""
+    return write_config(tmp_path, [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}], **extra)
+
+
+@contextlib.contextmanager
+def capture_stderr() -> Iterator[io.StringIO]:
+    """difftest's log (stderr), captured in a module-scoped fixture where capsys is not available."""
+    from difftest import cli
+
+    buffer = io.StringIO()
+    cli.console.file = buffer
+    try:
+        yield buffer
+    finally:
+        cli.console._file = None  # back to following sys.stderr (pytest's capture changes it per test)

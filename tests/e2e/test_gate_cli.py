@@ -2,31 +2,86 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from difftest.build.refs import read_blob
-from tests.e2e.cli_helpers import run_cli
+from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config, run_cli
 from tests.factories import BASE_TAG, ROOT, shipped_branch, write_config
-from tests.patching import make_patch
+from tests.patching import make_patch, prepend
 
 pytestmark = pytest.mark.slow
 
 SHIPPED = ROOT / "branches.yaml"
 
 
-def test_gate_fails_on_the_56195_style_head(tmp_path, capsys):
-    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style", "--tier", "scheduler", "--out", tmp_path)
+def rows(markdown: str, heading: str) -> set[tuple[str, str]]:
+    """(scenario, run) of every row of one section of the gate's Markdown summary."""
+    if f"### {heading}" not in markdown:
+        return set()
+    section = markdown.split(f"### {heading}", 1)[1].split("###", 1)[0]
+    cells = [line.split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| scenario")]
+    return {(c[1].strip().replace("\\", ""), c[2].strip()) for c in cells}
+
+
+def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path, capsys):
+    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style", "--tier", "scheduler",
+                   "--format", "json", "--out", tmp_path)
+    document = json.loads(capsys.readouterr().out)
+    assert code == document["exit_code"] == 1
+    assert document["gate"]["worse"] and (document["base"], document["head"]) == ("main", "pr-56195-style")
+    broken = [f for f in document["gate"]["findings"] if f["kind"] == "broken"]
+    assert {f["scenario"] for f in broken} == {"mixed-batch-invalid-async"}
+    assert {r["branch"] for r in document["results"]} == {"main", "pr-56195-style"}
+    summary = (tmp_path / "gate.md").read_text()  # the Markdown summary is written whatever is printed
+    assert summary.startswith("## ❌ difftest gate") and "mixed-batch-invalid-async" in summary
+    # A broken run is only ever "worse", never also "better" (it is closer to the oracle on some counter).
+    broken_runs = {(f["scenario"], f["label"]) for f in broken}
+    assert rows(summary, "Why it is worse") >= broken_runs
+    better = rows(summary, "Better than the base")
+    assert better and not better & broken_runs
+    assert not any(f["kind"] == "improved" and (f["scenario"], f["label"]) in broken_runs for f in document["gate"]["findings"])
+
+
+def test_gate_exits_3_when_the_base_cannot_be_measured(tmp_path, fixture_repo, capsys):
+    """The base fails to import: nothing can be compared, and the gate says so instead of passing."""
+    patch = prepend(tmp_path / "broken.patch", fixture_repo, SCHEDULER, 'raise ImportError("planted: the base cannot import")')
+    config = faulty_config(tmp_path, "broken-base", patch)
+    code = run_cli("gate", "-c", config, "--base", "broken-base", "--head", "main", "--tier", "scheduler", "-k", CONTROL,
+                   "--out", tmp_path / "out")
     printed = capsys.readouterr().out
-    assert code == 1
-    assert "mixed-batch-invalid-async" in printed and "broken" in printed.lower()
-    assert (tmp_path / "gate.md").read_text().strip() == printed.strip()
+    assert code == 3
+    assert "could not measure the base (broken-base)" in printed
+    assert len(rows(printed, "Could not measure the base")) == 4
+    assert "ImportError: planted: the base cannot import" in printed
+    assert "matches" not in printed and "not worse" not in printed
+
+
+def test_gate_fails_a_head_whose_engine_never_finishes(tmp_path, fixture_repo, capsys):
+    """The head drops the rollback of rejected drafts: its engine never finishes a request, main's does."""
+    old = read_blob(fixture_repo, BASE_TAG, SCHEDULER).decode()
+    rollback = "request.num_computed_tokens -= num_rejected"
+    assert old.count(rollback) == 1
+    patch = make_patch(tmp_path / "no-rollback.patch", SCHEDULER, old, old.replace(rollback, "pass  # rollback dropped"))
+    config = faulty_config(tmp_path, "no-rollback", patch)
+    code = run_cli("gate", "-c", config, "--base", "main", "--head", "no-rollback", "--tier", "engine",
+                   "-k", "engine-max-tokens-mid-block", "--out", tmp_path / "out")
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    assert "no-rollback is worse than main" in printed
+    (why,) = [line for line in printed.splitlines() if "head is broken" in line]
+    assert "did not finish" in why and "within 5000 engine steps" in why
+    assert "unfinished: cut (" in why and "tokens computed)" in why and "(main completes this run)" in why
+    assert " at difftest/probe/engine/session.py:" in why
 
 
 @pytest.mark.parametrize("reading", ["strict", "lenient"])
 def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, capsys, reading):
     code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56137-style",
                    "--tier", "scheduler", "--reading", reading, "--out", tmp_path)
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().out  # piped: Markdown, as written to gate.md
+    assert printed.strip() == (tmp_path / "gate.md").read_text().strip()
     # Not worse than main under either reading: it fixes truncation, and the strict-reading
     # residual (the all-invalid request counted as a draft) is one main has too.
     assert code == 0, printed

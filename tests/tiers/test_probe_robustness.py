@@ -57,3 +57,13 @@ def test_a_vllm_that_fails_to_import_exits_3_with_the_reason(tmp_path: Path) -> 
     assert proc.returncode == 3
     assert proc.stderr.strip().splitlines()[-1] == "ImportError: broken vllm for the test"
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_relative_work_folder_is_found_by_the_probe(shipped_scenarios, workspace, tmp_path: Path, monkeypatch) -> None:
+    """`difftest run` with the default `--out out`: the probe runs inside that folder, not the caller's."""
+    monkeypatch.chdir(tmp_path)
+    control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
+    delivered = run_probe("main", workspace.branch("main").env.python, make_job(tiers.get("scheduler"), control, 120),
+                          "scheduler", Path("out") / "probe", 600)
+    assert delivered.error is None, delivered.log_tail
+    assert {r.status for r in delivered.runs} == {"ok"}

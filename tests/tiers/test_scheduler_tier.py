@@ -110,9 +110,46 @@ def test_56195_loses_stats_by_order(runs_of) -> None:
             assert kinds == set()
         else:
             assert {"stats-lost", "order-independence", "additivity"} <= kinds
+            # Each lost row is named, and it is always one of the requests scheduled before the invalid one.
+            for v in violations[run.label]:
+                if v.invariant == "stats-lost":
+                    assert v.requests and set(v.requests) <= set(run.order[:position]), v.detail
         if position == len(run.order) - 1:  # last: the step reports no spec stats at all
             first_decode = next(s for s in run.steps if s.drafts)
             assert first_decode.stats is None
         if position == 1:  # middle: the earlier request is lost, the later one kept
             first_decode = next(s for s in run.steps if s.drafts)
             assert first_decode.stats is not None and first_decode.stats.num_drafts == 1
+
+
+SKIP = "drafter-skip"
+#: The branches carrying #54054's approach: alone, and stacked on #56137's.
+SKIP_FIXES = ("pr-54054-style", "pr-56137-plus-54054")
+
+
+@pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style"])
+def test_without_the_flag_the_zero_fill_is_scheduled_and_counted(runs_of, branch: str) -> None:
+    for run in _batch(runs_of(branch)[SKIP]):
+        skipped = [s for s in run.steps if s.skipped]
+        assert [s.skipped for s in skipped] == [["long"], ["long"]], run.label
+        assert all(s.drafts["long"] == [0, 0, 0] for s in skipped)  # k zeros, verified and rejected
+        assert {"num_drafts", "num_draft_tokens"} <= set(_matches(SCENARIOS[SKIP], run, "strict"))
+        assert "num_accepted_tokens" not in _matches(SCENARIOS[SKIP], run, "strict")
+
+
+@pytest.mark.parametrize("branch", SKIP_FIXES)
+def test_the_runner_flag_keeps_the_zero_fill_out(runs_of, branch: str) -> None:
+    """The probe sets `drafting_skipped` because these branches define it; their scheduler schedules none."""
+    for run in runs_of(branch)[SKIP]:
+        skipped = [s for s in run.steps if s.skipped]
+        assert bool(skipped) == ("long" in run.order) and all("long" not in s.drafts for s in skipped), run.label
+        assert _matches(SCENARIOS[SKIP], run, "strict") == []
+        assert run.outputs == expected_outputs(SCENARIOS[SKIP], run.order)
+
+
+@pytest.mark.parametrize("name", TRUNCATION)
+def test_54054_alone_still_overcounts_truncation_and_the_stack_does_not(runs_of, name: str) -> None:
+    for run in _batch(runs_of("pr-54054-style")[name]):
+        assert _matches(SCENARIOS[name], run, "strict") == ["num_emitted_tokens"]
+    for run in runs_of("pr-56137-plus-54054")[name]:
+        assert _matches(SCENARIOS[name], run, "strict") == []

@@ -76,3 +76,10 @@ def test_no_rows_means_no_mean() -> None:
     assert found.num_drafts == 0 and found.num_emitted_tokens == 0
     assert found.mean_acceptance_length is None
     assert found.num_accepted_tokens_per_pos == [0] * K
+
+
+def test_a_step_whose_drafting_was_skipped_is_never_a_row() -> None:
+    skipped = Verification("a", 3, 3, 0, 1, drafting_skipped=True)  # the zero-fill, scheduled and rejected
+    for reading in ("strict", "lenient"):
+        assert not is_row(skipped, reading)  # type: ignore[arg-type]
+        assert totals([skipped, verification(3, accepted=3, emitted=4)], 3, reading).num_drafts == 1  # type: ignore[arg-type]

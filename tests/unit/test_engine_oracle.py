@@ -89,6 +89,17 @@ def test_rejected_drafts_and_steps_without_drafts() -> None:
     assert expected.num_emitted_tokens == 2
 
 
+def test_the_zero_fill_of_a_skipped_drafter_is_no_row() -> None:
+    # The runner skipped drafting for this step: [0, 0, 0] were scheduled and rejected (main counts them).
+    zero_fill = make_step(1, drafts={"a": [0, 0, 0]}, sampled={"a": [6]}, emitted={"a": [6]}, skipped=["a"])
+    run = engine_run(steps=[prefill(), zero_fill], outputs={"a": [5, 6]})
+    assert [v.drafting_skipped for v in verifications(zero_fill)] == [True]
+    for reading in ("strict", "lenient"):
+        assert expected_totals(K, run, reading).num_drafts == 0  # type: ignore[arg-type]
+    # A branch that schedules the zero-fill but does not count it has lost nothing.
+    assert "stats-lost" not in invariants_of(run.model_copy(update={"steps": [prefill(), zero_fill.model_copy(update={"stats": None})]}))
+
+
 def test_all_invalid_drafts_depend_on_the_reading() -> None:
     steps = [make_step(0, drafts={"a": [-1, -1]}, invalid={"a": 2}, sampled={"a": [4]}, emitted={"a": [4]})]
     assert expected_totals(K, engine_run(steps=steps), "strict").num_drafts == 0
@@ -270,3 +281,22 @@ def test_shipped_engine_scenarios_plan_reference_runs_first(folder: Path) -> Non
         assert len(refs) == sum(r.truncate != "none" for r in s.requests)
         assert all(r["label"].startswith("reference:") for r in runs[: len(refs)])
         assert s.job_scenario()["runs"] == runs
+
+
+# -- the context check ----------------------------------------------------------
+
+
+def _engine_scenario(**request: Any) -> dict[str, Any]:
+    return {"name": "ctx", "statement": "x", "k": 3, "engine": {"max_model_len": 128},
+            "requests": [{"id": "a", "prompt": "abcd", "max_tokens": 200, **request}]}
+
+
+def test_a_request_vllm_would_cap_is_refused_unless_it_is_meant_to_end_there() -> None:
+    from pydantic import ValidationError
+
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    with pytest.raises(ValidationError, match=r"requests\.a: may need 209 tokens.*until_max_model_len: true"):
+        EngineScenario.model_validate(_engine_scenario())
+    scenario = EngineScenario.model_validate(_engine_scenario(until_max_model_len=True))
+    assert scenario.requests[0].until_max_model_len

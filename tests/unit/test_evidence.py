@@ -17,7 +17,19 @@ import pytest
 from difftest.core.errors import DifftestError
 from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, evidence_json, read_evidence, write_evidence
 from difftest.core.records import Difference, Failure
-from tests.factories import TEST_SOURCE, make_evidence, make_result, make_run, make_test_record, make_test_source, make_totals
+from tests.factories import (
+    TEST_SOURCE,
+    make_evidence,
+    make_probe_files,
+    make_result,
+    make_run,
+    make_test_record,
+    make_test_source,
+    make_stack_branch,
+    make_totals,
+    make_transplanted_branch,
+    make_violation,
+)
 
 
 def rich_evidence(with_runs: bool = True, with_tests: bool = True) -> Evidence:
@@ -33,12 +45,14 @@ def rich_evidence(with_runs: bool = True, with_tests: bool = True) -> Evidence:
         make_run("alone:a", duration_s=0.5, notes={"prometheus": {"num_drafts": 4}}),
         make_run("reference:a", totals=None, status="error", error="ValueError: x"),
     ]
+    broken = make_result("broken", label="order:b,a", violations=[make_violation(label="order:b,a", requests=["a"])])
     tests = [make_test_record(), make_test_record(code="pr-56195-style", outcome="failed", message="assert 3 == 6",
                                                   judgement="regression")]
     return make_evidence(
         reading="lenient",
-        results=[result],
+        results=[result, broken],
         runs={"main": runs} if with_runs else None,
+        probes=[make_probe_files()] if with_runs else [],
         tests=tests if with_tests else [],
         test_sources={TEST_SOURCE: make_test_source()} if with_tests else {},
     )
@@ -50,12 +64,42 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
-def as_version_2(evidence: Evidence) -> dict[str, Any]:
-    """The same data as a version-2 file: no tests tier (no test records, no test sources)."""
+def as_version_5(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-5 file: no tests tier (no test records, no test sources)."""
     raw = json.loads(evidence_json(evidence))
-    assert not raw.pop("tests") and not raw.pop("test_sources"), "version 2 had no tests tier"
-    raw["schema_version"] = "2"
+    assert not raw.pop("tests") and not raw.pop("test_sources"), "version 5 had no tests tier"
+    raw["schema_version"] = "5"
     return raw
+
+
+def as_version_3(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-3 file: no `baseline`, branches without `transplants` and `stack`."""
+    raw = as_version_5(evidence)
+    raw["schema_version"] = "3"
+    assert raw.pop("baseline") is None  # new in version 4, default None
+    for branch in raw["branches"].values():
+        assert branch.pop("transplants") == [] and branch.pop("stack") == []  # new in version 5
+    return raw
+
+
+def as_version_2(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-2 file: no `probes`, violations without `requests`."""
+    raw = as_version_3(evidence)
+    raw["schema_version"] = "2"
+    assert not raw.pop("probes")  # new in version 3; version-2 files recorded none
+    for result in raw["results"]:
+        for violation in result["violations"]:
+            assert not violation.pop("requests")  # new in version 3, default []
+    return raw
+
+
+def _without_version_3(evidence: Evidence) -> Evidence:
+    """What a version-2 file could hold of `evidence`."""
+    results = [
+        r.model_copy(update={"violations": [v.model_copy(update={"requests": []}) for v in r.violations]})
+        for r in evidence.results
+    ]
+    return evidence.model_copy(update={"probes": [], "results": results})
 
 
 def as_version_1(evidence: Evidence) -> dict[str, Any]:
@@ -88,7 +132,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "3" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "6" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
@@ -117,22 +161,48 @@ def test_writing_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
     assert evidence_json(rich_evidence()).count("\n") > 10
 
 
-def test_version_2_file_reads_as_the_same_data_without_tests(tmp_path: Path) -> None:
+def test_version_5_file_reads_as_the_same_data_without_tests(tmp_path: Path) -> None:
     evidence = rich_evidence(with_tests=False)
-    raw = as_version_2(evidence)
-    assert "tests" not in raw and raw["schema_version"] == "2"
+    raw = as_version_5(evidence)
+    assert "tests" not in raw and raw["schema_version"] == "5"
     assert read_evidence(write_raw(tmp_path, raw)) == evidence
 
 
-def test_version_1_file_reads_as_the_same_current_data(tmp_path: Path) -> None:
+def test_version_3_file_reads_as_the_same_current_data(tmp_path: Path) -> None:
     evidence = rich_evidence(with_tests=False)
+    assert read_evidence(write_raw(tmp_path, as_version_3(evidence))) == evidence
+
+
+def test_transplants_and_stacks_round_trip(tmp_path: Path) -> None:
+    evidence = make_evidence(branches={"pr": make_transplanted_branch(), "both": make_stack_branch()})
+    raw = json.loads(evidence_json(evidence))
+    moved = raw["branches"]["pr"]["transplants"][0]
+    assert {"original_sha", "merge_base", "replayed", "onto_sha"} <= set(moved)
+    assert raw["branches"]["both"]["stack"] == ["pr", "fix"]
+    assert read_evidence(write_evidence(evidence, tmp_path / "e.json")) == evidence
+
+
+def test_version_1_file_reads_as_the_same_data(tmp_path: Path) -> None:
+    evidence = _without_version_3(rich_evidence(with_tests=False))
     raw = as_version_1(evidence)
     assert "role" not in raw["runs"]["main"][0] and "order" in raw["results"][0]
     assert read_evidence(write_raw(tmp_path, raw)) == evidence
 
 
-def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
+def test_version_3_file_reads_as_the_same_data_without_a_baseline(tmp_path: Path) -> None:
     evidence = rich_evidence(with_tests=False)
+    upgraded = read_evidence(write_raw(tmp_path, as_version_3(evidence)))
+    assert upgraded == evidence and upgraded.baseline is None
+
+
+def test_version_2_file_reads_as_the_same_data_without_probe_files(tmp_path: Path) -> None:
+    evidence = _without_version_3(rich_evidence(with_tests=False))
+    upgraded = read_evidence(write_raw(tmp_path, as_version_2(evidence)))
+    assert upgraded == evidence and upgraded.probes == []
+
+
+def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
+    evidence = _without_version_3(rich_evidence(with_tests=False))
     raw = as_version_1(evidence)
     # A version-1 engine reference run: label without the prefix, role in `notes`.
     raw["runs"]["main"][2]["notes"] = {"role": "reference"}
@@ -142,7 +212,7 @@ def test_version_1_engine_run_kept_its_role_in_notes(tmp_path: Path) -> None:
 
 
 def test_version_1_without_runs_upgrades(tmp_path: Path) -> None:
-    evidence = rich_evidence(with_runs=False, with_tests=False)
+    evidence = _without_version_3(rich_evidence(with_runs=False, with_tests=False))
     assert read_evidence(write_raw(tmp_path, as_version_1(evidence))) == evidence
 
 
@@ -155,7 +225,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     with pytest.raises(DifftestError) as info:
         read_evidence(write_raw(tmp_path, raw))
     assert "schema version '99'" in info.value.problem
-    assert "'1', '2', '3'" in info.value.problem
+    assert "'1', '2', '3', '4', '5', '6'" in info.value.problem
     assert info.value.hint
 
 
@@ -164,10 +234,12 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "4"}', "schema version '4'"),
+        ('{"schema_version": "7"}', "schema version '7'"),
         ("{}", "schema version None"),
-        ('{"schema_version": "3"}', "invalid evidence file"),
         ('{"schema_version": "2"}', "invalid evidence file"),
+        ('{"schema_version": "3"}', "invalid evidence file"),
+        ('{"schema_version": "5"}', "invalid evidence file"),
+        ('{"schema_version": "6"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )
@@ -198,3 +270,11 @@ def test_a_non_integer_counter_in_a_run_is_refused(tmp_path: Path) -> None:
     raw["runs"]["main"][0]["totals"]["num_drafts"] = 4.5
     with pytest.raises(DifftestError, match=r"runs\.main\.0\.totals\.num_drafts"):
         read_evidence(write_raw(tmp_path, raw))
+
+
+def test_a_lone_surrogate_from_a_branch_is_written_and_reads_back(tmp_path: Path) -> None:
+    """No UTF-8 file can hold one: it is written as its JSON escape, so writing never fails."""
+    evidence = make_evidence(results=[make_result("error", error="bad \udcff byte")])
+    path = write_evidence(evidence, tmp_path / "evidence.json")
+    assert "\\udcff" in path.read_text(encoding="utf-8")
+    assert read_evidence(path) == evidence

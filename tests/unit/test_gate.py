@@ -10,11 +10,13 @@ import math
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
 from difftest.core.gate import compare_for_gate, distance, gate_exit_code
 from difftest.core.records import Difference, Result, Verdict
 from difftest.reports.gate_markdown import render_gate_markdown
+from difftest.reports.gate_terminal import render_gate_terminal
 from tests.factories import EMITTED, LABEL, SCENARIO, make_expected, make_result, make_totals
 
 
@@ -125,9 +127,43 @@ def test_worse_wins_over_unmeasured() -> None:
     assert gate_exit_code(outcome, head) == EXIT_FAILED
 
 
-def test_base_error_gives_nothing_to_compare() -> None:
-    outcome = compare_for_gate([result("error")], [result("diverge", num_drafts=3)])
+def test_base_error_gives_nothing_to_compare_and_exits_3_naming_it() -> None:
+    head = [result("diverge", num_drafts=3)]
+    outcome = compare_for_gate([result("error")], head)
     assert not outcome.worse and outcome.compared == 0
+    (finding,) = outcome.base_unmeasured
+    assert finding.text == "could not measure the base: ImportError: boom"
+    assert gate_exit_code(outcome, head) == EXIT_UNMEASURED
+    md = render_gate_markdown(outcome, "main", "head")
+    assert "could not measure the base (main)" in md and "ImportError: boom" in md
+    assert "matches" not in md and "not worse" not in md
+
+
+def test_a_base_that_ran_nothing_is_unmeasured() -> None:
+    """Every base run missing from the results (say, its environment failed before any run)."""
+    outcome = compare_for_gate([result("error", label="r1"), result("error", label="r2")], [])
+    assert [f.label for f in outcome.base_unmeasured] == ["r1", "r2"]
+    assert gate_exit_code(outcome, []) == EXIT_UNMEASURED
+
+
+def test_nothing_compared_is_never_a_pass() -> None:
+    """Head results with no base counterpart at all: nothing was compared, so no claim is made."""
+    head = [result(label="only-on-head")]
+    outcome = compare_for_gate([], head)
+    assert outcome.compared == 0 and not outcome.worse
+    assert gate_exit_code(outcome, head) == EXIT_UNMEASURED
+    md = render_gate_markdown(outcome, "main", "head")
+    assert "nothing was compared" in md and "matches" not in md
+
+
+def test_a_broken_run_is_listed_only_as_worse() -> None:
+    """Closer to the oracle on a counter, but broken: never also listed under "Better than the base"."""
+    base = result("diverge", num_emitted_tokens=14)
+    head = result("broken", num_emitted_tokens=12)
+    outcome = compare_for_gate([base], [head])
+    assert outcome.worse and not outcome.improved and not outcome.unchanged
+    assert [f.kind for f in outcome.findings] == ["broken"]
+    assert "Better than the base" not in render_gate_markdown(outcome, "main", "head")
 
 
 def test_scenario_missing_on_head_is_unmeasured() -> None:
@@ -168,3 +204,14 @@ def test_markdown_when_not_worse_and_unmeasured() -> None:
     assert "matches the oracle" in ok
     unmeasured = render_gate_markdown(compare_for_gate([result()], [result("error")]), "main", "head")
     assert "could not measure" in unmeasured.lower() and "ImportError: boom" in unmeasured
+
+
+def test_the_gate_outcome_for_a_person_reads_as_lines_that_are_never_cut() -> None:
+    base = [make_result("pass", label="order:a,b"), make_result("pass", label="order:b,a")]
+    head = [make_result("broken", label="order:a,b"), make_result("pass", label="order:b,a")]
+    console = Console(record=True, width=60)
+    render_gate_terminal(compare_for_gate(base, head), "main", "pr-56195-style", console)
+    text = console.export_text()
+    assert text.startswith("✗ difftest gate: pr-56195-style is worse than main")
+    assert "Why it is worse (1)" in text and "[order:a,b]" in text
+    assert "…" not in text and max(len(line.rstrip()) for line in text.splitlines()) <= 60

@@ -159,6 +159,24 @@ def test_lost_stats_in_a_step_are_flagged() -> None:
     assert [v.measured for v in lost] == [1, 0]
     assert [v.expected for v in lost] == [2, 1]
     assert "no spec stats at all" in lost[1].detail and "p, q" in lost[0].detail
+    # p and q contributed the same counts: which one was kept cannot be told; with no stats, all were lost.
+    assert [v.requests for v in lost] == [[], ["p"]]
+
+
+def test_lost_stats_name_the_request_whose_row_is_missing() -> None:
+    # p verified 3 drafts (all accepted), q 3 drafts (1 accepted); the step's one row is q's: p was lost.
+    step = make_step(
+        1,
+        scheduled=["p", "g", "q"],
+        drafts={"p": [1, 2, 3], "g": [-1, -1, -1], "q": [4, 5, 6]},
+        invalid={"g": 3},
+        sampled={"p": [1, 2, 3, 9], "g": [7], "q": [4, 9]},
+        emitted={},
+        stats=make_step_stats(num_accepted_tokens=1, num_accepted_tokens_per_pos=[1, 0, 0]),
+    )
+    (lost,) = [v for v in check([run("order:p,g,q", counts(1, 3, 1), [step])])["order:p,g,q"] if v.invariant == "stats-lost"]
+    assert lost.requests == ["p"]
+    assert lost.detail.endswith("but the step reports 1 row(s); lost: p")
 
 
 def test_all_invalid_row_is_not_required() -> None:

@@ -112,3 +112,32 @@ def test_every_shipped_scenario_has_consistent_oracle(scenario: Scenario) -> Non
         assert sum(batch.num_accepted_tokens_per_pos) == batch.num_accepted_tokens
         assert sum(batch.num_draft_tokens_per_pos) == batch.num_draft_tokens
         assert batch.num_drafts <= batch.num_emitted_tokens <= batch.num_accepted_tokens + batch.num_drafts
+
+
+def test_skipped_drafting_is_no_row_and_a_plain_decode_step() -> None:
+    # perfect drafts (k=3): prefill x, step 1 abc+d, step 2 SKIPPED (one token e), step 3 fgh+i; max_tokens 10
+    scenario = _one("xabcdefghijk", [], max_tokens=10)
+    data = scenario.probe_data()
+    data["requests"][0]["drafter"] = {"kind": "scripted", "steps": [], "then": "perfect", "skipped": [2]}
+    played = play_request(data, "r")
+    rows = [(v.real_drafts, v.scheduled_drafts, v.emitted, v.drafting_skipped) for v in played.verifications]
+    assert rows == [(3, 3, 4, False), (0, 0, 1, True), (3, 3, 4, False)]
+    assert played.output == script.tokens("xabcdefghi") and played.finish == "length"
+
+
+def test_the_runner_zero_fills_k_drafts_with_a_real_token() -> None:
+    req = {"id": "r", "drafter": {"kind": "random", "acceptance": 1.0, "skipped": [1]}}
+    target = script.tokens("abcdef")
+    assert script.runner_drafts(req, 0, 3, target, 1, 0) == ([script.ZERO_FILL] * 3, True)
+    assert script.runner_drafts(req, 0, 3, target, 1, 1) == (target[1:4], False)
+    # Where the target has token 0, the verifier accepts a zero-fill draft: the scheduler cannot tell padding.
+    assert script.VOCAB[script.ZERO_FILL] == "<pad>"
+    assert script.verify(script.tokens("<pad>ab"), 0, [0, 0]) == script.tokens("<pad>a")
+
+
+def test_shipped_drafter_skip_scenario_counts_no_row_for_the_skipped_steps() -> None:
+    (scenario,) = [s for s in load_scenarios(SCENARIOS) if s.name == "drafter-skip"]
+    totals = expected_totals(scenario, ["long", "short"])
+    # long: 3 rows of 3 drafts (steps 1, 4, 5; 2 and 3 skipped); short: 2 rows; every row emits 4 tokens
+    assert (totals.num_drafts, totals.num_draft_tokens, totals.num_emitted_tokens) == (5, 15, 20)
+    assert expected_totals(scenario, ["long"], "lenient") == expected_totals(scenario, ["long"], "strict")

@@ -152,3 +152,91 @@ def test_record_writer_stamps_every_record_and_counts_runs() -> None:
     assert (records[1]["status"], records[1]["totals"], records[1]["role"]) == ("ok", {"num_drafts": 1}, "batch")
     assert (records[2]["status"], records[2]["totals"], records[2]["steps"]) == ("error", None, [])
     assert records[3]["runs"] == 2
+
+
+# -- the persistent probe's loop (`serve_stream`): job after job on one session --------
+
+
+class CountingSession:
+    """A session that records what it played; the scheduler tier's real session is tested in tests/tiers."""
+
+    def __init__(self, job: protocol.Job) -> None:
+        self.work_dir = job["work_dir"]
+        self.played: list[str] = []
+
+    def header_info(self) -> dict[str, Any]:
+        return {"import_s": 0.5, "session": "counting"}
+
+    def play(self, scenario: protocol.JobScenario, run: protocol.PlannedRun) -> protocol.RunResult:
+        self.played.append(f"{scenario['name']}/{run['label']}")
+        if scenario["name"] == "raises":
+            raise KeyError(run["label"])
+        return {**RESULT, "notes": {"played": len(self.played)}}
+
+
+def served_job(*names: str, work_dir: str = "w", entry: str = "scheduler") -> str:
+    run: protocol.PlannedRun = {"label": "order:a", "order": ["a"], "role": "batch"}
+    job = {
+        "protocol": protocol.PROTOCOL_VERSION,
+        "entry": entry,
+        "work_dir": work_dir,
+        "run_timeout_s": None,
+        "scenarios": [{"name": n, "file": f"{n}.yaml", "data": {}, "runs": [run]} for n in names],
+    }
+    return json.dumps(job) + "\n"
+
+
+def serve(jobs: str, start: Callable[[protocol.Job], Any] | None = None) -> tuple[int, list[list[dict[str, Any]]], list[Any]]:
+    """Run the loop on `jobs`; its exit code, each job's answer (header .. trailer) and the sessions started."""
+    sessions: list[Any] = []
+
+    def default_start(job: protocol.Job) -> CountingSession:
+        sessions.append(CountingSession(job))
+        return sessions[-1]
+
+    channel = io.StringIO()
+    code = protocol.serve_stream(io.StringIO(jobs), channel, "n0nce", start or default_start)
+    answers: list[list[dict[str, Any]]] = []
+    for record in (json.loads(line) for line in channel.getvalue().splitlines()):
+        if record["kind"] == "header":
+            answers.append([])
+        answers[-1].append(record)
+    return code, answers, sessions
+
+
+def test_the_served_probe_answers_each_job_on_one_session() -> None:
+    code, answers, sessions = serve(served_job("one") + "\n" + served_job("two", "raises"))
+    assert code == 0 and len(sessions) == 1, "the session (vLLM imported) starts once"
+    assert [[r["kind"] for r in a] for a in answers] == [["header", "run", "trailer"], ["header", "run", "run", "trailer"]]
+    assert all(r["nonce"] == "n0nce" for a in answers for r in a)
+    # Each answer stands alone: its own header, and a trailer counting only its own runs.
+    assert [a[-1]["runs"] for a in answers] == [1, 2]
+    assert answers[0][0]["import_s"] == 0.5 and answers[1][0]["info"] == {"session": "counting"}
+    second = answers[1]
+    assert (second[1]["status"], second[1]["notes"]) == ("ok", {"played": 2})
+    assert second[2]["status"] == "error" and second[2]["failure"]["summary"] == "KeyError: 'order:a'"
+    assert sessions[0].played == ["one/order:a", "two/order:a", "raises/order:a"]
+
+
+def test_an_empty_job_is_answered_with_header_and_trailer() -> None:
+    """The host's warm-up: the session starts, nothing is played."""
+    code, answers, _ = serve(served_job())
+    assert code == 0 and [[r["kind"] for r in a] for a in answers] == [["header", "trailer"]]
+
+
+def test_a_session_that_cannot_start_exits_3() -> None:
+    def fail(_job: protocol.Job) -> Any:
+        raise ImportError("no vllm here")
+
+    code, answers, _ = serve(served_job("one"), start=fail)
+    assert (code, answers) == (3, [])
+
+
+@pytest.mark.parametrize(
+    "second, why",
+    [("{not json\n", "not JSON"), (json.dumps({"protocol": 1}) + "\n", "old protocol"), (served_job("x", work_dir="other"), "other work_dir")],
+)
+def test_a_job_the_probe_cannot_serve_ends_it_with_2(second: str, why: str) -> None:
+    code, answers, _ = serve(served_job("one") + second + served_job("never"))
+    assert code == 2, why
+    assert len(answers) == 1 and answers[0][-1]["kind"] == "trailer", "the answers before it are whole"

@@ -25,7 +25,16 @@ from difftest.reports.junit import render_junit
 from difftest.reports.markdown import MAX_CHARS, render_markdown
 from difftest.reports.terminal import render_terminal
 from difftest.reports.views import reasons_for, scenario_views, verdict_cell
-from tests.factories import make_evidence, make_expected, make_result, make_run, make_totals, make_violation
+from tests.factories import (
+    make_evidence,
+    make_expected,
+    make_result,
+    make_run,
+    make_stack_branch,
+    make_totals,
+    make_transplanted_branch,
+    make_violation,
+)
 
 XSS = "<script>alert(1)</script>"
 QUOTES = "\"'&"
@@ -74,6 +83,9 @@ def test_views_summarize_labels_and_flag_cells() -> None:
     views = {v.name: v for v in scenario_views(report_evidence())}
     grammar = views[GRAMMAR]
     assert grammar.canonical == ORDERS[0] and grammar.labels == ORDERS
+    # The table shows the most severe run (racy's broken order), not the first one, and says why.
+    assert (grammar.shown, grammar.shown_why) == (ORDERS[1], "broken on racy")
+    assert grammar.short[grammar.branches.index("racy")].text == "broken 1/2"
     racy = grammar.branches.index("racy")
     assert grammar.verdicts[racy].text == "broken (1/2 runs)"
     assert grammar.verdicts[racy].verdict == "broken"
@@ -132,12 +144,15 @@ def terminal_text(evidence: Evidence) -> str:
 def test_terminal_shows_tables_verdicts_summary_and_reading() -> None:
     text = terminal_text(report_evidence())
     assert "oracle" in text and "could not measure" in text
-    assert "broken (1/2 runs)" in text
+    assert "broken 1/2" in text
     assert "13 *" in text  # the diverging cell is marked even without colours
     assert "order-independence: request a lost" in text
     assert "on 1/2 runs: order:b,a" in text
-    assert "summary" in text and "reading" in text and "strict" in text
+    assert "summary" in text and "reading strict" in text and "conclusion (strict reading)" in text
     assert "mean acceptance length" in text and "3.2500" in text and "2.7500" in text
+    # Summary last, like pytest: the grid, then the conclusion, end the output.
+    assert text.index("counter") < text.index("summary") < text.index("verdicts") < text.index("conclusion")
+    assert text.rstrip().splitlines()[-1].startswith("→")
 
 
 def test_terminal_does_not_interpret_markup_in_branch_names() -> None:
@@ -154,8 +169,9 @@ def test_terminal_does_not_interpret_markup_in_branch_names() -> None:
 
 def test_markdown_order_and_content() -> None:
     md = render_markdown(report_evidence())
-    assert md.index("### Summary") < md.index("### Verdicts") < md.index("### Details")
-    assert "| main | 2 | 1 | 0 | 0 |" in md
+    assert md.index("### Conclusion") < md.index("### Branches") < md.index("### Verdicts") < md.index("### Details")
+    assert "Reproduce: `difftest verify evidence.json`" in md
+    assert "| main | refs/main |  | 2 | 1 | 0 | 0 |" in md
     assert "| grammar | scheduler | ✅ pass (2/2 runs) | ✅ pass (2/2 runs) | ❌ broken (1/2 runs) |" in md
     assert "| num\\_emitted\\_tokens | 13 | 11 |" in md
     assert "**strict**" in md
@@ -173,7 +189,8 @@ def test_markdown_escapes_branch_controlled_strings() -> None:
     assert len(grid) == 3
     for line in grid:
         assert len(re.findall(r"(?<!\\)\|", line)) == 2 + 4 + 1
-    assert "| evil\\|&lt;script&gt;alert(1)&lt;/script&gt;\"'&amp; | 0 | 0 | 0 | 3 |" in md
+    assert "| evil\\|&lt;script&gt;alert(1)&lt;/script&gt;\"'&amp; | refs/evil\\|" in md
+    assert md.count("| 0 | 0 | 0 | 3 |") == 1
 
 
 def test_md_escape_and_printable() -> None:
@@ -192,10 +209,14 @@ def test_markdown_error_text_cannot_close_its_fence() -> None:
 
 def test_markdown_fits_a_comment() -> None:
     evidence = report_evidence()
-    many = unmeasured("main", EOS, "scheduler", "EOS cut", [f"o{i}" for i in range(3000)], "x" * 100, "strict")
+    many = [
+        r for i in range(3000) for r in unmeasured("main", EOS, "scheduler", "EOS cut", [f"o{i}"], f"{'x' * 100} {i}", "strict")
+    ]
     md = render_markdown(evidence.model_copy(update={"results": evidence.results + many}))
     assert len(md) <= MAX_CHARS
     assert "left out to fit a comment" in md
+    # What is dropped is the least severe: the broken result is still there, diverges went first.
+    assert "racy · run order:b,a: broken" in md
 
 
 # -- html ---------------------------------------------------------------------
@@ -227,6 +248,7 @@ def test_junit_parses_back_with_right_counts() -> None:
     (failure,) = racy.iter("failure")
     assert failure.get("type") == "broken"
     assert failure.get("message") == "order-independence: request a lost"
+    assert all(float(c.get("time")) >= 0 for c in root.iter("testcase"))
     case_names = [c.get("name") for c in suites["main"].findall("testcase")]
     assert case_names == ["eos[order:a]", "grammar[order:a,b]", "grammar[order:b,a]"]
     assert {c.get("classname") for c in suites["main"].findall("testcase")} == {"main"}
@@ -258,3 +280,16 @@ def test_write_reports_writes_four_files(tmp_path: Path) -> None:
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths.values())
     assert read_evidence(paths["evidence"]) == evidence
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["evidence.json", "junit.xml", "report.html", "report.md"]
+
+
+def test_reports_say_what_transplanted_branches_and_stacks_were_built_from() -> None:
+    evidence = make_evidence(
+        branches={"main": BranchEvidence(ref="main", sha="a" * 40), "pr": make_transplanted_branch(), "both": make_stack_branch()}
+    )
+    markdown = render_markdown(evidence)
+    branches = markdown[markdown.index("### Branches"):]
+    assert "| branch | built from | commit |" in branches
+    assert "2 commit(s) of pull/7/head (777777777777) replayed from merge-base 555555555555" in branches
+    assert "| both | stack: pr + fix |" in branches and "| main | main | `aaaaaaaaaaaa` |" in branches
+    html = render_html(evidence)
+    assert "stack: pr + fix" in html and "replayed from merge-base 555555555555" in html

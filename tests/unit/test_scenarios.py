@@ -135,6 +135,8 @@ def test_orders_must_run_something_and_each_order_once(
         ({"target": "ab", "max_tokens": 9}, ["requests.r", "too short"]),
         ({"target": "maybe<eos>", "grammar": {"choice": ["yes"]}}, ["requests.r", "grammar"]),
         ({"id": "a,b"}, ["id", "run labels"]),
+        ({"drafter": {"kind": "scripted", "steps": ["b"], "skipped": [0]}}, ["drafter.scripted.skipped", "counted from 1"]),
+        ({"drafter": {"kind": "random", "acceptance": 1, "skipped": [2, 2]}}, ["drafter.random.skipped", "distinct"]),
     ],
 )
 def test_request_errors(tmp_path: Path, req: dict[str, Any], words: list[str]) -> None:
@@ -155,6 +157,14 @@ def test_async_drafter_must_propose_k(tmp_path: Path) -> None:
     data = {**GOOD, "draft_path": "async"}
     with pytest.raises(ConfigError, match="exactly k=2"):
         load_scenario(_write(tmp_path, data))
+
+
+def test_drafter_skips_are_played_on_the_sync_path_only(tmp_path: Path) -> None:
+    request = {**GOOD["requests"][0], "drafter": {"kind": "scripted", "steps": ["bc"], "then": "perfect", "skipped": [1]}}
+    with pytest.raises(ConfigError, match=r"requests \['r'\]: `drafter.skipped` is played on the sync path only"):
+        load_scenario(_write(tmp_path, {**GOOD, "draft_path": "async", "requests": [request]}))
+    request["drafter"] = {"kind": "scripted", "steps": ["b"], "skipped": [1]}
+    assert load_scenario(_write(tmp_path, {**GOOD, "requests": [request]})).requests[0].drafter.skipped == [1]
 
 
 def test_scenario_names_must_be_unique_in_a_folder(tmp_path: Path) -> None:

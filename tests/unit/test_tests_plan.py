@@ -184,14 +184,17 @@ def test_summary_words() -> None:
 
 
 def test_verify_names_every_test_whose_outcome_changed() -> None:
-    from difftest.cli.verify import test_differences as outcome_changes
-    from tests.factories import make_test_record
+    from difftest.core.reproduction import evidence_differences
+    from tests.factories import make_evidence, make_test_record
+
+    def with_tests(records):
+        return make_evidence(tests=records)
 
     recorded = [make_test_record(), make_test_record(code="pr-b")]
     rerun = [make_test_record(outcome="failed", judgement="regression"), make_test_record(code="pr-c")]
-    assert outcome_changes(recorded, rerun) == [
-        "main/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: outcome passed -> failed",
-        "pr-b/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: not re-run",
-        "pr-c/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: not in the evidence",
+    assert evidence_differences(with_tests(recorded), with_tests(rerun)) == [
+        "main/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: test outcome passed (pass) -> failed (regression)",
+        "pr-b/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: test not re-run",
+        "pr-c/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: test not in the evidence",
     ]
-    assert outcome_changes(recorded, recorded) == []
+    assert evidence_differences(with_tests(recorded), with_tests(recorded)) == []

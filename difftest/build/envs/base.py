@@ -19,19 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from difftest.core import paths
 from difftest.core.config import BaseSpec
 from difftest.build.envs.fingerprint import (
     platform_tag,
     read_fingerprint,
     sha256_bytes,
-    sha256_file,
     write_fingerprint,
 )
+from difftest.build.envs.locks import env_lock
+from difftest.build.envs.identity import IDENTITY_VERSION, find_record, wheel_identity
 from difftest.build.envs.sources import wheel_source_args
 from difftest.build.envs.uvtool import run_uv
+from difftest.build.envs.wheel_base import requirement_identity
 from difftest.core.errors import EnvironmentBuildError
 
 Log = Callable[[str], None]
@@ -86,7 +86,7 @@ def resolve_interpreter(spec: BaseSpec) -> tuple[str, str]:
 def base_key(spec: BaseSpec, python_version: str) -> str:
     """What makes two bases interchangeable; names the folder."""
     ident = {
-        "requirement": spec.requirement,
+        "requirement": requirement_identity(spec.requirement),
         "python": python_version,
         "platform": platform_tag(),
         "exclude": sorted(spec.exclude),
@@ -99,8 +99,8 @@ def ensure_base(spec: BaseSpec, log: Log = lambda _msg: None) -> BaseEnv:
     interpreter, version = resolve_interpreter(spec)
     key = base_key(spec, version)
     path = paths.envs_dir() / f"base-{key}"
-    with FileLock(str(paths.locks_dir() / f"base-{key}.lock")):
-        found = _trusted(path, key)
+    with env_lock(path.name):
+        found = _trusted(path, key, spec.package)
         if found is not None:
             return found
         if path.exists():
@@ -110,15 +110,28 @@ def ensure_base(spec: BaseSpec, log: Log = lambda _msg: None) -> BaseEnv:
         return _build(spec, interpreter, key, path, log)
 
 
-def _trusted(path: Path, key: str) -> BaseEnv | None:
+def _trusted(path: Path, key: str, package: str) -> BaseEnv | None:
+    """The finished base at `path`, its files found under `path` itself (a copied or moved cache
+    works), identified by its wheel (`identity.py`); None if it is not a finished base."""
     fingerprint = read_fingerprint(path)
     if not fingerprint or fingerprint.get("key") != key or fingerprint.get("kind") != "base":
         return None
     python = path / "bin" / "python"
-    site = Path(fingerprint["site_packages"])
-    if not python.exists() or not site.is_dir():
+    site = _site_packages(path)
+    if not python.exists() or site is None:
         return None
+    fingerprint = {**fingerprint, "site_packages": str(site)}
+    if fingerprint.get("identity") != IDENTITY_VERSION:
+        record = find_record(site, package)
+        if record is None:
+            return None
+        fingerprint.update(wheel_hash=wheel_identity(record), identity=IDENTITY_VERSION)
     return BaseEnv(path=path, python=python, site_packages=site, fingerprint=fingerprint)
+
+
+def _site_packages(env: Path) -> Path | None:
+    found = sorted(env.glob("lib/python3*/site-packages"))
+    return found[0] if len(found) == 1 else None
 
 
 def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> BaseEnv:
@@ -160,7 +173,8 @@ def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> 
         "platform": platform_tag(),
         "torch": info["torch"],
         "vllm_version": info["vllm_version"],
-        "wheel_hash": sha256_file(Path(info["record"])) if info["record"] else None,
+        "wheel_hash": wheel_identity(Path(info["record"])) if info["record"] else None,
+        "identity": IDENTITY_VERSION,
         "lock_hash": sha256_bytes(lock.encode()),
         "exclude": sorted(spec.exclude),
         "site_packages": info["site_packages"],

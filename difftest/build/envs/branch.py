@@ -10,8 +10,9 @@ fresh interpreter (`bin/python`) whose `.pth` puts, in order,
    runs inside a branch;
 3. the base's site-packages (torch, transformers, xgrammar, ...).
 
-A branch that changes native code (csrc/, cmake/, CMakeLists.txt, setup.py) is
-refused: the base's binaries would not match it. Each environment is built in
+A branch that changes native code (csrc/, cmake/, CMakeLists.txt, setup.py, a
+compiled file or native source anywhere, any binary file) is refused: the
+base's binaries would not match it, and a binary overlay is not Python. Each environment is built in
 a temporary folder and renamed into place only when complete.
 """
 
@@ -33,9 +34,11 @@ import git
 from difftest.core import paths
 from difftest.build.envs.base import BaseEnv, Log
 from difftest.build.envs.fingerprint import canonical_hash, read_fingerprint, sha256_bytes, tree_digest, write_fingerprint
+from difftest.build.envs.integrity import check_manifest, make_manifest
+from difftest.build.envs.locks import env_lock
 from difftest.build.envs.uvtool import run_uv
 from difftest.core.errors import EnvironmentBuildError, NativeCodeChanged
-from difftest.build.refs import ResolvedBranch, changed_files, native_changes, read_blob
+from difftest.build.refs import ResolvedBranch, binary_paths, changed_files, native_changes, read_blob
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 PTH_NAME = "difftest_overlay.pth"
@@ -71,25 +74,37 @@ def ensure_branch_env(
     base_ref: str,
     log: Log = lambda _msg: None,
 ) -> BranchEnv:
-    """Reuse the environment of this (branch SHA, base, probe) or build it."""
+    """Reuse the environment of this (branch SHA, base, probe) if it still holds what was built
+    (`integrity.py`), or build it. The environment's lock is held throughout, so a concurrent
+    build waits and `envs --prune` skips it."""
     key = branch_key(base, branch.sha)
     final = paths.envs_dir() / f"branch-{branch.sha[:12]}-{key}"
-    fingerprint = read_fingerprint(final)
-    if fingerprint and fingerprint.get("key") == key and (final / "bin" / "python").exists():
-        return BranchEnv(branch.name, final, final / "bin" / "python", _named(fingerprint, branch))
-    if final.exists():
-        shutil.rmtree(final, ignore_errors=True)
+    with env_lock(final.name):
+        fingerprint = read_fingerprint(final)
+        if fingerprint and fingerprint.get("key") == key and (final / "bin" / "python").exists():
+            problem = check_manifest(final, fingerprint.get("manifest"), base.vllm_dir)
+            if problem is None:
+                return BranchEnv(branch.name, final, final / "bin" / "python", _named(fingerprint, branch))
+            log(f"{branch.name}: environment {final.name} is corrupt ({problem}): rebuilding it")
+        if final.exists():
+            shutil.rmtree(final, ignore_errors=True)
+        return _build(base, repo, branch, base_ref, key, final, log)
 
+
+def _build(
+    base: BaseEnv, repo: git.Repo, branch: ResolvedBranch, base_ref: str, key: str, final: Path, log: Log
+) -> BranchEnv:
     started = time.monotonic()
     base_sha = repo.commit(base_ref).hexsha
     changes = changed_files(repo, base_sha, branch.sha)
-    native = native_changes(changes)
+    native = native_changes(changes, binary_paths(repo, base_sha, branch.sha))
     if native:
         shown = ", ".join(native[:8]) + (" ..." if len(native) > 8 else "")
         raise NativeCodeChanged(
             f"branch {branch.name!r} ({branch.sha[:12]}) changes native code relative to {base_ref}: {shown}",
-            "compare branches whose compiled code matches the base release, or build that branch's vLLM "
-            "yourself and point `base.requirement` at it",
+            "compare branches whose compiled code matches the base release (a pull request on a later main: "
+            "`transplant: true` replays only its own commits), or point `base.requirement` at a wheel built from "
+            "that code (GPU: the per-commit wheel of its merge-base)",
         )
     python_changes = [c for c in changes if c.path.startswith("vllm/")]
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
@@ -121,13 +136,14 @@ def ensure_branch_env(
             "build_s": round(time.monotonic() - started, 2),
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        fingerprint["fingerprint_hash"] = canonical_hash(fingerprint)
         _check_overlay(tmp, python_changes)
+        fingerprint["manifest"] = make_manifest(tmp, base.vllm_dir, site / PTH_NAME)
+        fingerprint["fingerprint_hash"] = canonical_hash(fingerprint)
         write_fingerprint(tmp, fingerprint)
         try:
             os.rename(tmp, final)
         except OSError:
-            # Another process finished the same environment first: theirs is as good as ours.
+            # A difftest without the environment lock finished the same environment first.
             if read_fingerprint(final) is None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)

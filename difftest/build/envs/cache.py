@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import Timeout
+
 from difftest.core import paths
 from difftest.build.envs.branch import probe_digest
 from difftest.build.envs.fingerprint import read_fingerprint
+from difftest.build.envs.integrity import check_manifest
+from difftest.build.envs.locks import env_lock, owner_name
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,11 @@ def list_envs(with_sizes: bool = True) -> list[CachedEnv]:
             stale = "its base environment is gone"
         elif kind == "branch" and fp.get("probe_digest") != current_probe:
             stale = "built with an older probe"
+        elif kind == "branch" and not fp.get("manifest"):
+            stale = "built by an older difftest (no manifest of its files)"
+        elif kind == "branch":
+            problem = check_manifest(path, fp.get("manifest"), _base_vllm(fp))
+            stale = f"corrupt: {problem}" if problem else None
         size = own_bytes(path, shared_ok=(kind != "branch")) if with_sizes else 0
         found.append(CachedEnv(path, kind, fp, size, stale))
     return found
@@ -78,9 +87,28 @@ def _base_alive(branch_fp: dict[str, Any]) -> bool:
     return bool(base_fp) and base_fp.get("key") == branch_fp.get("base", {}).get("key")
 
 
-def prune(everything: bool = False) -> list[CachedEnv]:
-    """Remove stale environments (or all of them); return what was removed."""
-    removed = [env for env in list_envs(with_sizes=False) if everything or env.stale_reason]
-    for env in removed:
-        shutil.rmtree(env.path, ignore_errors=True)
-    return removed
+def _base_vllm(branch_fp: dict[str, Any]) -> Path:
+    base = Path(branch_fp.get("base_path", "/nonexistent"))
+    found = sorted(base.glob("lib/python3*/site-packages"))
+    return (found[0] if found else base) / "vllm"
+
+
+def prune(everything: bool = False) -> tuple[list[CachedEnv], list[CachedEnv]]:
+    """Remove stale environments (or all of them): (removed, skipped because another process
+    holds the environment's lock - it is being built or checked right now)."""
+    removed, skipped = [], []
+    for env in list_envs(with_sizes=False):
+        if not (everything or env.stale_reason):
+            continue
+        lock = env_lock(owner_name(env.path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            skipped.append(env)
+            continue
+        try:
+            shutil.rmtree(env.path, ignore_errors=True)
+        finally:
+            lock.release()
+        removed.append(env)
+    return removed, skipped

@@ -4,7 +4,15 @@ Everything here runs real git through GitPython and writes commits with a fixed
 identity and date, so a branch spec gives the same SHA on every machine.
 """
 
-from difftest.build.refs.diff import NATIVE_PATHS, Change, changed_files, native_changes, read_blob, touches
+from difftest.build.refs.diff import (
+    NATIVE_PATHS,
+    Change,
+    binary_paths,
+    changed_files,
+    native_changes,
+    read_blob,
+    touches,
+)
 from difftest.build.refs.fixture import (
     build_fixture_repo,
     ensure_fixture_repo,
@@ -13,15 +21,20 @@ from difftest.build.refs.fixture import (
     fixture_repo_path,
     source_digest,
 )
-from difftest.build.refs.patches import BRANCH_PREFIX, PatchInfo, ResolvedBranch, resolve_branch
+from difftest.build.refs.branch import BRANCH_PREFIX, BranchContext, ResolvedBranch, resolve_branch
+from difftest.build.refs.patches import PatchInfo
+from difftest.build.refs.transplant import CommitStep, TransplantInfo
 from difftest.build.refs.repo import fetch, open_repo, repo_label, resolve_ref
 
 __all__ = [
     "BRANCH_PREFIX",
     "NATIVE_PATHS",
+    "BranchContext",
     "Change",
+    "CommitStep",
     "PatchInfo",
     "ResolvedBranch",
+    "binary_paths",
     "build_fixture_repo",
     "changed_files",
     "ensure_fixture_repo",
@@ -37,4 +50,5 @@ __all__ = [
     "resolve_ref",
     "source_digest",
     "touches",
+    "TransplantInfo",
 ]

@@ -8,6 +8,7 @@ changed; these helpers answer both questions from two commits.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +22,8 @@ from difftest.build.refs.repo import repo_label, resolve_ref
 
 #: Paths of vLLM's repository that feed the compiled extensions.
 NATIVE_PATHS = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
+#: Compiled files and native sources wherever they are (`vllm/_C.abi3.so`, a kernel next to Python code).
+NATIVE_FILE = re.compile(r"\.(so|pyd|dylib|dll)(\.\d+)*$|\.(cu|cuh|c|cc|cpp|cxx|h|hh|hpp|hip)$")
 
 
 @dataclass(frozen=True)
@@ -33,16 +36,7 @@ class Change:
 
 def changed_files(repo: git.Repo, base: str, head: str) -> list[Change]:
     """Files that differ between two revisions, in git's path order (POSIX, repository-relative)."""
-    base_sha, head_sha = resolve_ref(repo, base), resolve_ref(repo, head)
-    try:
-        # diff-tree is plumbing: diff.renames, diff.relative and friends in the user's config don't apply.
-        out = repo.git.diff_tree("-r", "-z", "--no-renames", "--name-status", base_sha, head_sha)
-    except GitCommandError as exc:
-        raise RefError(
-            f"cannot diff {base} against {head} in {repo_label(repo)}: {git_message(exc)}",
-            f"check that {repo_label(repo)} is intact (`git fsck`)",
-        ) from None
-    fields = out.split("\0")
+    fields = _diff_tree(repo, base, head, "--name-status").split("\0")
     changes = []
     for status, path in zip(fields[0::2], fields[1::2]):
         if status:
@@ -89,6 +83,35 @@ def touches(changes: Iterable[Change], prefixes: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(c.path for c in changes if any(_under(c.path, p) for p in prefixes)))
 
 
-def native_changes(changes: Iterable[Change]) -> list[str]:
-    """The changed paths that feed compiled code: a Python overlay cannot reproduce these."""
-    return touches(changes, NATIVE_PATHS)
+def native_changes(changes: Iterable[Change], binary: Iterable[str] = ()) -> list[str]:
+    """The changed paths a Python overlay cannot reproduce: anything that feeds or is compiled code,
+    and (`binary`, from `binary_paths`) any file git sees as binary."""
+    changes = list(changes)
+    found = touches(changes, NATIVE_PATHS) + [c.path for c in changes if NATIVE_FILE.search(c.path)]
+    return list(dict.fromkeys([*found, *binary]))
+
+
+def binary_paths(repo: git.Repo, base: str, head: str) -> list[str]:
+    """The changed files git diffs as binary between two revisions (`--numstat` prints `-` for them)."""
+    found = []
+    for entry in _diff_tree(repo, base, head, "--numstat").split("\0"):
+        added, _, rest = entry.partition("\t")
+        deleted, _, path = rest.partition("\t")
+        if added == "-" and deleted == "-" and path:
+            found.append(path)
+    return found
+
+
+def _diff_tree(repo: git.Repo, base: str, head: str, form: str) -> str:
+    """`git diff-tree -r -z --no-renames FORM base head`, NUL-separated.
+
+    diff-tree is plumbing: diff.renames, diff.relative and friends in the user's config don't apply.
+    """
+    base_sha, head_sha = resolve_ref(repo, base), resolve_ref(repo, head)
+    try:
+        return repo.git.diff_tree("-r", "-z", "--no-renames", form, base_sha, head_sha)
+    except GitCommandError as exc:
+        raise RefError(
+            f"cannot diff {base} against {head} in {repo_label(repo)}: {git_message(exc)}",
+            f"check that {repo_label(repo)} is intact (`git fsck`)",
+        ) from None

@@ -8,6 +8,10 @@
   every step's `SchedulerStats` the way any production logger does.
 - `prometheus_spec_counters` reads the Prometheus counters via `get_metrics()`;
   they are cumulative per process, so a run's value is a delta.
+- `RunnerTap` wraps the model runner's `_input_fits_in_drafter` on the instance
+  and remembers its answer: when it is False the runner skips the drafter and
+  zero-fills the next step's drafts (#34734). The oracle needs to know which
+  scheduled drafts are that zero-fill; nothing the engine does changes.
 A mismatch between these views is itself a finding (an invariant violation).
 """
 
@@ -53,21 +57,56 @@ class CaptureLogger(AggregateStatLoggerBase):
         return out
 
 
+class RunnerTap:
+    """Remembers whether the model runner skipped the drafter in the step just run.
+
+    vLLM 0.32's runner asks `_input_fits_in_drafter` once per step (batch-wide:
+    the longest sequence plus k against the drafter's max model length); a runner
+    without that method cannot be observed, and `available` says so.
+    """
+
+    METHOD = "_input_fits_in_drafter"
+
+    def __init__(self, runner: Any) -> None:
+        self.available = runner is not None and callable(getattr(runner, self.METHOD, None))
+        self._skipped = False
+        if self.available:
+            original = getattr(runner, self.METHOD)
+
+            def observed(*args: Any, **kwargs: Any) -> Any:
+                fits = original(*args, **kwargs)
+                self._skipped = not fits
+                return fits
+
+            setattr(runner, self.METHOD, observed)
+
+    def take(self) -> bool:
+        """Whether the last step skipped drafting; cleared, so a step that never asked reads False."""
+        skipped, self._skipped = self._skipped, False
+        return skipped
+
+
 class StepTap:
     """Records each `update_from_output` call of the engine core's scheduler."""
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, scheduler: Any, runner: RunnerTap | None = None) -> None:
         self.scheduler = scheduler
+        self.runner = runner
         self.records: list[StepRecord] = []
         self.stats_objects: list[Any] = []
         #: Failures of the tap itself: the run is then an error, never silently incomplete.
         self.errors: list[str] = []
+        #: Requests whose drafts for the next step the runner zero-filled (it skipped the drafter).
+        self._skipped_next: set[str] = set()
         self._original = scheduler.update_from_output
         scheduler.update_from_output = self._update_from_output
 
     def reset(self) -> None:
         """Forget whatever an earlier, failed run left behind."""
         self.records, self.stats_objects, self.errors = [], [], []
+        self._skipped_next = set()
+        if self.runner is not None:
+            self.runner.take()
 
     def take(self) -> tuple[list[StepRecord], list[Any]]:
         """The steps recorded since the last call; raises if the tap failed on any of them."""
@@ -84,9 +123,11 @@ class StepTap:
         except Exception as exc:
             sampled = {}
             self.errors.append(f"reading the sampled tokens: {exc!r}")
+        # The runner decided (in this step's sample_tokens) whether the NEXT step's drafts are a zero-fill.
+        skipped_after = self.runner.take() if self.runner is not None else False
         result = self._original(scheduler_output, model_runner_output)
         try:
-            self._record(scheduler_output, sampled, result)
+            self._record(scheduler_output, sampled, result, skipped_after)
         except Exception as exc:  # recording must never change what the engine does
             self.errors.append(f"recording step {len(self.records)}: {exc!r}")
         return result
@@ -102,8 +143,10 @@ class StepTap:
                 sampled[external_id(internal)] = [int(t) for t in tokens[i]]
         return sampled
 
-    def _record(self, so: Any, sampled: dict[str, list[int]], result: Any) -> None:
+    def _record(self, so: Any, sampled: dict[str, list[int]], result: Any, skipped_after: bool) -> None:
         scheduled = [external_id(r) for r in so.num_scheduled_tokens]
+        skipped = [rid for rid in scheduled if rid in self._skipped_next]
+        self._skipped_next = set(scheduled) if skipped_after else set()
         drafts = {
             external_id(r): [int(t) for t in d] for r, d in (so.scheduled_spec_decode_tokens or {}).items() if d
         }
@@ -123,7 +166,8 @@ class StepTap:
             self.stats_objects.append(step_stats)
         self.records.append(
             step_record(
-                len(self.records), scheduled, drafts, invalid, sampled, emitted, finished, stats.stats_dict(step_stats)
+                len(self.records), scheduled, drafts, invalid, sampled, emitted, finished, stats.stats_dict(step_stats),
+                skipped,
             )
         )
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import DidNotFinish
-from .capture import CaptureLogger, StepTap, counter_delta, prometheus_spec_counters
+from .capture import CaptureLogger, RunnerTap, StepTap, counter_delta, prometheus_spec_counters
 
 #: The keys of a scenario's `engine` mapping that configure the one engine of a probe process.
 ENGINE_KEYS = (
@@ -74,8 +74,29 @@ class EngineSession:
         assert self.engine.logger_manager is not None, "disable_log_stats=False must create a StatLoggerManager"
         self.engine.logger_manager.stat_loggers.append(self.logger)
         # In-process engine core only (VLLM_ENABLE_V1_MULTIPROCESSING=0): the tap needs the scheduler object.
-        self.tap = StepTap(self.engine.engine_core.engine_core.scheduler)
+        core = self.engine.engine_core.engine_core
+        self.runner_tap = RunnerTap(_model_runner(core))
+        self.tap = StepTap(core.scheduler, self.runner_tap)
         self.tokenizer_eos = self.engine.input_processor.renderer.get_eos_token_id()
+
+    def _describe(self, rids: list[str]) -> str:
+        """Where each stuck request is, as the branch's scheduler sees it (tokens computed of total)."""
+        requests = getattr(self.engine.engine_core.engine_core.scheduler, "requests", {})
+        # The engine makes each id unique with a random suffix (`<id>-<8 characters>`).
+        by_external = {**{key.rsplit("-", 1)[0]: r for key, r in requests.items()}, **requests}
+        parts = []
+        for rid in rids:
+            req = by_external.get(rid)
+            computed, total = getattr(req, "num_computed_tokens", "?"), getattr(req, "num_tokens", "?")
+            parts.append(f"{rid} ({computed} of {total} tokens computed)")
+        return ", ".join(parts) or "none"
+
+    def _abort(self, rids: list[str]) -> None:
+        try:
+            if rids:
+                self.engine.abort_request(rids)
+        except Exception:  # the branch's engine may not abort cleanly; the next run reports that itself
+            pass
 
     def tokenize(self, prompt: str) -> list[int]:
         return list(self.engine.input_processor.renderer.tokenizer.encode(prompt))
@@ -108,13 +129,21 @@ class EngineSession:
             self.add(rid, prompt, params, eos)
         finals: dict[str, Any] = {}
         n = 0
-        while self.engine.has_unfinished_requests():
-            n += 1
-            if n > MAX_STEPS:
-                raise DidNotFinish(f"the batch did not finish within {MAX_STEPS} engine steps")
-            for out in self.engine.step():
-                if out.finished:
-                    finals[out.request_id] = out
+        try:
+            while self.engine.has_unfinished_requests():
+                n += 1
+                if n > MAX_STEPS:
+                    stuck = [rid for rid, *_ in entries if rid not in finals]
+                    raise DidNotFinish(
+                        f"the batch did not finish within {MAX_STEPS} engine steps; unfinished: {self._describe(stuck)}"
+                    )
+                for out in self.engine.step():
+                    if out.finished:
+                        finals[out.request_id] = out
+        except BaseException:
+            # The next run must start from an idle engine, not behind this run's leftovers.
+            self._abort([rid for rid, *_ in entries if rid not in finals])
+            raise
         records, tap_stats = self.tap.take()
         logged = self.logger.take()
         after = prometheus_spec_counters(self.llm)
@@ -125,3 +154,13 @@ class EngineSession:
             "prometheus": counter_delta(before, after, self.k),
             "finals": finals,
         }
+
+
+def _model_runner(core: Any) -> Any:
+    """The in-process model runner (uniprocess executor -> worker wrapper -> worker), or None."""
+    obj = core
+    for name in ("model_executor", "driver_worker", "worker", "model_runner"):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj

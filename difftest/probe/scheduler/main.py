@@ -18,12 +18,14 @@ class SchedulerSession:
         import vllm
         from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
+        from .driver import HAS_SKIP_FLAG
         from .factory import SchedulerFactory
         from .model_dir import ensure_model_dir
 
         self.import_s = time.perf_counter() - started
         self.vllm = vllm
         self.stats_fields = [f.name for f in dataclasses.fields(SpecDecodingStats)]
+        self.skip_flag = HAS_SKIP_FLAG
         self.factory = SchedulerFactory(ensure_model_dir(Path(job["work_dir"])))
         self.factory.model_config()  # the first construction inspects the model: keep it out of run timings
 
@@ -33,6 +35,8 @@ class SchedulerSession:
             "vllm_version": getattr(self.vllm, "__version__", None),
             "vllm_file": self.vllm.__file__,
             "spec_decoding_stats_fields": self.stats_fields,
+            #: Whether the branch's DraftTokenIds carries the runner's "drafting skipped" flag.
+            "draft_token_ids_skip_flag": self.skip_flag,
         }
 
     def play(self, scenario: JobScenario, run: PlannedRun) -> RunResult:

@@ -19,7 +19,7 @@ from . import script
 
 from ..common.atomic_dir import ensure_built
 
-MAX_MODEL_LEN = 8192
+MAX_MODEL_LEN = script.MAX_MODEL_LEN
 
 
 def _config() -> dict[str, Any]:

@@ -23,6 +23,12 @@ VOCAB: tuple[str, ...] = SPECIALS + tuple(CHARS)
 TOKEN_ID: dict[str, int] = {tok: i for i, tok in enumerate(VOCAB)}
 #: The drafter pads invalid draft slots with this; the verifier never accepts it.
 PAD_DRAFT = -1
+#: What the model runner fills a step's drafts with when it skips the drafter (#34734). Here as in a
+#: real vocabulary, id 0 is a real token (`<pad>`): the verifier accepts it where the target has it.
+ZERO_FILL = 0
+#: The scripted model's context length: prompt, output and the drafts of a step must fit in it
+#: (the scenario loader refuses a request that would not, instead of vLLM capping it silently).
+MAX_MODEL_LEN = 8192
 
 _TOKEN_RE = re.compile(r"<[a-z]+>|.", re.DOTALL)
 _DEFAULT_ALPHABET = string.ascii_lowercase
@@ -104,6 +110,24 @@ def propose(req: dict[str, Any], seed: int, k: int, target: list[int], position:
                 out.append(_wrong_token(right, (*key, "miss")))
         return out
     raise ScriptError(f"unknown drafter kind {drafter['kind']!r}")
+
+
+def drafting_skipped(req: dict[str, Any], decode_index: int) -> bool:
+    """Whether the runner skipped the drafter for this verification step (`drafter.skipped`, 1-based)."""
+    drafter = req.get("drafter") or {}
+    return decode_index + 1 in (drafter.get("skipped") or ())
+
+
+def runner_drafts(
+    req: dict[str, Any], seed: int, k: int, target: list[int], position: int, decode_index: int
+) -> tuple[list[int], bool]:
+    """What the model runner hands the scheduler for a step: (draft ids, drafting skipped).
+
+    A skipped drafter's step is k zeros, as vLLM's runner zero-fills `_draft_token_ids`.
+    """
+    if drafting_skipped(req, decode_index):
+        return [ZERO_FILL] * k, True
+    return propose(req, seed, k, target, position, decode_index), False
 
 
 def verify(target: list[int], position: int, drafts: list[int]) -> list[int]:

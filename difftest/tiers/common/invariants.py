@@ -15,15 +15,18 @@ which runs are comparable (by their role, never by parsing labels).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from difftest.core.records import COUNTERS, ProbeRun, Totals, Violation
+from difftest.core.records import COUNTERS, ProbeRun, StepRecord, Totals, Violation
 
 ByLabel = dict[str, list[Violation]]
 #: The counters compared across runs (the logged mean is derived from them).
 COMPARED = COUNTERS
+#: Above this many verified requests in one step, which ones lost their stats is not searched for.
+MAX_NAMED = 12
 
 
 def measured(runs: list[ProbeRun]) -> list[ProbeRun]:
@@ -65,21 +68,24 @@ def step_checks(run: ProbeRun) -> list[Violation]:
         verified = [
             rid
             for rid, drafts in step.drafts.items()
-            if len(drafts) - step.invalid.get(rid, 0) > 0 and step.sampled.get(rid)
+            if len(drafts) - step.invalid.get(rid, 0) > 0 and step.sampled.get(rid) and rid not in step.skipped
         ]
         stats = step.stats.model_dump() if step.stats is not None else None
         rows = (stats or {}).get("num_drafts", 0)
         if len(verified) > rows:
-            lost = "no spec stats at all" if stats is None else f"{rows} row(s)"
+            reported = "no spec stats at all" if stats is None else f"{rows} row(s)"
+            lost = lost_requests(step, verified, stats)
+            named = f"; lost: {', '.join(lost)}" if lost else ""
             out.append(
                 Violation(
                     invariant="stats-lost",
                     label=run.label,
                     detail=f"{where}: {len(verified)} request(s) had real drafts verified ({', '.join(verified)}) "
-                    f"but the step reports {lost}",
+                    f"but the step reports {reported}{named}",
                     counter="num_drafts",
                     measured=rows,
                     expected=len(verified),
+                    requests=lost,
                 )
             )
         if stats is None:
@@ -99,6 +105,29 @@ def step_checks(run: ProbeRun) -> list[Violation]:
                     )
                 )
     return out
+
+
+def lost_requests(step: StepRecord, verified: list[str], stats: dict[str, Any] | None) -> list[str]:
+    """The verified requests whose rows the step's stats miss, where exactly one choice of kept rows
+    explains the recorded draft and accepted counts; [] when that cannot be told."""
+    if stats is None:
+        return list(verified)
+    rows = stats.get("num_drafts", 0)
+    if len(verified) > MAX_NAMED or not 0 <= rows < len(verified):
+        return []
+    row = {}
+    for rid in verified:
+        real = len(step.drafts[rid]) - step.invalid.get(rid, 0)
+        row[rid] = (real, max(0, min(len(step.sampled[rid]) - 1, real)))
+    want = (stats.get("num_draft_tokens", 0), stats.get("num_accepted_tokens", 0))
+    fits = [
+        kept
+        for kept in itertools.combinations(verified, rows)
+        if (sum(row[r][0] for r in kept), sum(row[r][1] for r in kept)) == want
+    ]
+    if len(fits) != 1:
+        return []
+    return [rid for rid in verified if rid not in fits[0]]
 
 
 def _consistency(values: dict[str, Any], label: str, where: str) -> list[Violation]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from difftest.core.errors import ConfigError
 from difftest.core.validation import describe
+from difftest.core.values import quote
+from difftest.core.yamlfile import read_yaml
 from difftest.probe.protocol import JobScenario, PlannedRun
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -79,9 +81,9 @@ class ScenarioBase(ScenarioIdentity):
             seen: list[list[str]] = []
             for order in self.batch_orders:
                 if sorted(order) != sorted(ids):
-                    raise ValueError(f"orders: {order} is not a permutation of the request ids {ids}")
+                    raise ValueError(f"orders: {quote(order)} is not a permutation of the request ids {quote(ids)}")
                 if order in seen:
-                    raise ValueError(f"orders: {order} is listed twice; each order runs once")
+                    raise ValueError(f"orders: {quote(order)} is listed twice; each order runs once")
                 seen.append(order)
 
     def orders(self) -> list[list[str]]:
@@ -121,14 +123,17 @@ def order_label(order: list[str]) -> str:
 def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
     """The file's mapping plus what the loader sets: `name` (default: the file's stem), `file`, `sha256`."""
     raw_bytes = path.read_bytes()
-    try:
-        raw = yaml.safe_load(raw_bytes)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    raw = read_yaml(path, raw_bytes)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping", f"see {guide} for the format")
     raw.setdefault("name", path.stem)
     return {**raw, "file": path.name, "sha256": hashlib.sha256(raw_bytes).hexdigest()}
+
+
+def scenario_file_text(raw: dict[str, Any], comments: Sequence[str] = ()) -> str:
+    """A scenario file for `raw`: `# ` comment lines, then the mapping as YAML (`read_scenario_file` reads it back)."""
+    head = "".join(f"# {line}\n" if line else "#\n" for comment in comments for line in comment.splitlines() or [""])
+    return head + yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, allow_unicode=True, width=120)
 
 
 def scenario_error(exc: ValidationError, path: Path, hints: dict[str, str], guide: str) -> ConfigError:

@@ -3,7 +3,8 @@
 The model is real, so nothing can be predicted from the scenario: the oracle
 reads the run's per-step records (the drafts the scheduler scheduled, the
 tokens the rejection sampler returned, the tokens the scheduler emitted after
-stop handling), turns each (request, step) that verified drafts into a
+stop handling, and whether the model runner had skipped the drafter for that
+step), turns each (request, step) that verified drafts into a
 `Verification`, and applies the one counting rule (`tiers.common.accounting`).
 Pure Python, no vLLM.
 """
@@ -30,6 +31,7 @@ def verifications(step: StepRecord) -> list[Verification]:
                 scheduled_drafts=len(drafts),
                 accepted=len(sampled) - 1,
                 emitted=len(step.emitted.get(rid) or []),
+                drafting_skipped=rid in step.skipped,
             )
         )
     return out
@@ -38,3 +40,8 @@ def verifications(step: StepRecord) -> list[Verification]:
 def expected_totals(k: int, run: ProbeRun, reading: Reading) -> Totals:
     """The oracle's totals for one run."""
     return accounting.totals((v for step in run.steps for v in verifications(step)), k, reading)
+
+
+def expected_steps(k: int, run: ProbeRun, reading: Reading) -> list[Totals]:
+    """The oracle's row for each recorded step (they sum to `expected_totals`)."""
+    return [accounting.totals(verifications(step), k, reading) for step in run.steps]

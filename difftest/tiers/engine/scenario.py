@@ -85,6 +85,9 @@ class EngineRequest(_Strict):
     #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can draft from it).
     prime: int = Field(0, ge=0, le=64)
     structured: StructuredSpec | None = None
+    #: The request is meant to run into engine.max_model_len (finish `length`): the context check,
+    #: which otherwise refuses a request vLLM would cap, does not apply to it.
+    until_max_model_len: bool = False
 
     @field_validator("id")
     @classmethod
@@ -107,6 +110,16 @@ class EngineScenario(ScenarioBase):
             raise ValueError("engine.prompt_lookup_min must be <= engine.prompt_lookup_max")
         if self.engine.method != "ngram" and self.requires != "cuda":
             raise ValueError(f"engine.method {self.engine.method!r} runs only on CUDA: set `requires: cuda`")
+        for r in self.requests:
+            # Byte-level BPE: a prompt has at most one token per byte, plus a BOS token.
+            needed = len(r.prompt.encode()) + 1 + r.prime + r.max_tokens + self.k + 1
+            if needed > self.engine.max_model_len and not r.until_max_model_len:
+                raise ValueError(
+                    f"requests.{r.id}: may need {needed} tokens of context (prompt bytes + BOS + prime + max_tokens "
+                    f"+ k drafts + 1), more than engine.max_model_len {self.engine.max_model_len}: vLLM would cap "
+                    "it (a false diverge); shorten the prompt or max_tokens, raise engine.max_model_len, or, if the request "
+                    "is meant to end there, write `until_max_model_len: true`"
+                )
         return self
 
     def engine_key(self) -> dict[str, Any]:

@@ -22,6 +22,8 @@ class EngineTier(Tier):
     folder = "engine"
     probe_entry = "engine"
     scenario_model = EngineScenario
+    #: Measured peak 1,761 MB (one engine on the tiny model, 27 runs, bench/memory.py), plus a margin.
+    probe_memory_mb = 2048
 
     def load(self, folder: Path) -> list[EngineScenario]:  # type: ignore[override]
         return load_engine_scenarios(folder)
@@ -41,6 +43,9 @@ class EngineTier(Tier):
 
     def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
         return invariants.check(runs)
+
+    def expected_steps(self, scenario: EngineScenario, run: ProbeRun, reading: Reading) -> list[Totals | None]:  # type: ignore[override]
+        return list(oracle.expected_steps(scenario.k, run, reading))
 
     def across_branches(  # type: ignore[override]
         self, scenario: EngineScenario, runs_by_branch: dict[str, list[ProbeRun]], baseline: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from difftest.core.records import Reading, Totals
+from difftest.core.records import ProbeRun, Reading, Totals
 from difftest.tiers.common import accounting
 from difftest.tiers.scheduler.play import play_request
 
@@ -30,3 +30,27 @@ def expected_outputs(scenario: "Scenario", order: list[str]) -> dict[str, list[i
     """The tokens each request must emit in total when the script is played right."""
     data = scenario.probe_data()
     return {rid: play_request(data, rid).output for rid in order}
+
+
+def expected_steps(scenario: "Scenario", run: ProbeRun, reading: Reading = "strict") -> list[Totals]:
+    """The oracle's row for each recorded step: the played verification each request made in it.
+
+    A request's first step with sampled tokens is its prefill (one token, no
+    drafts); its n-th step with sampled tokens after that is its n-th
+    verification in the play, whatever the batch around it.
+    """
+    data = scenario.probe_data()
+    plays = {rid: play_request(data, rid) for rid in run.order}
+    seen = {rid: -1 for rid in run.order}
+    rows = []
+    for step in run.steps:
+        verifications = []
+        for rid in step.scheduled or list(step.sampled):
+            if rid not in plays or not step.sampled.get(rid):
+                continue
+            index = seen[rid]
+            seen[rid] += 1
+            if 0 <= index < len(plays[rid].verifications):
+                verifications.append(plays[rid].verifications[index])
+        rows.append(accounting.totals(verifications, scenario.k, reading))
+    return rows

@@ -5,6 +5,8 @@ from `difftest.probe.scheduler.script`, shared with the probe; the scheduling
 rules are written here independently of vLLM's scheduler:
 - which drafts are real: the grammar-valid prefix (sync: trimmed before
   scheduling; async: k slots are scheduled and the invalid rest is -1 padding);
+  none where the runner skipped drafting (a correct scheduler schedules none of
+  its zero-fill);
 - stop handling: tokens are appended one by one until EOS, a stop token or
   max_tokens, the stop token included.
 Works on the plain scenario data (`Scenario.probe_data()`), so the loader can
@@ -78,6 +80,12 @@ def _play(data: dict[str, Any], rid: str) -> RequestPlay:
         if decode_index > MAX_STEPS:
             raise ScriptViolation(f"no stop after {MAX_STEPS} steps")
         position = len(output)
+        if script.drafting_skipped(req, decode_index):
+            # A correct scheduler schedules none of a skipped drafter's zero-fill: a plain decode step.
+            appended, finish = _append(output, script.verify(target, position, []), max_tokens, stops)
+            rows.append(Verification(rid, 0, 0, 0, appended, drafting_skipped=True))
+            decode_index += 1
+            continue
         proposed = script.propose(req, seed, k, target, position, decode_index)[:k]
         valid = grammar.valid_prefix(output, proposed) if grammar else proposed
         if path == "async":

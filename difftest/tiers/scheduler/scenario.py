@@ -27,7 +27,8 @@ _HINTS = {
     "draft_path": "`sync` (update_draft_token_ids) or `async` (AsyncScheduler + update_draft_token_ids_in_output)",
     "orders": "`listed`, `all` (every permutation) or a list of id lists",
     "requests": "a list of `{id, prompt, max_tokens, target, drafter}` mappings",
-    "drafter": "`{kind: scripted, steps: [TOKENS...], then: none|perfect}` or `{kind: random, acceptance: 0.0-1.0}`",
+    "drafter": "`{kind: scripted, steps: [TOKENS...], then: none|perfect}` or `{kind: random, acceptance: 0.0-1.0}`, "
+    "each with an optional `skipped: [N, ...]` (verification steps, from 1, whose drafting the runner skipped)",
     "target": "a token string such as `ab<eos>` or `{random: {length: N, alphabet: abc}}`",
     "grammar": "`{choice: [STRING, ...]}`",
     "statement": "one line saying what the scenario probes",
@@ -38,7 +39,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ScriptedDrafter(_Strict):
+class _Drafter(_Strict):
+    #: Verification steps (1 = the request's first after prefill) for which the model runner skipped
+    #: the drafter and zero-filled the drafts (#34734); the probe delivers k zeros and, where the
+    #: branch's `DraftTokenIds` has one, the runner's `drafting_skipped` flag.
+    skipped: list[int] = Field(default_factory=list)
+
+    @field_validator("skipped")
+    @classmethod
+    def _steps(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value) or len(set(value)) != len(value):
+            raise ValueError("list distinct verification steps, counted from 1")
+        return sorted(value)
+
+
+class ScriptedDrafter(_Drafter):
     kind: Literal["scripted"]
     #: Drafts for the request's 1st, 2nd, ... verification step; empty = no drafts that step.
     steps: list[str | None] = Field(default_factory=list)
@@ -46,7 +61,7 @@ class ScriptedDrafter(_Strict):
     then: Literal["none", "perfect"] = "none"
 
 
-class RandomDrafter(_Strict):
+class RandomDrafter(_Drafter):
     kind: Literal["random"]
     #: Probability that each draft token equals the target's (seeded per seed/request/position).
     acceptance: float = Field(ge=0.0, le=1.0)
@@ -129,6 +144,12 @@ class Scenario(ScenarioBase):
     def _consistent(self) -> "Scenario":
         self.check_request_ids()
         if self.draft_path == "async":
+            skipping = [r.id for r in self.requests if r.drafter.skipped]
+            if skipping:
+                raise ValueError(
+                    f"requests {skipping}: `drafter.skipped` is played on the sync path only (the path of the CPU "
+                    "engine); on the async path the skip flag would arrive after the placeholders were scheduled"
+                )
             for r in self.requests:
                 if isinstance(r.drafter, ScriptedDrafter):
                     short = [s for s in r.drafter.steps if len(_tokens(s or "")) != self.k]
@@ -165,12 +186,16 @@ def _one(value: str) -> int:
 
 def load_scenario(path: Path) -> Scenario:
     """Read and validate one file, or raise ConfigError naming file, key, value and fix."""
-    raw = read_scenario_file(path, GUIDE)
+    return parse_scenario(read_scenario_file(path, GUIDE), path)
+
+
+def parse_scenario(raw: dict[str, Any], source: Path | str) -> Scenario:
+    """Validate a scenario mapping as the loader does (schema, then playable): a file's, or a generated one."""
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise scenario_error(exc, path, _HINTS, GUIDE) from None
-    _check_playable(scenario, path)
+        raise scenario_error(exc, Path(source), _HINTS, GUIDE) from None
+    _check_playable(scenario, source)
     return scenario
 
 
@@ -179,14 +204,28 @@ def load_scenarios(folder: Path) -> list[Scenario]:
     return load_folder(folder, load_scenario)  # type: ignore[return-value]
 
 
-def _check_playable(scenario: Scenario, path: Path) -> None:
+def _check_playable(scenario: Scenario, path: Path | str) -> None:
     """Play every request once; a script that cannot be played is the author's error, not a branch's."""
     data = scenario.probe_data()
     for req in scenario.requests:
         try:
-            play_request(data, req.id)
+            played = play_request(data, req.id)
         except (script.ScriptError, ScriptViolation) as exc:
             raise ConfigError(
                 f"{path}: requests.{req.id}: {exc}",
                 "make the target stream long enough to reach a stop (or max_tokens) and keep it inside its grammar",
             ) from None
+        _check_fits(scenario, req, len(played.output), path)
+
+
+def _check_fits(scenario: Scenario, req: RequestSpec, output: int, path: Path) -> None:
+    """Prompt + output + one step's drafts must stay below the probe model's context length: vLLM
+    would cap the request there (finish `length`, fewer drafts), a false `diverge` on every branch."""
+    prompt = len(_tokens(req.prompt))
+    needed = prompt + output + scenario.k + 1
+    if needed > script.MAX_MODEL_LEN:
+        raise ConfigError(
+            f"{path}: requests.{req.id}: needs {needed} tokens of context (prompt {prompt} + output {output} + "
+            f"k={scenario.k} drafts + 1), more than the probe model's max_model_len {script.MAX_MODEL_LEN}",
+            "shorten the prompt, the target stream or `max_tokens`",
+        )

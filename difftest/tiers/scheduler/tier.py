@@ -8,11 +8,12 @@ branch runs at once.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from difftest.core.records import ProbeRun, Reading, Totals
 from difftest.tiers.base import ByLabel, Tier
 from difftest.tiers.scheduler import invariants, oracle
-from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
+from difftest.tiers.scheduler.scenario import Scenario, load_scenarios, parse_scenario
 
 
 class SchedulerTier(Tier):
@@ -20,12 +21,26 @@ class SchedulerTier(Tier):
     folder = "scheduler"
     probe_entry = "scheduler"
     scenario_model = Scenario
+    #: Measured peak 520 MB (all 61 runs, bench/memory.py), plus a margin.
+    probe_memory_mb = 640
 
     def load(self, folder: Path) -> list[Scenario]:  # type: ignore[override]
         return load_scenarios(folder)
+
+    def parse_scenario(self, raw: dict[str, Any], source: str) -> Scenario:  # type: ignore[override]
+        return parse_scenario(raw, source)
+
+    def fuzz_strategy(self) -> Any:
+        # Imported here: Hypothesis is needed by `difftest fuzz` only.
+        from difftest.tiers.scheduler.strategies import scenarios
+
+        return scenarios()
 
     def expected(self, scenario: Scenario, run: ProbeRun, reading: Reading) -> Totals:  # type: ignore[override]
         return oracle.expected_totals(scenario, run.order, reading)
 
     def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
         return invariants.check(scenario, runs)
+
+    def expected_steps(self, scenario: Scenario, run: ProbeRun, reading: Reading) -> list[Totals | None]:  # type: ignore[override]
+        return list(oracle.expected_steps(scenario, run, reading))

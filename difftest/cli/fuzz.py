@@ -1,0 +1,84 @@
+"""`difftest fuzz`: generated scenarios on every branch, each kind of failure shrunk to a scenario file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+
+from difftest.cli.base import Command, Log, add_config
+from difftest.cli.progress import fuzz_progress
+from difftest.core.config import Config
+from difftest.core.fuzz import fuzz_exit_code
+from difftest.reports.fuzz import render_fuzz_terminal, write_fuzz_markdown
+from difftest.run.fuzz import FuzzRequest, fuzz
+
+DEFAULT_EXAMPLES = 100
+
+
+def _number(cast: Callable[[str], float], lowest: float, inclusive: bool, what: str) -> Callable[[str], float]:
+    """An argparse type: `cast(text)`, at least `lowest` (or above it), or a message saying what is wanted."""
+
+    def parse(text: str) -> float:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < lowest or (value == lowest and not inclusive):
+            raise argparse.ArgumentTypeError(f"{text!r}: give {what} {'of at least' if inclusive else 'above'} {lowest:g}")
+        return value
+
+    return parse
+
+
+EXAMPLES = _number(int, 1, True, "a whole number")
+SECONDS = _number(float, 0, False, "a number of seconds")
+SEED = _number(int, 0, True, "a whole number")
+
+
+class FuzzCommand(Command):
+    name = "fuzz"
+    help = "generate scenarios, run them on every branch, shrink each kind of failure to a scenario file"
+
+    def setup_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_config(parser)
+        budget = parser.add_mutually_exclusive_group()
+        budget.add_argument(
+            "--examples", type=EXAMPLES, default=None, metavar="N",
+            help=f"examples per search round (default: {DEFAULT_EXAMPLES}); the search ends after a round "
+            "with no new kind of failure",
+        )
+        budget.add_argument("--time", type=SECONDS, default=None, metavar="S", help="search for S seconds instead")
+        parser.add_argument("--seed", type=SEED, default=0, help="the search's seed: same seed, same findings (default: 0)")
+        parser.add_argument(
+            "--against", default=None, metavar="BRANCH",
+            help="compare every branch with this one instead of the oracle (for changes the oracle has no opinion on)",
+        )
+        parser.add_argument("--out", default="out", help="folder for fuzz.md, fuzz.json and found/ (default: out)")
+        parser.add_argument("--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading")
+        parser.add_argument("--fetch", action="store_true", help="git fetch the configured repo first (pull heads too)")
+        parser.add_argument("branches", nargs="*", help="branch names or git refs (default: all configured branches)")
+
+    def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
+        assert config is not None
+        examples = args.examples if args.examples is not None else (None if args.time is not None else DEFAULT_EXAMPLES)
+        request = FuzzRequest(
+            branches=args.branches or None,
+            seed=args.seed,
+            examples=examples,
+            time_s=args.time,
+            against=args.against,
+            reading=args.reading,
+            out=Path(args.out),
+            fetch=args.fetch,
+        )
+        with fuzz_progress() as progress:
+            report = fuzz(config, request, log, progress).report
+        written = write_fuzz_markdown(report, request.out)
+        render_fuzz_terminal(report, Console(width=None if sys.stdout.isatty() else 160))
+        log(f"wrote {written}, {request.out / 'fuzz.json'}" + (f" and {len(report.findings)} scenario file(s) under "
+            f"{request.out / 'found'}" if report.findings else ""))
+        return fuzz_exit_code(report)

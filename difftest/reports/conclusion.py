@@ -1,0 +1,274 @@
+"""The conclusion: which branch is right, and why, in one sentence per branch (generated, never written).
+
+Every report ends (terminal) or opens (Markdown, HTML) with it. Per branch:
+its standing (the most severe verdict it got) and its most severe finding -
+- broken: the scenario where most runs broke, those runs, and which requests
+  lost their stats in each (the invariants name them where they can);
+- could not measure: how many runs, and the first reason;
+- diverge: the counter that differs from the oracle in the most scenarios, by
+  how much, and the oracle's reading of it (`tiers.common.accounting.RULES`);
+  an emitted count above the oracle where the oracle saw stop handling cut a
+  step is called what it is, an overcount on truncation;
+- pass.
+Then one sentence ranking the branches: nothing broken first, then fewest
+runs that could not be measured, then fewest that diverge.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from difftest.core.evidence import Evidence
+from difftest.core.records import Result, Verdict
+from difftest.core.verdicts import MAL, first_reason
+from difftest.reports.views import SEVERITY, branch_names, run_index, run_name, scenario_names, severity
+from difftest.tiers.common.accounting import READINGS, RULES, truncated
+
+#: How many scenario names a sentence lists before "and N more".
+LISTED = 3
+#: How many broken runs a sentence names before "and N more runs".
+NAMED_RUNS = 6
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One branch's place in the conclusion."""
+
+    branch: str
+    #: The most severe verdict of its runs (`SEVERITY`).
+    verdict: Verdict
+    counts: dict[str, int]
+    total: int
+    #: Its most severe finding, as a sentence without the branch's name.
+    headline: str
+    #: Further findings, shorter.
+    also: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    reading: str
+    standings: list[Standing]
+    #: Which branch is right (or closest), in one sentence.
+    verdict: str
+
+
+def conclude(evidence: Evidence) -> Conclusion:
+    runs = run_index(evidence)
+    order = scenario_names(evidence)
+    standings = []
+    for branch in branch_names(evidence):
+        results = [r for r in evidence.results if r.branch == branch]
+        if not results:
+            continue
+        counts = Counter(r.verdict for r in results)
+        top = min(counts, key=severity)
+        if top == "broken":
+            headline, also = _broken(branch, results, runs, order)
+        elif top == "error":
+            headline, also = _unmeasured(results, order)
+        elif top == "diverge":
+            headline, also = _diverge(results, order, evidence.reading)
+        else:
+            headline, also = f"passes all {len(results)} runs", []
+        if top in ("broken", "error") and counts["diverge"]:
+            also.append("also " + _diverge(results, order, evidence.reading)[0])
+        standings.append(
+            Standing(branch, top, {v: counts[v] for v in SEVERITY}, len(results), headline, also)
+        )
+    return Conclusion(evidence.reading, standings, _ranking(standings))
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:LISTED])
+    return shown + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")
+
+
+def _by_scenario(results: list[Result], order: list[str]) -> dict[str, list[Result]]:
+    grouped: dict[str, list[Result]] = {}
+    for r in sorted(results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)):
+        grouped.setdefault(r.scenario, []).append(r)
+    return grouped
+
+
+def _broken(branch: str, results: list[Result], runs: dict, order: list[str]) -> tuple[str, list[str]]:
+    grouped = _by_scenario([r for r in results if r.verdict == "broken"], order)
+    scenario = max(grouped, key=lambda s: len(grouped[s]))  # the first of the largest
+    broken = grouped[scenario]
+    total = sum(r.scenario == scenario for r in results)
+    parts = []
+    for r in broken:
+        name = run_name(runs.get((branch, scenario, r.label)), r.label)
+        lost = list(dict.fromkeys(q for v in r.violations if v.invariant == "stats-lost" for q in v.requests))
+        if lost:
+            parts.append(f"{name} loses {', '.join(lost)}")
+        elif r.violations:
+            parts.append(f"{name}: {first_reason(r)}")
+        else:
+            parts.append(name)
+    lost_any = any(v.invariant == "stats-lost" for r in broken for v in r.violations)
+    what = "requests lose their stats" if lost_any else "invariants break"
+    count = sum(r.verdict == "broken" for r in results)
+    listed = "; ".join(parts[:NAMED_RUNS]) + (f"; and {len(parts) - NAMED_RUNS} more runs" if len(parts) > NAMED_RUNS else "")
+    headline = f"is broken in {count}/{len(results)} runs; in {scenario} ({len(broken)}/{total} runs) {what}: {listed}"
+    also = [f"also broken in {s} ({len(rs)} runs)" for s, rs in grouped.items() if s != scenario]
+    return headline, also
+
+
+def _unmeasured(results: list[Result], order: list[str]) -> tuple[str, list[str]]:
+    errors = [r for r in results if r.verdict == "error"]
+    scenarios = list(_by_scenario(errors, order))
+    return (
+        f"could not be measured in {len(errors)}/{len(results)} runs ({_names(scenarios)}): {first_reason(errors[0])}",
+        [],
+    )
+
+
+def _runs(results: list[Result]) -> str:
+    return f"{sum(r.verdict == 'diverge' for r in results)}/{len(results)} runs"
+
+
+@dataclass
+class _Group:
+    """The runs that differ from the oracle on one counter in one direction, for one cause."""
+
+    counter: str
+    sign: int
+    cause: str
+    scenarios: list[str] = field(default_factory=list)
+    runs: int = 0
+    largest: float = 0
+    largest_in: str = ""
+    implied: bool = False
+
+
+def _diverge(results: list[Result], order: list[str], reading: str) -> tuple[str, list[str]]:
+    groups: dict[tuple[str, int, str], _Group] = {}
+    for r in sorted(results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)):
+        if r.verdict != "diverge":
+            continue
+        counted = [d for d in r.differences if d.counter != MAL] or r.differences
+        for d in counted:
+            delta = _delta(d.measured, d.expected)
+            sign = (delta > 0) - (delta < 0)
+            key = (d.counter, sign, _cause(r, d.counter))
+            group = groups.setdefault(key, _Group(*key))
+            if r.scenario not in group.scenarios:
+                group.scenarios.append(r.scenario)
+            group.runs += 1
+            group.implied |= bool(r.measured and r.measured.emitted_source == "implied")
+            if abs(delta) > abs(group.largest):
+                group.largest, group.largest_in = delta, r.scenario
+    if not groups:
+        return f"diverges in {_runs(results)}", []
+    drafts_signs = {g.sign for g in groups.values() if g.counter == "num_drafts"}
+    # An emitted count that differs because the rows do is the rows' finding, not one of its own.
+    findings = [g for g in groups.values() if not (g.cause == "rows" and g.sign in drafts_signs)]
+    ranked = sorted(findings, key=lambda g: (-len(g.scenarios), -g.runs, _counter_rank(g.counter)))
+    top, rest = ranked[0], ranked[1:]
+    also = [_short(g) for g in rest]
+    return f"diverges in {_runs(results)}, " + _sentence(top, reading), also
+
+
+def _cause(result: Result, counter: str) -> str:
+    """Why an emitted count differs: the branch's rows differ, or the oracle saw stop handling cut a step.
+    Why a row count differs: extra rows WITH draft tokens (e.g. a skipped drafter's zero-fill counted as
+    drafts) are not a question of the reading, which is about rows without any real draft."""
+    if result.measured is None or result.expected is None:
+        return ""
+    if counter == "num_drafts":
+        return "tokens" if result.measured.num_draft_tokens != result.expected.num_draft_tokens else ""
+    if counter != "num_emitted_tokens":
+        return ""
+    if result.measured.num_drafts != result.expected.num_drafts:
+        return "rows"
+    return "truncation" if truncated(result.expected) > 0 else ""
+
+
+def _delta(measured: Any, expected: Any) -> float:
+    if isinstance(measured, list) or isinstance(expected, list):
+        m, e = list(measured or []), list(expected or [])
+        width = max(len(m), len(e))
+        m, e = m + [0] * (width - len(m)), e + [0] * (width - len(e))
+        return sum(a - b for a, b in zip(m, e))
+    if isinstance(measured, (int, float)) and isinstance(expected, (int, float)):
+        return measured - expected
+    return 1 if measured is not None else -1  # a value where the oracle has none (or the reverse)
+
+
+def _counter_rank(counter: str) -> int:
+    return list(RULES).index(counter) if counter in RULES else len(RULES)
+
+
+def _amount(group: _Group) -> str:
+    """`+3` in one scenario or where the scenarios are listed; `up to +5 (where)` over many."""
+    value = group.largest
+    text = f"{value:+.4f}" if isinstance(value, float) and not value.is_integer() else f"{int(value):+d}"
+    return f"up to {text} ({group.largest_in})" if len(group.scenarios) > 2 else text
+
+
+def _where(group: _Group) -> str:
+    n = len(group.scenarios)
+    if n <= 2:
+        return "in " + " and ".join(group.scenarios)
+    return f"in {n} scenarios"
+
+
+def _truncation(group: _Group) -> bool:
+    return group.counter == "num_emitted_tokens" and group.cause == "truncation"
+
+
+def _sentence(group: _Group, reading: str) -> str:
+    """The most severe difference of a diverging branch, with the oracle's reading of it."""
+    if _truncation(group):
+        verb = "overcounting" if group.sign > 0 else "undercounting"
+        text = f"{verb} emitted tokens on truncation: {_amount(group)} {_where(group)}"
+        if group.implied and group.sign > 0:
+            text += " (no emitted counter: its mean acceptance length assumes accepted + 1 per row)"
+        return text
+    text = f"on {group.counter}: {_amount(group)} {_where(group)}"
+    if group.cause == "rows":
+        return text + ", with its rows"
+    if group.counter == "num_drafts" and group.cause != "tokens" and reading in READINGS:
+        return text + f"; {reading} reading: {READINGS[reading]}"
+    if group.counter in RULES:
+        text += f"; the oracle: {RULES[group.counter]}"
+    return text
+
+
+def _short(group: _Group) -> str:
+    if _truncation(group):
+        return f"also {'over' if group.sign > 0 else 'under'}counts emitted tokens on truncation {_where(group)}"
+    return f"also on {group.counter}: {_amount(group)} {_where(group)}"
+
+
+def _ranking(standings: list[Standing]) -> str:
+    """Which branch is right, or closest: nothing broken, then fewest unmeasured, then fewest diverging runs."""
+    if not standings:
+        return "nothing was measured"
+
+    def key(s: Standing) -> tuple[int, int, int]:
+        return (s.counts["broken"], s.counts["error"], s.counts["diverge"])
+
+    best = min(key(s) for s in standings)
+    leaders = [s for s in standings if key(s) == best]
+    names = " and ".join(s.branch for s in leaders)
+    broken = [s.branch for s in standings if s.counts["broken"]]
+    lead = leaders[0]
+    if best == (0, 0, 0):
+        text = f"{names} {'passes' if len(leaders) == 1 else 'pass'} every run"
+    elif best[0]:
+        text = f"every branch is broken somewhere; fewest broken runs: {names}"
+    else:
+        parts = []
+        if lead.counts["diverge"]:
+            parts.append(f"{lead.counts['diverge']}/{lead.total} runs diverge")
+        if lead.counts["error"]:
+            parts.append(f"{lead.counts['error']}/{lead.total} could not be measured")
+        text = f"closest to the oracle: {names} (nothing broken; {', '.join(parts)})"
+    others = [b for b in broken if b not in {s.branch for s in leaders}]
+    if others and not best[0]:
+        text += f"; broken: {', '.join(others)}"
+    return text

@@ -1,0 +1,96 @@
+"""The fuzz summary, rendered from a `FuzzReport` only: per branch, each kind found, its minimal
+scenario file and a one-line reason (terminal and Markdown, `fuzz.md`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from difftest.core.evidence import atomic_write_text
+from difftest.core.fuzz import FuzzReport
+from difftest.reports.format import md_escape, printable
+from difftest.reports.terminal import VERDICT_STYLES
+
+NOTHING = "nothing found"
+COULD_NOT = "could not measure"
+
+
+def rows(report: FuzzReport) -> list[tuple[str, str, str, str, str]]:
+    """(branch, verdict, what, scenario file, reason) per kind found; a row per branch with nothing."""
+    out = []
+    for branch, found in report.by_branch().items():
+        if branch in report.unmeasured:
+            out.append((branch, "error", COULD_NOT, "", report.unmeasured[branch]))
+        elif not found:
+            out.append((branch, "", NOTHING, "", ""))
+        for obs, finding in found:
+            out.append((branch, obs.kind.verdict, obs.kind.what, finding.file, obs.reason))
+    return out
+
+
+def headline(report: FuzzReport) -> str:
+    """What was searched, in one line."""
+    asked = []
+    if report.examples is not None:
+        asked.append(f"{report.examples} examples per round")
+    if report.time_s is not None:
+        asked.append(f"{report.time_s:g} s")
+    compared = f"against {report.against}" if report.against else f"oracle, {report.reading} reading"
+    stopped = {"time": ", stopped by --time", "interrupted": ", interrupted", "flaky": f", stopped: {report.stop_reason}"}.get(
+        report.stopped or "", ""
+    )
+    return (
+        f"difftest fuzz: {report.tier} tier, seed {report.seed}, {' / '.join(asked)} ({compared}): "
+        f"{report.searched} examples in the last of {report.rounds} round(s), {report.probed} scenarios probed, "
+        f"{report.elapsed_s:.1f} s{stopped}"
+    )
+
+
+def throughput(report: FuzzReport) -> str:
+    first = report.first_finding_s
+    rate = report.probed / report.elapsed_s if report.elapsed_s else 0.0
+    return f"{rate:.1f} scenarios probed per second on every branch; first finding after " + (
+        f"{first:.1f} s" if first is not None else "-"
+    )
+
+
+def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
+    console.print(Text(headline(report), style="bold"))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    folders = sorted({str(Path(report.out) / Path(f.file).parent) for f in report.findings})
+    for column in ("branch", "kind", f"minimal scenario (in {', '.join(folders)})" if folders else "minimal scenario", "reason"):
+        table.add_column(column, overflow="fold")
+    for branch, verdict, what, file, reason in rows(report):
+        kind = Text(f"{verdict} " if verdict else "", style=VERDICT_STYLES.get(verdict, "")) + Text(printable(what))
+        table.add_row(Text(branch), kind, Text(Path(file).name if file else ""), Text(printable(reason)))
+    console.print(table)
+    console.print(Text(throughput(report), style="dim"))
+    for finding in report.findings:
+        if not finding.reproduced:
+            console.print(Text(f"{finding.name}: did not show every kind again when its file was probed", style="magenta"))
+    if report.findings:
+        console.print(Text(f"Reproduce: {reproduce_command(report)} (add -k NAME for one finding)"))
+
+
+def reproduce_command(report: FuzzReport) -> str:
+    return f"difftest run -c {Path(report.out) / 'found' / 'branches.yaml'}"
+
+
+def render_fuzz_markdown(report: FuzzReport) -> str:
+    lines = [f"## {md_escape(headline(report))}", "", "| branch | kind | minimal scenario | reason |", "|---|---|---|---|"]
+    for branch, verdict, what, file, reason in rows(report):
+        kind = f"**{verdict}** {md_escape(what)}" if verdict else md_escape(what)
+        scenario = f"`{file}`" if file else ""
+        lines.append(f"| {md_escape(branch)} | {kind} | {scenario} | {md_escape(reason)} |")
+    lines += ["", md_escape(throughput(report)), ""]
+    if report.findings:
+        lines += [f"`{reproduce_command(report)}` re-runs every finding (`-k NAME` one of them).", ""]
+    return "\n".join(lines)
+
+
+def write_fuzz_markdown(report: FuzzReport, out: Path) -> Path:
+    return atomic_write_text(out / "fuzz.md", render_fuzz_markdown(report))

@@ -1,0 +1,409 @@
+"""`difftest fuzz`: generated scenarios, every branch's real scheduler, `run`'s judging, shrunk findings.
+
+    strategy (tier) -> scenario mapping -> the tier's loader validation -> one job
+      -> a warm probe per branch (probe_server) -> records checked as `run` checks them
+      -> judged as `run` judges (oracle + invariants; or the `--against` branch's totals)
+      -> kinds of failure (core.fuzz) -> the search (search.py: Hypothesis, seeded, shrinking)
+      -> per finding: a scenario file under <out>/found/<tier>/, its evidence, and a config to re-run it
+
+A generated scenario that the loader refuses is a bug in the strategy, never a
+finding: the search stops with that (shrunk) scenario. Every example is probed
+once (outcomes are cached by scenario), so the search's later rounds and the
+shrinker's replays cost no probe time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from difftest import tiers
+from difftest.build.workspace import Workspace, branch_spec, branch_specs, prepare
+from difftest.core.config import Config
+from difftest.core.errors import ConfigError
+from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
+from difftest.core.fuzz import ORACLE, Finding, FuzzReport, Kind, Observation, observations
+from difftest.core.records import ProbeRun, Reading, Result, Totals
+from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.run.pipeline import JUDGED_ROLES, TierScenarios, judge_runs, make_evidence, make_job
+from difftest.run.probe_server import ProbeServer, ServerLimits
+from difftest.run.runner import BranchRun
+from difftest.run.search import Found, SearchResult, search
+from difftest.tiers.base import Tier
+from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
+
+Log = Callable[[str], None]
+#: (examples run in this round, examples asked for or None, round, findings so far)
+FuzzProgress = Callable[[int, int | None, int, int], None]
+#: The name every generated scenario carries while it is examined.
+EXAMPLE_NAME = "fuzz-example"
+FOUND = "found"
+#: Where scenario files are explained (named in errors about a found file).
+GUIDE = "scenarios/README.md"
+SUMMARY = "fuzz.json"
+
+
+class StrategyError(RuntimeError):
+    """The tier's strategy generated a scenario its own loader refuses: a difftest bug, not a finding."""
+
+
+@dataclass(frozen=True)
+class FuzzRequest:
+    branches: list[str] | None = None
+    seed: int = 0
+    #: Test cases per search round; None: bounded by `time_s` only.
+    examples: int | None = 100
+    time_s: float | None = None
+    against: str | None = None
+    reading: Reading | None = None
+    out: Path = Path("out")
+    fetch: bool = False
+
+
+@dataclass
+class FuzzOutcome:
+    report: FuzzReport
+    workspace: Workspace
+    #: Finding name -> its evidence (also written to <out>/found/evidence/<name>/evidence.json).
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+
+
+def fuzzable_tier() -> Tier:
+    """The first registered tier that provides a fuzz strategy."""
+    for tier in tiers.REGISTRY.values():
+        if tier.fuzz_strategy() is not None:
+            return tier
+    raise ConfigError("no tier can be fuzzed", "a tier must provide `fuzz_strategy()`")
+
+
+def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progress: FuzzProgress | None = None) -> FuzzOutcome:
+    """Search for failures of every branch, shrink them, write them as scenario files; never raises for a branch."""
+    tier = fuzzable_tier()
+    if request.out.exists() and not request.out.is_dir():
+        raise ConfigError(f"--out {request.out}: not a folder", "name a folder (it is created if it does not exist)")
+    fuzzed, against = _branch_names(config, request)
+    workspace = prepare(config, fuzzed + ([against] if against else []), do_fetch=request.fetch, log=log)
+    reading = request.reading or config.oracle.reading
+    report = FuzzReport(
+        command=sys.argv[:],
+        tier=tier.name,
+        seed=request.seed,
+        examples=request.examples,
+        time_s=request.time_s,
+        reading=reading,
+        against=against,
+        branches=fuzzed,
+        out=str(request.out),
+    )
+    outcome = FuzzOutcome(report, workspace)
+    _clear_previous(request.out)
+    limits = ServerLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
+    ready = {b.name: b.env.python for b in workspace.branches if b.env is not None}
+    report.unmeasured.update({b.name: b.error or "no environment" for b in workspace.branches if b.env is None})
+    with ExitStack() as stack:
+        servers = {
+            name: stack.enter_context(ProbeServer(name, python, tier.name, request.out / "probe", limits, len(ready)))
+            for name, python in ready.items()
+        }
+        prober = Prober(servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers)))))
+        for name, why in prober.warm_up(tier).items():
+            report.unmeasured[name] = why
+            log(f"{name}: cannot be fuzzed: {why}")
+        if against is not None and against in report.unmeasured:
+            for name in fuzzed:
+                report.unmeasured.setdefault(name, f"the --against branch {against} could not be measured")
+        judged = [b for b in fuzzed if b not in report.unmeasured]
+        if judged:
+            examiner = Examiner(tier, prober, judged, against, reading, config.timeouts.run_s, _baseline(config, workspace))
+            _search(examiner, outcome, config, request, log, progress)
+        report.probe_starts = {name: s.starts for name, s in servers.items()}
+    request.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(request.out / SUMMARY, report.model_dump_json(indent=1))
+    return outcome
+
+
+def _search(
+    examiner: "Examiner", outcome: FuzzOutcome, config: Config, request: FuzzRequest, log: Log, progress: FuzzProgress | None
+) -> None:
+    report = outcome.report
+    compared = f"against {examiner.against}" if examiner.against else f"{examiner.reading} reading"
+    log(f"fuzzing {', '.join(examiner.branches)} on the {examiner.tier.name} tier (seed {request.seed}, {compared})")
+    result = search(
+        examiner.tier.fuzz_strategy(),
+        examiner.examine,
+        seed_value=request.seed,
+        examples=request.examples,
+        deadline_s=request.time_s,
+        on_call=_progress_adapter(progress, request.examples),
+    )
+    report.searched, report.calls, report.rounds = result.examples, result.calls, result.rounds
+    report.elapsed_s, report.stopped, report.probed = round(result.elapsed_s, 3), result.stopped, examiner.probed
+    report.stop_reason = result.stop_reason
+    if result.stopped == "flaky":
+        log(f"the search stopped: {result.stop_reason}")
+    _write_findings(outcome, result, examiner, config, request, log)
+
+
+# -- branches ---------------------------------------------------------------------
+
+
+def _branch_names(config: Config, request: FuzzRequest) -> tuple[list[str], str | None]:
+    """The branches to fuzz and the one to compare them with (names as the workspace gives them)."""
+    against = branch_spec(config, request.against).name if request.against else None
+    if request.branches:
+        fuzzed = [s.name for s in branch_specs(config, request.branches)]
+    else:
+        fuzzed = [b.name for b in config.branches if b.name != against]
+    if against is not None and against in fuzzed:
+        raise ConfigError(
+            f"branch {against!r} is both fuzzed and the --against branch",
+            "list the branches to compare with it, without it (e.g. `difftest fuzz --against main BRANCH`)",
+        )
+    if not fuzzed:
+        raise ConfigError("no branch to fuzz", "name a branch besides the --against one")
+    return fuzzed, against
+
+
+def _baseline(config: Config, workspace: Workspace) -> str:
+    names = [b.name for b in workspace.branches]
+    return config.baseline if config.baseline in names else names[0]
+
+
+# -- probing ------------------------------------------------------------------------
+
+
+class Prober:
+    """Every branch's warm probe, asked the same job at once."""
+
+    def __init__(self, servers: dict[str, ProbeServer], pool: ThreadPoolExecutor) -> None:
+        self.servers = servers
+        self.pool = pool
+
+    def play(self, job: Job, keep: Path | None = None) -> dict[str, BranchRun]:
+        """Every branch's answer; with `keep`, each probe's job and records are also written there."""
+        futures = {name: self.pool.submit(server.play, job, keep) for name, server in self.servers.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+    def warm_up(self, tier: Tier) -> dict[str, str]:
+        """Start every probe (vLLM imported) with an empty job; the branches whose probe cannot start, why."""
+        job: Job = make_job(tier, [], None)
+        failed = {name: run.error or "no header" for name, run in self.play(job).items() if run.header is None}
+        for name in failed:
+            self.servers.pop(name).close()
+        return failed
+
+
+class Examiner:
+    """Judges generated scenarios in every branch; caches the kinds each scenario shows."""
+
+    def __init__(
+        self,
+        tier: Tier,
+        prober: Prober,
+        branches: list[str],
+        against: str | None,
+        reading: Reading,
+        run_s: float,
+        baseline: str,
+    ) -> None:
+        self.tier = tier
+        self.prober = prober
+        self.branches = branches
+        self.against = against
+        self.reading = reading
+        self.run_s = run_s
+        self.baseline = baseline
+        self.cache: dict[str, dict[Kind, Observation]] = {}
+        self.probed = 0
+
+    def examine(self, raw: dict[str, Any]) -> dict[Kind, Observation]:
+        key = json.dumps(raw, sort_keys=True)
+        if key not in self.cache:
+            scenario = self.scenario(raw)
+            self.cache[key] = {o.kind: o for o in self.judge(scenario, self.probe(scenario))[0]}
+            self.probed += 1
+        return self.cache[key]
+
+    def scenario(self, raw: dict[str, Any], name: str = EXAMPLE_NAME) -> ScenarioBase:
+        try:
+            return self.tier.parse_scenario({**raw, "name": name}, f"<generated {name}>")
+        except ConfigError as exc:
+            raise StrategyError(f"the {self.tier.name} tier's fuzz strategy generated a scenario its loader refuses: "
+                                f"{exc.problem}\n{json.dumps(raw)}") from None
+
+    def probe(self, scenario: ScenarioBase, keep: Path | None = None) -> dict[str, BranchRun]:
+        return self.prober.play(make_job(self.tier, [scenario], self.run_s), keep)
+
+    def judge(
+        self, scenario: ScenarioBase, delivered: dict[str, BranchRun]
+    ) -> tuple[list[Observation], dict[str, list[Result]]]:
+        """Every fuzzed branch's observations (against the oracle or the --against branch) and its results."""
+        runs = {name: run.runs for name, run in delivered.items()}
+        across = self.tier.across_branches(scenario, runs, self.baseline)
+        found: list[Observation] = []
+        results: dict[str, list[Result]] = {}
+        for branch in self.branches:
+            if self.against is None:
+                results[branch] = judge_runs(self.tier, scenario, branch, runs[branch], self.reading, across.get(branch, {}))
+                found += observations(results[branch], runs[branch])
+            else:
+                results[branch] = self._judge_against(scenario, branch, runs)
+                found += observations(results[branch], runs[branch], self.against)
+        return found, results
+
+    def as_run_judges(self, scenario: ScenarioBase, delivered: dict[str, BranchRun]) -> list[Result]:
+        """Every probed branch's results by the oracle: what `difftest run` on the scenario's file gives."""
+        runs = {name: run.runs for name, run in delivered.items()}
+        across = self.tier.across_branches(scenario, runs, self.baseline)
+        return [
+            r
+            for name in delivered
+            for r in judge_runs(self.tier, scenario, name, runs[name], self.reading, across.get(name, {}))
+        ]
+
+    def _judge_against(self, scenario: ScenarioBase, branch: str, runs: dict[str, list[ProbeRun]]) -> list[Result]:
+        """Differences from the --against branch: its totals are the expected ones, its own violations are
+        not this branch's, and a run it could not measure is not judged."""
+        assert self.against is not None
+        reference = {r.label: r for r in runs[self.against] if r.role in JUDGED_ROLES}
+        comparable = [r for r in runs[branch] if r.role not in JUDGED_ROLES or (r.label in reference and reference[r.label].measured)]
+        expected: dict[str, Totals] = {label: r.totals for label, r in reference.items() if r.totals is not None}
+        baseline_violations = self.tier.invariants(scenario, list(reference.values()))
+        return judge_runs(self.tier, scenario, branch, comparable, self.reading, expected=expected,
+                          baseline_violations=baseline_violations)
+
+
+def _progress_adapter(progress: FuzzProgress | None, examples: int | None) -> Callable[[SearchResult[Any]], None] | None:
+    if progress is None:
+        return None
+    state = {"round": 0, "calls": 0}
+
+    def on_call(result: SearchResult[Any]) -> None:
+        if result.rounds != state["round"]:
+            state["round"], state["calls"] = result.rounds, 0
+        state["calls"] += 1
+        progress(state["calls"], examples, result.rounds, len(result.found))
+
+    return on_call
+
+
+# -- findings -------------------------------------------------------------------------
+
+
+def _write_findings(
+    outcome: FuzzOutcome, result: SearchResult[Kind], examiner: Examiner, config: Config, request: FuzzRequest, log: Log
+) -> None:
+    """Each finding as a scenario file, loaded back with the tier's loader, probed again for its evidence."""
+    if not result.found:
+        return
+    tier = examiner.tier
+    found_dir = request.out / FOUND
+    scenario_dir = found_dir / tier.folder
+    scenario_dir.mkdir(parents=True, exist_ok=True)
+    _write_config(config, outcome.workspace, found_dir)
+    for index, found in enumerate(result.found, 1):
+        name = _finding_name(index, found)
+        path = scenario_dir / f"{name}.yaml"
+        path.write_text(
+            scenario_file_text({**found.value, "statement": _statement(found, request.seed)}, _comments(name, found, request))
+        )
+        # Read back as `run` reads it: the file is the finding, so it must load (name, hash) and show it again.
+        scenario = tier.parse_scenario(read_scenario_file(path, GUIDE), str(path))
+        # The evidence folder is laid out as `run --out` lays one out, so `difftest show` reads its steps.
+        evidence_dir = found_dir / "evidence" / name
+        delivered = examiner.probe(scenario, keep=evidence_dir / "probe")
+        again, _ = examiner.judge(scenario, delivered)
+        reproduced = set(found.kinds) <= {o.kind for o in again}
+        if not reproduced:
+            log(f"{name}: probing the written file again did not show every kind it was found for")
+        evidence = make_evidence(
+            outcome.workspace,
+            [TierScenarios(tier, [scenario])],
+            {tier.name: delivered},
+            examiner.as_run_judges(scenario, delivered),
+            examiner.reading,
+            out=evidence_dir,
+        )
+        evidence_path = write_evidence(evidence, evidence_dir / "evidence.json")
+        outcome.evidence[name] = evidence
+        outcome.report.findings.append(
+            Finding(
+                name=name,
+                file=str(Path(FOUND) / tier.folder / f"{name}.yaml"),
+                evidence=str(evidence_path.relative_to(request.out)),
+                observations=list(found.kinds.values()),
+                round=found.round,
+                found_after_s=round(found.first_seen_s, 3),
+                reproduced=reproduced,
+            )
+        )
+
+
+def _finding_name(index: int, found: Found[Kind]) -> str:
+    first = next(iter(found.kinds))
+    return f"fuzz-{index:02d}-" + "-".join(_slug(p) for p in (first.branch, first.verdict, first.what))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "-", text).strip("-") or "x"
+
+
+def _statement(found: Found[Kind], seed: int) -> str:
+    first = next(iter(found.kinds))
+    return f"Found by difftest fuzz (seed {seed}): {first.branch} {first.verdict} ({first.what}), shrunk by Hypothesis."
+
+
+def _comments(name: str, found: Found[Kind], request: FuzzRequest) -> list[str]:
+    against = f" --against {request.against}" if request.against else ""
+    lines = [f"Found by `difftest fuzz --seed {request.seed}{against}` (search round {found.round}), shrunk by Hypothesis."]
+    lines += [f"{o.kind.branch}: {o.kind.verdict} in {o.label}: {o.reason}" for o in found.kinds.values()]
+    lines.append(f"Reproduce: difftest run -c {request.out / FOUND / 'branches.yaml'} -k {name}")
+    return lines
+
+
+def _write_config(config: Config, workspace: Workspace, found_dir: Path) -> None:
+    """The config with these branches and `scenarios_dir` pointing here, all paths absolute."""
+    raw = json.loads(config.model_dump_json(exclude={"root"}))
+    # Each branch pinned to the commit it was fuzzed at (its ref may move), with its patch series.
+    raw["branches"] = [
+        {"name": b.name, "ref": b.resolved.ref_sha, "patches": [str(p.path) for p in b.resolved.patches]}
+        for b in workspace.branches
+    ]
+    names = [b.name for b in workspace.branches]
+    raw["baseline"] = config.baseline if config.baseline in names else names[0]
+    raw["scenarios_dir"] = "."
+    raw["stats_paths"] = config.stats_paths
+    text = (
+        "# Written by difftest fuzz: the fuzzed branches (each at the commit it was fuzzed at) and\n"
+        "# `scenarios_dir` pointing at the scenarios it found. `difftest run -c THIS_FILE` re-runs them.\n"
+    )
+    (found_dir / "branches.yaml").write_text(text + yaml.safe_dump(raw, sort_keys=False))
+
+
+def _clear_previous(out: Path) -> None:
+    """Remove what an earlier `fuzz` wrote to this folder (it named its files in its summary)."""
+    summary = out / SUMMARY
+    if not summary.is_file():
+        return
+    try:
+        previous = FuzzReport.model_validate_json(summary.read_text())
+    except ValueError:
+        return
+    for finding in previous.findings:
+        (out / finding.file).unlink(missing_ok=True)
+        evidence = out / finding.evidence
+        if evidence.parent.name == finding.name:  # the finding's own folder: evidence.json and probe/
+            shutil.rmtree(evidence.parent, ignore_errors=True)
+        else:
+            evidence.unlink(missing_ok=True)
+    summary.unlink()

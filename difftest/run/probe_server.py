@@ -1,0 +1,277 @@
+"""A warm probe: one probe process per branch and tier that plays job after job over a pipe.
+
+`run` starts one probe process per branch and tier for all its scenarios;
+`fuzz` asks for one small job at a time, thousands of times, and importing
+vLLM (~10 s) per job would cost more than everything else together. So the
+process is started once (`python -m difftest.probe --serve`) and kept: each job
+is one JSON line on its stdin, each answer is the job's header, run records and
+trailer on its stdout, checked by `delivery.check_lines` exactly as a
+RUNS.jsonl from `run` is.
+
+The time limits are the config's: the first job of a process may take
+`start_s` more (the import); every job may take `run_s` per planned run plus a
+little slack. A process that dies or hangs costs the runs of that job (each an
+`error` with the reason, as in `run`) and is started afresh for the next job.
+
+A branch whose probe dies again and again would cost a restart per job (a
+shrinking search tries hundreds): after `max_starts` processes the server stops
+starting them, and every later job reads `error` at once, saying why.
+
+The interface is deliberately small (`play`, `close`, `starts`): how a process
+is started is this module's business alone. `play` is safe to call from
+several threads; they take turns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from difftest.core.verdicts import one_line
+from difftest.probe.protocol import NONCE_ENV, Job
+from difftest.run.delivery import check_lines
+from difftest.run.runner import (
+    BranchRun,
+    kill_group,
+    planned_count,
+    probe_environ,
+    probe_process_ended,
+    start_probe_process,
+)
+
+#: Seconds a closing probe gets to exit after its stdin is closed.
+CLOSE_GRACE_S = 5.0
+#: Lines of the probe's log quoted when it fails.
+_LOG_TAIL = 40
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    #: Extra seconds for the first job of a process: importing vLLM, building the first configs.
+    start_s: float
+    #: Seconds per planned run of a job.
+    run_s: float
+    #: Seconds a job may take beyond `run_s` per planned run (writing and reading the records).
+    slack_s: float = 10.0
+    #: Processes started at most (restarts cost a vLLM import each); then every job reads `error`.
+    max_starts: int = 20
+
+
+class ProbeServer:
+    """One branch's warm probe for one tier. Not thread-safe: one job at a time per server."""
+
+    def __init__(
+        self,
+        branch: str,
+        python: Path,
+        tier: str,
+        work_dir: Path,
+        limits: ServerLimits,
+        parallel: int = 1,
+    ) -> None:
+        self.branch = branch
+        self.python = python
+        self.tier = tier
+        self.work_dir = work_dir
+        self.limits = limits
+        self.parallel = parallel
+        self.log_path = work_dir / f"{branch}-{tier}-server.log"
+        #: Processes started so far (1 + restarts after a crash or hang).
+        self.starts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._nonce = ""
+        self._buffer = bytearray()
+        self._log_offset = 0
+        self._answered = 0
+        self._last_death = ""
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "ProbeServer":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def play(self, job: Job, keep: Path | None = None) -> BranchRun:
+        """One job: exactly one ProbeRun per planned run, measured or an `error` with its reason.
+
+        With `keep`, the job and the probe's answer are also written there, as `run` writes a probe's
+        job and RUNS.jsonl (named in the result with the nonce), so the evidence can cite them.
+        """
+        with self._lock:
+            result, lines = self._play(job)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            result.job_path = keep / f"{self.branch}-{self.tier}-job.json"
+            result.records_path = keep / f"{self.branch}-{self.tier}-runs.jsonl"
+            result.job_path.write_text(json.dumps(job, indent=1))
+            result.records_path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return result
+
+    def _play(self, job: Job) -> tuple[BranchRun, list[str]]:
+        result = BranchRun(branch=self.branch, tier=self.tier, log_path=self.log_path, started_at=time.time())
+        started = time.monotonic()
+        if self._proc is None and self.starts >= self.limits.max_starts:
+            result.error = f"not started again: the probe stopped {self.starts} times (last: {self._last_death})"
+            result.runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(result.error)
+            return result, []
+        if self._proc is None:
+            self._spawn()
+        assert self._proc is not None and self._proc.stdin is not None
+        limit = self.limits.run_s * planned_count(job) + self.limits.slack_s
+        if self._answered == 0:
+            limit += self.limits.start_s
+        try:
+            self._proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self._proc.stdin.flush()
+            lines, ending = self._read_answer(time.monotonic() + limit)
+        except BrokenPipeError:
+            lines, ending = [], "eof"
+        if ending == "timeout":
+            self._stop()
+            result.timed_out = True
+            result.error = (
+                f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if the branch is just slow)"
+            )
+            self._last_death = result.error
+        elif ending == "eof":
+            code = self._stop(grace_s=CLOSE_GRACE_S)
+            result.log_tail = self._log_tail()
+            result.error = f"probe exited with code {code}: {one_line(result.log_tail or 'no output')}"
+            self._last_death = result.error
+        else:
+            self._answered += 1
+        result.nonce, result.exited_cleanly = self._nonce, ending == "trailer"
+        delivery = check_lines(lines, self._nonce, job, self.tier, exited_cleanly=result.exited_cleanly)
+        result.header = delivery.header
+        result.runs = delivery.runs(result.error)
+        result.duration_s = round(time.monotonic() - started, 4)
+        result.ended_at = time.time()
+        return result, lines
+
+    def close(self) -> None:
+        """Let the probe exit at the end of its input; stop it if it does not. A probe still busy with a
+        job (closing after Ctrl-C) is killed at once; that job reads `error`."""
+        if not self._lock.acquire(blocking=False):
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                kill_group(proc, wait=False)
+            self._lock.acquire()
+        try:
+            self._close()
+        finally:
+            self._lock.release()
+
+    def _close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        except OSError:
+            pass
+        self._stop(grace_s=CLOSE_GRACE_S)
+
+    # -- the process ---------------------------------------------------------
+
+    def _spawn(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        self._nonce = secrets.token_hex(16)
+        self._buffer = bytearray()
+        self._answered = 0
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- difftest: probe process {self.starts} for {self.branch} ({self.tier}) ---\n".encode())
+            self._log_offset = log.tell()
+            self._proc = start_probe_process(
+                [str(self.python), "-m", "difftest.probe", "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                bufsize=0,
+                # As in `runner.run_probe`: not the caller's folder, whose difftest would shadow the env's probe.
+                cwd=self.work_dir,
+                env={**probe_environ(self.parallel), NONCE_ENV: self._nonce},
+                start_new_session=True,
+            )
+
+    def _stop(self, grace_s: float = 0.0) -> int | None:
+        """Kill the process group (if still running after `grace_s`) and forget the process; its exit code."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        try:
+            proc.wait(timeout=grace_s)  # a probe that closed its output is exiting: let it say how
+        except subprocess.TimeoutExpired:
+            pass
+        if proc.poll() is None:
+            kill_group(proc, wait=False)
+        code = proc.wait()
+        probe_process_ended(proc)
+        for stream in (proc.stdin, proc.stdout):
+            _close_quietly(stream)
+        return code
+
+    def _read_answer(self, deadline: float) -> tuple[list[str], str]:
+        """Lines up to and including this probe's trailer; the ending: `trailer`, `eof` or `timeout`."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        lines: list[str] = []
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while True:
+                while (end := self._buffer.find(b"\n")) >= 0:
+                    raw = bytes(self._buffer[:end])
+                    del self._buffer[: end + 1]
+                    lines.append(raw.decode("utf-8", errors="replace"))
+                    if self._is_trailer(raw):
+                        return lines, "trailer"
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return lines, "timeout"
+                if not selector.select(remaining):
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    if self._buffer:
+                        lines.append(bytes(self._buffer).decode("utf-8", errors="replace"))
+                        self._buffer.clear()
+                    return lines, "eof"
+                self._buffer += chunk
+
+    def _is_trailer(self, raw: bytes) -> bool:
+        if b'"trailer"' not in raw:
+            return False
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            return False
+        return isinstance(record, dict) and record.get("kind") == "trailer" and record.get("nonce") == self._nonce
+
+    def _log_tail(self) -> str:
+        """The last lines the current (just ended) process wrote to the log."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-_LOG_TAIL:])
+
+
+def _close_quietly(stream: IO[Any] | None) -> None:
+    if stream is None:
+        return
+    try:
+        stream.close()
+    except OSError:
+        pass

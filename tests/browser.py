@@ -1,0 +1,70 @@
+"""Rendering a report in a real browser: Debian's headless `chromium`, no network.
+
+The report is loaded in an iframe of the width under test inside a small
+harness page (headless Chromium will not lay a window out narrower than about
+500 px, an iframe it will), and a load handler writes what the test asserts
+into an attribute that `--dump-dom` returns: the page's scroll width beside
+the frame's inner width (page-level horizontal overflow), and where the
+verdict grid and its scroll box are.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: Without the background-networking flags, a closed network refuses connections en masse.
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--allow-file-access-from-files",
+]
+HARNESS = """<!DOCTYPE html><html><body style="margin:0">
+<iframe id="report" src="{src}" style="width:{width}px;height:900px;border:0"></iframe>
+<script>
+window.addEventListener("load", function () {{
+  var frame = document.getElementById("report"), w = frame.contentWindow, d = w.document;
+  var grid = d.getElementById("verdict-grid"), r = grid ? grid.getBoundingClientRect() : null;
+  var box = grid ? grid.parentElement.getBoundingClientRect() : null;
+  var style = grid ? w.getComputedStyle(grid) : null;
+  var loose = Array.prototype.filter.call(d.querySelectorAll("table"), function (t) {{ return !t.closest(".scroll"); }});
+  document.body.setAttribute("data-measured", JSON.stringify({{
+    scrollWidth: d.documentElement.scrollWidth, innerWidth: w.innerWidth,
+    grid: r && {{left: r.left, top: r.top, width: r.width, height: r.height}},
+    box: box && {{left: box.left, right: box.right, width: box.width}},
+    shown: !!style && style.display !== "none" && style.visibility !== "hidden",
+    tablesOutsideScrollBoxes: loose.length
+  }}));
+}});
+</script></body></html>
+"""
+
+
+def require_chromium() -> str:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium; .ci/run installs it)")
+    return CHROMIUM
+
+
+def measure(report: Path, width: int) -> dict:
+    """Load `report` at `width` CSS pixels and return what the harness measured."""
+    browser = require_chromium()
+    harness = report.parent / f"harness-{width}.html"
+    harness.write_text(HARNESS.format(src=report.name, width=width))
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run(
+            [browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={max(width, 500) + 40},1000",
+             "--dump-dom", harness.as_uri()],
+            capture_output=True, text=True, timeout=120,
+        )
+    found = re.search(r'data-measured="([^"]*)"', done.stdout)
+    assert found, f"chromium gave no measurement (exit {done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))

@@ -1,0 +1,161 @@
+"""`difftest fuzz` through the CLI, on the real branches (slow: real vLLM in every branch environment).
+
+One shipped search (`--seed 0`, three branches, no scenario files involved)
+is shared by the tests that read it: what it finds for each branch and how
+small, that its files are valid scenarios that `difftest run` reproduces, and
+that its evidence is whole. Against main, a branch that only renames a local
+variable must show nothing while a real fix shows its difference; under the
+lenient reading pr-56137-style shows nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from filelock import FileLock
+
+from difftest.build.refs import read_blob
+from difftest.core.evidence import read_evidence
+from difftest.core.fuzz import FuzzReport
+from tests.e2e.cli_helpers import SCHEDULER, results_of, run_cli
+from tests.factories import shipped_branch, write_config
+from tests.patching import make_patch
+
+pytestmark = pytest.mark.slow
+
+#: Examples per search round in the shared shipped search (the issue's acceptance figure).
+EXAMPLES = 300
+
+
+@pytest.fixture(scope="session")
+def shipped(tmp_path_factory) -> tuple[int, Path, FuzzReport]:
+    """The search, run once per test session: xdist workers share it through a folder and a lock."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    shared = root / "fuzz-shipped"
+    shared.mkdir(exist_ok=True)
+    out = shared / "out"
+    with FileLock(str(shared / "lock")):
+        if not (shared / "code").exists():
+            config = write_config(shared, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
+                                  scenarios_dir=str(shared / "no-scenarios"))
+            code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out)
+            (shared / "code").write_text(str(code))
+    code = int((shared / "code").read_text())
+    return code, out, FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+
+
+def kinds(report: FuzzReport, branch: str) -> dict[tuple[str, str], Path]:
+    """(verdict, what) -> the finding's scenario file, for one branch."""
+    return {(o.kind.verdict, o.kind.what): Path(f.file) for o, f in report.by_branch()[branch]}
+
+
+def scenario_of(out: Path, file: Path) -> dict:
+    return yaml.safe_load((out / file).read_text())
+
+
+def test_the_shipped_search_finds_each_branch_s_known_story(shipped) -> None:
+    code, out, report = shipped
+    assert code == 1 and report.unmeasured == {} and report.stopped is None
+    assert report.searched == EXAMPLES
+    main = kinds(report, "main")
+    # main: the truncation overcount, shrunk to one request; plus the strict reading's residual.
+    assert set(main) == {("diverge", "num_emitted_tokens"), ("diverge", "num_drafts")}
+    truncation = scenario_of(out, main[("diverge", "num_emitted_tokens")])
+    assert len(truncation["requests"]) == 1
+    # pr-56137-style: nothing but the strict-reading residual (an all-invalid grammar request counted as a row).
+    assert set(kinds(report, "pr-56137-style")) == {("diverge", "num_drafts")}
+    residual = scenario_of(out, kinds(report, "pr-56137-style")[("diverge", "num_drafts")])
+    assert residual["draft_path"] == "async" and any("grammar" in r for r in residual["requests"])
+    # pr-56195-style: the lost stats of a mixed batch, shrunk to at most 3 requests.
+    lost = kinds(report, "pr-56195-style")
+    assert ("broken", "stats-lost") in lost
+    assert {verdict for verdict, _ in lost} == {"broken"}
+    mixed = scenario_of(out, lost[("broken", "stats-lost")])
+    assert 2 <= len(mixed["requests"]) <= 3 and mixed["draft_path"] == "async"
+    assert any("grammar" in r for r in mixed["requests"]) and any("grammar" not in r for r in mixed["requests"])
+
+
+def test_found_files_name_branch_difference_and_seed(shipped) -> None:
+    _, out, report = shipped
+    assert report.findings and all(f.reproduced for f in report.findings)
+    for finding in report.findings:
+        text = (out / finding.file).read_text()
+        comments = [line for line in text.splitlines() if line.startswith("#")]
+        assert "--seed 0" in comments[0]
+        for obs in finding.observations:
+            assert any(line.startswith(f"# {obs.kind.branch}: {obs.kind.verdict}") and obs.reason in line for line in comments)
+        assert f"-k {finding.name}" in comments[-1]
+
+
+def test_difftest_run_on_the_found_files_reproduces_every_finding(shipped, tmp_path) -> None:
+    _, out, report = shipped
+    again = tmp_path / "again"
+    assert run_cli("run", "-c", out / "found" / "branches.yaml", "--out", again) == 1
+    results = results_of(again)
+    for finding in report.findings:
+        for obs in finding.observations:
+            ours = [r for r in results if r["scenario"] == finding.name and r["branch"] == obs.kind.branch]
+            shown = {(r["verdict"], r["differences"][0]["counter"]) for r in ours if r["verdict"] == "diverge"}
+            shown |= {("broken", v["invariant"]) for r in ours if r["verdict"] == "broken" for v in r["violations"]}
+            assert (obs.kind.verdict, obs.kind.what) in shown, (finding.name, obs.kind)
+
+
+def test_each_finding_has_its_evidence(shipped) -> None:
+    _, out, report = shipped
+    for finding in report.findings:
+        evidence = read_evidence(out / finding.evidence)
+        scenario = evidence.scenarios[finding.name]
+        assert scenario.file == finding.file.removeprefix("found/")
+        assert scenario.sha256 == hashlib.sha256((out / finding.file).read_bytes()).hexdigest()
+        assert {r.branch for r in evidence.results} == {"main", "pr-56137-style", "pr-56195-style"}
+        assert evidence.runs and all(evidence.runs.values())
+    summary = (out / "fuzz.md").read_text()
+    assert all(f.file in summary for f in report.findings)
+
+
+def test_against_main_a_renamed_local_shows_nothing_and_a_real_fix_shows_its_difference(tmp_path, fixture_repo) -> None:
+    """One search, two branches judged against main: one that only renames a local variable of the
+    stats path, and pr-56137-style, which counts committed tokens where main counts accepted + 1."""
+    old = read_blob(fixture_repo, "v0.32.0", SCHEDULER).decode()
+    assert old.count("scheduled_spec_token_ids") == 3  # the one local variable of update_from_output renamed
+    patch = make_patch(tmp_path / "rename.patch", SCHEDULER, old, old.replace("scheduled_spec_token_ids", "spec_ids_of_step"))
+    rename = {"name": "rename", "ref": "main", "patches": [str(patch)]}
+    config = write_config(tmp_path, [shipped_branch("main"), rename, shipped_branch("pr-56137-style")])
+    out = tmp_path / "out"
+    assert run_cli("fuzz", "-c", config, "--against", "main", "--examples", EXAMPLES, "--out", out) == 1
+    report = FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+    assert (report.branches, report.against, report.unmeasured) == (["rename", "pr-56137-style"], "main", {})
+    assert report.searched == EXAMPLES and report.by_branch()["rename"] == []
+    assert "| rename | nothing found |" in (out / "fuzz.md").read_text()
+    found = kinds(report, "pr-56137-style")
+    assert ("diverge", "num_emitted_tokens") in found
+    assert len(scenario_of(out, found[("diverge", "num_emitted_tokens")])["requests"]) == 1
+    obs = next(o for o, _ in report.by_branch()["pr-56137-style"] if o.kind.what == "num_emitted_tokens")
+    assert obs.reason.startswith("num_emitted_tokens: measured") and ", main " in obs.reason
+
+
+def test_under_the_lenient_reading_pr_56137_style_shows_nothing(tmp_path) -> None:
+    config = write_config(tmp_path, [shipped_branch("pr-56137-style")], baseline="pr-56137-style")
+    out = tmp_path / "out"
+    assert run_cli("fuzz", "-c", config, "--reading", "lenient", "--seed", "0", "--examples", EXAMPLES, "--out", out) == 0
+    report = FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+    assert (report.reading, report.findings, report.searched) == ("lenient", [], EXAMPLES)
+
+
+def test_usage_errors_exit_2_before_anything_is_built(tmp_path) -> None:
+    config = write_config(tmp_path, [shipped_branch("main")])
+    assert run_cli("fuzz", "-c", config, "--against", "main", "main", "--out", tmp_path / "o") == 2
+    assert run_cli("fuzz", "-c", config, "--against", "main", "--out", tmp_path / "o") == 2  # nothing left to fuzz
+    with pytest.raises(SystemExit) as exc:
+        run_cli("fuzz", "-c", config, "--examples", "0")
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        run_cli("fuzz", "-c", config, "--examples", "10", "--time", "5")
+    assert exc.value.code == 2
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,83 @@
+"""Ctrl-C, SIGTERM and SIGKILL of a real `difftest run` whose branch hangs: no probe outlives it.
+
+The branch's scheduler module writes its process id to a marker file and
+sleeps for an hour when imported, so its probe hangs the way a deadlocked
+branch does. difftest runs as a real subprocess (the console script), is
+signalled once the probe is hanging, and the probe's process must be gone.
+`probe_s` is left at 600 s, so a difftest that waited for the probe's timeout
+would trip the test's own wait instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config
+from tests.patching import prepend
+
+pytestmark = pytest.mark.slow
+
+DIFFTEST = Path(sys.executable).parent / "difftest"
+#: How long difftest may take to exit once signalled before the test calls it hung.
+EXIT_WAIT_S = 30
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int:
+    """The pid the hanging probe wrote, once it is hanging."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text().split()[0])
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    raise AssertionError("the planted hang never started")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGKILL, -signal.SIGKILL)])
+def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, code):
+    marker = tmp_path / "probe.pid"
+    hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
+    config = faulty_config(tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang))
+    out = tmp_path / "out"
+    # What an earlier run left: it must not look like this run's results once this one is interrupted.
+    (out / "probe").mkdir(parents=True)
+    (out / "report.md").write_text("## an older report\n")
+    (out / "probe" / "hang-scheduler-runs.jsonl").write_text("{}\n")
+    process = subprocess.Popen(
+        [str(DIFFTEST), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out), "hang"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    probe = wait_for(marker, process)
+    assert alive(probe)
+    process.send_signal(signum)
+    try:
+        _, err = process.communicate(timeout=EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        os.kill(probe, signal.SIGKILL)
+        raise AssertionError(f"difftest did not exit within {EXIT_WAIT_S} s of {signum!r}") from None
+    assert process.returncode == code, err
+    if signum != signal.SIGKILL:
+        assert "interrupted; 1 running probe(s) stopped" in err
+    # Cleared when the run started, and nothing half-measured was written after it.
+    assert not (out / "report.md").exists() and not (out / "evidence.json").exists()
+    deadline = time.monotonic() + 5  # the kernel delivers the parent-death signal asynchronously
+    while alive(probe) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(probe), f"probe {probe} outlived difftest"

@@ -1,0 +1,34 @@
+"""The fuzz search on a real branch: same seed, same findings (slow: real vLLM).
+
+Both searches use one warm probe but examine every scenario afresh (a new
+examiner, an empty cache), so the probe's answers themselves must repeat.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from difftest.run.fuzz import Examiner, Prober, fuzzable_tier
+from difftest.run.probe_server import ProbeServer, ServerLimits
+from difftest.run.search import search
+
+pytestmark = pytest.mark.slow
+BRANCH = "pr-56195-style"
+
+
+def test_same_seed_same_findings_on_a_real_branch(workspace, tmp_path) -> None:
+    tier = fuzzable_tier()
+    python = workspace.branch(BRANCH).env.python
+    found = []
+    with ProbeServer(BRANCH, python, tier.name, tmp_path, ServerLimits(600, 120)) as server, ThreadPoolExecutor(1) as pool:
+        prober = Prober({BRANCH: server}, pool)
+        for _ in range(2):
+            examiner = Examiner(tier, prober, [BRANCH], None, "strict", 120, BRANCH)
+            result = search(tier.fuzz_strategy(), examiner.examine, seed_value=0, examples=100)
+            found.append([(f.value, f.kinds) for f in result.found])
+            assert examiner.probed > 100
+        assert server.starts == 1
+    assert found[0], "seed 0 finds pr-56195-style's lost stats"
+    assert found[0] == found[1]

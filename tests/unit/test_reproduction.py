@@ -1,0 +1,43 @@
+"""What `verify` compares: every field a verdict rests on, except what an older file could not hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from difftest.core.evidence import evidence_json, read_evidence, written_version
+from difftest.core.reproduction import evidence_differences
+from tests.factories import make_evidence, make_result, make_violation
+
+
+def _broken(requests: list[str]):
+    return make_evidence(results=[make_result("broken", violations=[make_violation(requests=requests)])])
+
+
+def _written_as(tmp_path: Path, version: str, requests: list[str]):
+    """The broken evidence as a file of `version` (2: violations had no `requests`)."""
+    raw = json.loads(evidence_json(_broken(requests)))
+    if version == "2":
+        raw["schema_version"] = "2"
+        raw.pop("baseline", None)
+        raw.pop("probes", None)
+        for violation in raw["results"][0]["violations"]:
+            violation.pop("requests")
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_a_violation_naming_other_requests_is_a_difference() -> None:
+    assert any("violations differ" in line for line in evidence_differences(_broken(["a"]), _broken(["b"])))
+
+
+def test_a_file_without_violation_requests_is_not_held_against_a_rerun_that_names_them(tmp_path: Path) -> None:
+    path = _written_as(tmp_path, "2", [])
+    assert written_version(path) == "2"
+    assert evidence_differences(read_evidence(path), _broken(["a"]), written_version(path)) == []
+
+
+def test_a_current_file_with_edited_violation_requests_differs(tmp_path: Path) -> None:
+    path = _written_as(tmp_path, "4", ["edited"])
+    assert evidence_differences(read_evidence(path), _broken(["a"]), written_version(path))
