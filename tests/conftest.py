@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,10 @@ from difftest.core.records import ProbeRun
 from difftest.run.pipeline import make_job
 from difftest.run.runner import run_probe
 from tests.factories import ROOT, link_base_into
+
+# Tests measure what they test: a probe run reused from difftest's result cache (shared by every
+# test and session) would hide it. The result cache's own tests point it at a folder of their own.
+os.environ["DIFFTEST_RESULT_CACHE"] = "off"
 
 
 @pytest.fixture(scope="session")

@@ -55,6 +55,15 @@ def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> No
     )
 
 
+def add_cache_option(parser: argparse.ArgumentParser) -> None:
+    """--no-cache, for the commands that may reuse probe runs from the result cache (`run`, `gate`)."""
+    parser.add_argument(
+        "--no-cache", action="store_true",
+        help="measure every probe again instead of reusing unchanged runs from the result cache (verdicts are "
+        "always judged afresh)",
+    )
+
+
 def tier_names(choice: str) -> list[str] | None:
     """`--tier` as the pipeline takes it: None for every tier."""
     return None if choice == ALL_TIERS else [choice]
@@ -69,6 +78,7 @@ def compare_request(args: argparse.Namespace, branches: list[str] | None, **extr
         out=Path(args.out),
         fetch=args.fetch,
         select=args.select,
+        reuse_cached=not getattr(args, "no_cache", False),
         **extra,  # type: ignore[arg-type]
     )
 

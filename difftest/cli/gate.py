@@ -17,7 +17,7 @@ import sys
 
 from difftest.build.refs import changed_files, touches
 from difftest.build.workspace import branch_spec, open_source_repo, refs_to_fetch, resolve_spec
-from difftest.cli.base import Command, Log, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
+from difftest.cli.base import Command, Log, add_cache_option, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK
@@ -42,6 +42,7 @@ class GateCommand(Command):
         parser.add_argument("--head", required=True, help="branch name or git ref of the change")
         parser.add_argument("--always", action="store_true", help="run even when no stats-path file changed")
         add_compare_options(parser)
+        add_cache_option(parser)
         add_format(parser, FORMATS, "auto", "text: for a person; md: Markdown; auto: text on a terminal, md when piped")
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:

@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from difftest.cli.base import Command, Log, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
+from difftest.cli.base import Command, Log, add_cache_option, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.records import Result
@@ -24,6 +24,7 @@ class RunCommand(Command):
     def setup_arguments(self, parser: argparse.ArgumentParser) -> None:
         super().setup_arguments(parser)
         add_compare_options(parser)
+        add_cache_option(parser)
         parser.add_argument(
             "--jobs", type=int, default=None,
             help="branches probed at once (default: all for the scheduler tier, one per 4 cores for the engine tier)",

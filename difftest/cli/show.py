@@ -20,7 +20,7 @@ from difftest.core.records import Result
 from difftest.reports.trace import build_trace
 from difftest.reports.trace_terminal import render_trace
 from difftest.reports.views import branch_names, most_severe, run_index
-from difftest.run.recorded import recorded_runs
+from difftest.run.recorded import probe_files, recorded_runs
 
 
 class ShowCommand(Command):
@@ -78,6 +78,12 @@ class ShowCommand(Command):
                 why = (run.error if run is not None else None) or (result.error if result else None) or "no steps recorded"
                 console.print(f"{args.scenario} · {branch} · run {label}: no steps to show ({why})", markup=False)
                 continue
+            reused = probe_files(evidence, branch, tier.name).reused
+            if reused is not None:
+                console.print(f"{branch} · {tier.name}: these steps come from the result cache: measured "
+                              f"{reused.measured_at} by an earlier run (key {reused.key[:12]}), not by the run that "
+                              "wrote this evidence; `difftest run --no-cache` measures them again", markup=False,
+                              soft_wrap=True)
             trace = build_trace(tier, scenario, run, evidence.reading, branch)
             others = [r for r in results if r.label != label]
             render_trace(console, trace, result, others, all_steps=args.all_steps)

@@ -117,6 +117,7 @@ class VerifyCommand(Command):
         request = CompareRequest(
             branches=names, tiers=recorded_tiers, reading=recorded.reading, out=Path(args.out),
             scenarios=sorted(recorded.scenarios), baseline=recorded.baseline,
+            reuse_cached=False, store_results=False,  # a re-run that reads its results from a cache verifies nothing
         )
         comparison = compare(config, request, log, probe_progress)
         evidence = comparison.evidence

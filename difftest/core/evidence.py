@@ -17,7 +17,9 @@ the base fingerprint's `wheel_hash` is the wheel's identity, `identity: 2`, the
 same in every cache and clone); 5 (branches record what was transplanted —
 original SHA, merge-base, replayed commits — and the members of a stack); 6 (the
 tests tier: `tests` holds every (test source, code branch, test, outcome,
-message) and `test_sources` where each source's tests came from).
+message) and `test_sources` where each source's tests came from); 7 (a probe whose
+runs came from the result cache says so in `probes[].reused`: its key, when it
+was measured and how long that took).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from difftest import __version__
 from difftest.core.errors import DifftestError
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -100,6 +102,17 @@ class ScenarioEvidence(BaseModel):
     skipped: str | None = None
 
 
+class ReusedProbe(BaseModel):
+    """Runs read from the result cache instead of measured now (`run.result_cache`)."""
+
+    #: The cache key: sha256 of everything the runs depend on.
+    key: str
+    #: When the probe that measured them ended (ISO 8601, UTC).
+    measured_at: str
+    #: How long that probe took.
+    duration_s: float = 0.0
+
+
 class ProbeFiles(BaseModel):
     """One probe's files (one branch, one tier), so the step records can be re-read and trusted later.
 
@@ -120,6 +133,8 @@ class ProbeFiles(BaseModel):
     nonce: str
     #: The probe exited 0 without being killed (the runner reads a missing trailer differently then).
     exited_cleanly: bool = True
+    #: Set when these files came from the result cache, written by an earlier probe (None: measured now).
+    reused: ReusedProbe | None = None
 
 
 class TestSourceEvidence(BaseModel):
@@ -142,7 +157,7 @@ class TestSourceEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["6"] = SCHEMA_VERSION
+    schema_version: Literal["7"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -277,8 +292,15 @@ def upgrade_from_5(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": "6", "tests": raw.get("tests") or [], "test_sources": raw.get("test_sources") or {}}
 
 
+def upgrade_from_6(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 -> 7: no result cache yet, so every probe was measured by the run that wrote the file."""
+    probes = [{**probe, "reused": None} if isinstance(probe, dict) else probe for probe in raw.get("probes") or []]
+    return {**raw, "schema_version": "7", "probes": probes}
+
+
 #: schema version -> the step that brings a file of that version one version up.
-UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2, "3": upgrade_from_3, "4": upgrade_from_4, "5": upgrade_from_5}
+UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2, "3": upgrade_from_3, "4": upgrade_from_4, "5": upgrade_from_5,
+            "6": upgrade_from_6}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -76,6 +76,11 @@ def test_deps_dir() -> Path:
     return _sub("test-deps")
 
 
+def results_dir() -> Path:
+    """The result cache: probe outputs by the sha256 of what they depend on (`run.result_cache`)."""
+    return _sub("results")
+
+
 def hf_standins_dir() -> Path:
     """Offline Hugging Face caches holding locally written stand-in configs."""
     return _sub("hf-standins")

@@ -41,6 +41,7 @@ from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.capacity import available_memory_mb, probes_at_once
+from difftest.run.result_cache import ResultCache, open_cache, result_key
 from difftest.run.runner import BranchRun, Progress, run_branches
 from difftest.run.suite import SuiteMeasurement, measure_suites
 from difftest.tiers.base import Tier
@@ -77,6 +78,10 @@ class CompareRequest:
     #: The branch crashes and hangs are judged against, and cross-branch invariants compare with;
     #: None: the config's `baseline` (the gate passes its base).
     baseline: str | None = None
+    #: Reuse probe runs from the result cache (`--no-cache`: measure every probe, then store afresh).
+    reuse_cached: bool = True
+    #: Store clean measurements in the result cache (`verify` neither reads nor writes it).
+    store_results: bool = True
 
 
 @dataclass
@@ -117,6 +122,7 @@ def compare(
     suites: dict[str, SuiteMeasurement] = {}
     results: list[Result] = []
     baseline = pick_baseline(workspace, request.baseline)
+    cache = open_cache(request.reuse_cached, request.store_results)
     for index, chosen in enumerate(selected):
         runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
         names = [b.name for b in workspace.branches if b.env is not None]
@@ -136,11 +142,10 @@ def compare(
                 log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
                 with progress(chosen.tier.name, names) as callback:
                     delivered[chosen.tier.name] = measure_tier(
-                        workspace, chosen.tier, runnable, request.out / "probe", jobs, callback
+                        workspace, chosen.tier, runnable, request.out / "probe", jobs, callback, cache, log
                     )
                 for branch, run in delivered[chosen.tier.name].items():
-                    state = f"failed: {run.error}" if run.error else "done"
-                    log(f"{branch}: {chosen.tier.name} tier {state} in {run.duration_s:.1f} s ({len(run.runs)} runs)")
+                    log(f"{branch}: {chosen.tier.name} tier {_outcome(run)} ({len(run.runs)} runs)")
             judged = judge_tier(workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline)
         results += judged
         if tier_done is not None and judged:
@@ -241,6 +246,13 @@ def probes_at_a_time(tier: Tier, branches: int, jobs: int | None) -> tuple[int, 
     return chosen, f"{cores} cores, {memory}"
 
 
+def _outcome(run: BranchRun) -> str:
+    if run.reused is not None:
+        return (f"reused from the result cache (measured {run.reused.measured_at} in {run.reused.duration_s:.1f} s, "
+                f"key {run.reused.key[:12]}; --no-cache measures it again)")
+    return (f"failed: {run.error}" if run.error else "done") + f" in {run.duration_s:.1f} s"
+
+
 def measure_tier(
     workspace: Workspace,
     tier: Tier,
@@ -248,19 +260,36 @@ def measure_tier(
     work_dir: Path,
     jobs: int | None = None,
     progress: Progress | None = None,
+    cache: ResultCache | None = None,
+    log: Log = lambda _m: None,
 ) -> dict[str, BranchRun]:
-    """Run one tier's probe in every branch that has an environment, concurrently."""
-    targets = [(b.name, b.env.python) for b in workspace.branches if b.env is not None]
+    """Run one tier's probe in every branch that has an environment, concurrently; a branch whose
+    output for this very job is in the result cache is read from there instead (`run.result_cache`)."""
+    branches = [b for b in workspace.branches if b.env is not None]
     job = make_job(tier, scenarios, workspace.config.timeouts.run_s)
-    return run_branches(
-        targets,
-        job,
-        tier.name,
-        work_dir,
-        workspace.config.timeouts.probe_s,
-        jobs or probes_at_a_time(tier, len(targets), None)[0],
-        progress,
-    )
+    probe_s = workspace.config.timeouts.probe_s
+    keys = {
+        b.name: result_key(tier.name, job, b.env.fingerprint, workspace.base.fingerprint,  # type: ignore[union-attr]
+                           {s.name: s.sha256 for s in scenarios}, probe_s)
+        for b in branches
+    }
+    reused: dict[str, BranchRun] = {}
+    if cache is not None:
+        for b in branches:
+            found = cache.load(keys[b.name], job, b.name, tier.name, work_dir, log)
+            if found is not None:
+                reused[b.name] = found
+                if progress is not None:
+                    progress(b.name, 0, len(found.runs), "", "")
+                    progress(b.name, len(found.runs), len(found.runs), "(result cache)", "reused")
+    targets = [(b.name, b.env.python) for b in branches if b.name not in reused]  # type: ignore[union-attr]
+    measured = run_branches(
+        targets, job, tier.name, work_dir, probe_s, jobs or probes_at_a_time(tier, len(targets), None)[0], progress
+    ) if targets else {}
+    if cache is not None:
+        for name, run in measured.items():
+            cache.store(keys[name], run, log)
+    return {b.name: reused.get(b.name) or measured[b.name] for b in branches}
 
 
 def judge_tier(
@@ -418,6 +447,7 @@ def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[P
                     records_sha256=sha256_file(run.records_path),
                     nonce=run.nonce,
                     exited_cleanly=run.exited_cleanly,
+                    reused=run.reused,
                 )
             )
     return found

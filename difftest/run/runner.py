@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from difftest.core import paths
+from difftest.core.evidence import ReusedProbe
 from difftest.core.records import ProbeHeader, ProbeRun
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
@@ -142,6 +143,8 @@ class BranchRun:
     nonce: str = ""
     #: The probe process's peak resident memory (VmHWM, sampled while it ran), in MB; None if unknown.
     peak_rss_mb: float | None = None
+    #: Set when these runs were not measured now but read from the result cache (`run.result_cache`).
+    reused: ReusedProbe | None = None
 
 
 def probe_environ(parallel: int = 1) -> dict[str, str]:
@@ -176,6 +179,12 @@ def planned_count(job: Job) -> int:
     return sum(len(s["runs"]) for s in job["scenarios"])
 
 
+def probe_file_paths(work_dir: Path, branch: str, tier: str) -> tuple[Path, Path, Path]:
+    """Where one branch's probe of one tier keeps its job, its records and its log."""
+    return (work_dir / f"{branch}-{tier}-job.json", work_dir / f"{branch}-{tier}-runs.jsonl",
+            work_dir / f"{branch}-{tier}-probe.log")
+
+
 def run_probe(
     branch: str,
     python: Path,
@@ -189,9 +198,7 @@ def run_probe(
     """Run `python -m difftest.probe` on one job; never raises for the branch's own failures."""
     work_dir = work_dir.resolve()  # the probe runs in `work_dir`: paths it is given must not be relative
     work_dir.mkdir(parents=True, exist_ok=True)
-    job_path = work_dir / f"{branch}-{tier}-job.json"
-    out_path = work_dir / f"{branch}-{tier}-runs.jsonl"
-    log_path = work_dir / f"{branch}-{tier}-probe.log"
+    job_path, out_path, log_path = probe_file_paths(work_dir, branch, tier)
     job_path.write_text(json.dumps(job, indent=1))
     out_path.unlink(missing_ok=True)
     nonce = secrets.token_hex(16)

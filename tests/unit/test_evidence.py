@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from difftest.core.errors import DifftestError
-from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, evidence_json, read_evidence, write_evidence
+from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, ReusedProbe, evidence_json, read_evidence, write_evidence
 from difftest.core.records import Difference, Failure
 from tests.factories import (
     TEST_SOURCE,
@@ -64,9 +64,18 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_6(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-6 file: no result cache (probes do not say whether they were reused)."""
+    raw = json.loads(evidence_json(evidence))
+    for probe in raw["probes"]:
+        assert probe.pop("reused") is None, "version 6 had no result cache"
+    raw["schema_version"] = "6"
+    return raw
+
+
 def as_version_5(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-5 file: no tests tier (no test records, no test sources)."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_6(evidence)
     assert not raw.pop("tests") and not raw.pop("test_sources"), "version 5 had no tests tier"
     raw["schema_version"] = "5"
     return raw
@@ -132,7 +141,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "6" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "7" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
@@ -166,6 +175,20 @@ def test_version_5_file_reads_as_the_same_data_without_tests(tmp_path: Path) -> 
     raw = as_version_5(evidence)
     assert "tests" not in raw and raw["schema_version"] == "5"
     assert read_evidence(write_raw(tmp_path, raw)) == evidence
+
+
+def test_version_6_file_reads_as_measured_probes(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    raw = as_version_6(evidence)
+    assert raw["probes"] and "reused" not in raw["probes"][0]
+    upgraded = read_evidence(write_raw(tmp_path, raw))
+    assert upgraded == evidence and upgraded.probes[0].reused is None
+
+
+def test_a_reused_probe_round_trips(tmp_path: Path) -> None:
+    reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
+    evidence = make_evidence(probes=[make_probe_files(reused=reused)])
+    assert read_evidence(write_evidence(evidence, tmp_path / "evidence.json")).probes[0].reused == reused
 
 
 def test_version_3_file_reads_as_the_same_current_data(tmp_path: Path) -> None:
@@ -225,7 +248,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     with pytest.raises(DifftestError) as info:
         read_evidence(write_raw(tmp_path, raw))
     assert "schema version '99'" in info.value.problem
-    assert "'1', '2', '3', '4', '5', '6'" in info.value.problem
+    assert "'1', '2', '3', '4', '5', '6', '7'" in info.value.problem
     assert info.value.hint
 
 
@@ -234,12 +257,13 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "7"}', "schema version '7'"),
+        ('{"schema_version": "8"}', "schema version '8'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
         ('{"schema_version": "5"}', "invalid evidence file"),
         ('{"schema_version": "6"}', "invalid evidence file"),
+        ('{"schema_version": "7"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -1,0 +1,221 @@
+"""The result cache: a branch's probe output for one job, kept so an unchanged re-run need not import vLLM.
+
+A probe's runs depend on nothing but what is in its key (`result_key`): the
+branch environment's content (its fingerprint: commit, patches, the overlay's
+own files by hash, the probe's digest, the base it overlays), the base's
+fingerprint, the job (protocol, probe entry, every scenario's planned runs and
+content, the run time limit), the scenario files' sha256, the probe time limit,
+the tier and this difftest's version. Verdicts are never cached: they are
+judged again from the runs on every use, so another `--reading` or baseline
+needs no re-run.
+
+An entry holds the probe's own job file and records file byte for byte, with
+the nonce the probe stamped them with. Reusing it writes both back where the
+runner would have written them and reads them with the runner's own reader
+(`delivery.check_lines`): the evidence then names them with their hash and
+nonce as for a fresh probe, and says they were reused (`ProbeFiles.reused`),
+so `difftest show` reads the same steps and tells where they came from.
+
+Only a clean measurement is stored: the probe exited 0 on its own, its output
+was trusted whole, and every run was measured or was broken by the branch's
+own code in a repeatable way (an exception raised in vLLM, a step budget run
+out). A run that could not be measured, timed out, or failed in the probe's
+own setup is never stored: the next run measures it again.
+
+An entry that does not read back exactly (not JSON, another key, a payload
+whose sha256 does not match, a job that is not this job, records the reader
+rejects) is named in the log, deleted and measured again. The hash guards
+against damage, not against someone who can write `DIFFTEST_HOME` (they could
+edit the environments too); `--no-cache` and `difftest verify` always measure.
+
+`DIFFTEST_RESULT_CACHE` moves the cache (default `$DIFFTEST_HOME/results`);
+`off` turns it off (the test suite does, so that tests measure what they test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from difftest import __version__
+from difftest.build.envs.fingerprint import canonical_hash, sha256_bytes
+from difftest.core import paths
+from difftest.core.evidence import ReusedProbe, atomic_write_text
+from difftest.core.records import ProbeRun
+from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.run.delivery import check_lines
+from difftest.run.runner import BranchRun, probe_file_paths
+
+#: Bump when an entry's shape or the key's material changes: older entries are then never found.
+CACHE_FORMAT = 1
+CACHE_ENV = "DIFFTEST_RESULT_CACHE"
+#: Fingerprint keys that name the environment rather than describe its content.
+_NAMING_KEYS = ("name", "ref", "fingerprint_hash")
+
+
+def cache_dir() -> Path | None:
+    """Where entries live, or None when `DIFFTEST_RESULT_CACHE=off`."""
+    chosen = os.environ.get(CACHE_ENV, "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        folder = Path(chosen).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder.resolve()
+    return paths.results_dir()
+
+
+def result_key(
+    tier: str,
+    job: Job,
+    env_fingerprint: dict[str, Any],
+    base_fingerprint: dict[str, Any],
+    scenario_sha256: dict[str, str],
+    probe_timeout_s: float,
+) -> str:
+    """sha256 of everything one branch's probe output for `job` depends on."""
+    material = {
+        "format": CACHE_FORMAT,
+        "difftest": __version__,
+        "protocol": PROTOCOL_VERSION,
+        "tier": tier,
+        "job": job,
+        "environment": canonical_hash({k: v for k, v in env_fingerprint.items() if k not in _NAMING_KEYS}),
+        "base": canonical_hash(base_fingerprint),
+        "scenarios": dict(sorted(scenario_sha256.items())),
+        "probe_timeout_s": probe_timeout_s,
+    }
+    return sha256_bytes(json.dumps(material, sort_keys=True).encode())
+
+
+def cacheable(run: BranchRun) -> str | None:
+    """Why `run` must not be stored, or None if it is a clean, repeatable measurement."""
+    if not run.exited_cleanly or run.error or run.timed_out:
+        return run.error or "the probe did not exit cleanly"
+    if run.header is None:
+        return "the probe wrote no header"
+    for probe_run in run.runs:
+        why = _not_repeatable(probe_run)
+        if why:
+            return f"{probe_run.scenario} [{probe_run.label}]: {why}"
+    return None
+
+
+def _not_repeatable(run: ProbeRun) -> str | None:
+    if run.measured:
+        return None
+    failure = run.failure
+    if failure is None:
+        return f"not measured ({run.error or 'no record'})"
+    if failure.kind == "did-not-finish" or (failure.kind == "exception" and failure.origin == "vllm"):
+        return None  # the branch's own code, the same on every run
+    return f"{failure.kind} in {failure.origin} code (may not repeat)"
+
+
+@dataclass(frozen=True)
+class ResultCache:
+    """The entries under `folder`, read and written for one comparison."""
+
+    folder: Path
+    #: Reuse stored entries (off for `--no-cache`: measure, then store afresh).
+    reuse: bool = True
+    #: Store clean measurements.
+    keep: bool = True
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    def load(self, key: str, job: Job, branch: str, tier: str, work_dir: Path, log: Any) -> BranchRun | None:
+        """The stored output for `key`, written back into `work_dir` and re-read as the runner reads a
+        probe's; None when there is none, or when it is damaged (logged, deleted: measured again)."""
+        if not self.reuse:
+            return None
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        try:
+            return self._restore(path, key, job, branch, tier, work_dir)
+        except _Damaged as exc:
+            log(f"{branch}: {tier} result cache entry {path} is damaged ({exc}): deleting it and measuring again")
+            path.unlink(missing_ok=True)
+            return None
+
+    def _restore(self, path: Path, key: str, job: Job, branch: str, tier: str, work_dir: Path) -> BranchRun:
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise _Damaged(f"not readable JSON: {exc}") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("payload"), dict):
+            raise _Damaged("not a result cache entry")
+        payload = entry["payload"]
+        if entry.get("format") != CACHE_FORMAT or entry.get("key") != key:
+            raise _Damaged("it was stored under another key or format")
+        if entry.get("payload_sha256") != _payload_hash(payload):
+            raise _Damaged("its payload does not match its sha256")
+        try:
+            job_text, records_text = str(payload["job"]), str(payload["records"])
+            nonce, measured_at = str(payload["nonce"]), str(payload["measured_at"])
+            duration = float(payload["duration_s"])
+            stored_job = json.loads(job_text)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _Damaged(f"incomplete payload: {exc}") from None
+        if stored_job != job:
+            raise _Damaged("its job is not this job")
+        delivery = check_lines(records_text.splitlines(), nonce, job, tier, exited_cleanly=True)
+        if delivery.untrusted or delivery.rejected or delivery.incomplete or delivery.header is None:
+            why = (delivery.untrusted + list(delivery.rejected.values()) + [delivery.incomplete or "no header"])[0]
+            raise _Damaged(f"its records do not validate: {why}")
+        restored = BranchRun(branch=branch, tier=tier, header=delivery.header, runs=delivery.runs(None), exited_cleanly=True)
+        why = cacheable(restored)
+        if why:
+            raise _Damaged(f"it holds a run that is never stored: {why}")
+        job_path, records_path, log_path = probe_file_paths(work_dir.resolve(), branch, tier)
+        job_path.parent.mkdir(parents=True, exist_ok=True)
+        job_path.write_text(job_text, encoding="utf-8")
+        records_path.write_text(records_text, encoding="utf-8")
+        log_path.write_text(f"reused from the result cache ({path}); measured {measured_at} in {duration} s\n")
+        restored.job_path, restored.records_path, restored.log_path = job_path, records_path, log_path
+        restored.nonce = nonce
+        restored.duration_s = duration
+        restored.reused = ReusedProbe(key=key, measured_at=measured_at, duration_s=duration)
+        return restored
+
+    def store(self, key: str, run: BranchRun, log: Any) -> bool:
+        """Keep `run` under `key` if it is a clean measurement (`cacheable`); True when stored."""
+        if not self.keep:
+            return False
+        why = cacheable(run)
+        if why or run.job_path is None or run.records_path is None:
+            log(f"{run.branch}: {run.tier} runs not cached ({why or 'no probe files'}): the next run measures them again")
+            return False
+        payload = {
+            "job": run.job_path.read_text(encoding="utf-8"),
+            "records": run.records_path.read_text(encoding="utf-8"),
+            "nonce": run.nonce,
+            "duration_s": run.duration_s,
+            "measured_at": datetime.fromtimestamp(run.ended_at or run.started_at, timezone.utc).isoformat(timespec="seconds"),
+        }
+        entry = {"format": CACHE_FORMAT, "key": key, "payload": payload, "payload_sha256": _payload_hash(payload)}
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(entry, sort_keys=True))
+        return True
+
+
+class _Damaged(Exception):
+    """A cache entry that does not read back as it was written."""
+
+
+def _payload_hash(payload: dict[str, Any]) -> str:
+    return sha256_bytes(json.dumps(payload, sort_keys=True).encode())
+
+
+def open_cache(reuse: bool, keep: bool) -> ResultCache | None:
+    """The cache for one comparison, or None when it is neither read nor written (`verify`) or is
+    turned off (`DIFFTEST_RESULT_CACHE=off`)."""
+    folder = cache_dir() if reuse or keep else None
+    return None if folder is None else ResultCache(folder, reuse, keep)
