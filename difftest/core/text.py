@@ -10,6 +10,7 @@ reports clean again whatever they render, so no path can skip it.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -21,6 +22,20 @@ REPLACEMENT = "\ufffd"
 def clean(text: str) -> str:
     """`text` with every unsafe character replaced by U+FFFD (tabs and line breaks kept)."""
     return _UNSAFE.sub(REPLACEMENT, text)
+
+
+#: JSON escapes that decode to an unsafe character (`\\u` may, `\\b` and `\\f` always do).
+_UNSAFE_ESCAPE = re.compile(r"\\[ubf]")
+
+
+def loads_clean(line: str) -> Any:
+    """`json.loads(line)` with every string `clean`ed; a line that can hold no unsafe character (none
+    raw, no escape that decodes to one: the probe's usual record) is not walked, which makes reading
+    a probe's records several times faster."""
+    value = json.loads(line)
+    if _UNSAFE.search(line) is None and _UNSAFE_ESCAPE.search(line) is None:
+        return value
+    return clean_strings(value)
 
 
 def clean_strings(value: Any) -> Any:

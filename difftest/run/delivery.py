@@ -16,7 +16,6 @@ a branch writes can crash or corrupt a report.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +23,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from difftest.core.records import ProbeHeader, ProbeRun, Trailer
-from difftest.core.text import clean_strings
+from difftest.core.text import loads_clean
 from difftest.core.values import quote
 from difftest.probe.protocol import Job, PlannedRun
 
@@ -82,7 +81,7 @@ def check_lines(lines: list[str], nonce: str, job: Job, tier: str, exited_cleanl
         if not line.strip():
             continue
         try:
-            record = clean_strings(json.loads(line))
+            record = loads_clean(line)
         except ValueError:
             if number == len(lines) and delivery.trailer is None:
                 continue  # torn: the probe was killed while writing it

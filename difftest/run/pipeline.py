@@ -280,8 +280,7 @@ def measure_tier(
             if found is not None:
                 reused[b.name] = found
                 if progress is not None:
-                    progress(b.name, 0, len(found.runs), "", "")
-                    progress(b.name, len(found.runs), len(found.runs), "(result cache)", "reused")
+                    progress(b.name, len(found.runs), len(found.runs), "reused from the result cache", "")
     targets = [(b.name, b.env.python) for b in branches if b.name not in reused]  # type: ignore[union-attr]
     measured = run_branches(
         targets, job, tier.name, work_dir, probe_s, jobs or probes_at_a_time(tier, len(targets), None)[0], progress
