@@ -114,6 +114,7 @@ def compare(
 ) -> Comparison:
     """Validate, prepare environments, probe every tier in every branch, judge each tier as it ends."""
     selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
+    cache = open_cache(request.reuse_cached, request.store_results)  # a bad DIFFTEST_RESULT_CACHE stops us here
     workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
     for chosen in selected:
@@ -122,7 +123,6 @@ def compare(
     suites: dict[str, SuiteMeasurement] = {}
     results: list[Result] = []
     baseline = pick_baseline(workspace, request.baseline)
-    cache = open_cache(request.reuse_cached, request.store_results)
     for index, chosen in enumerate(selected):
         runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
         names = [b.name for b in workspace.branches if b.env is not None]

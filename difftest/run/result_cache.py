@@ -44,6 +44,7 @@ from typing import Any
 from difftest import __version__
 from difftest.build.envs.fingerprint import canonical_hash, sha256_bytes
 from difftest.core import paths
+from difftest.core.errors import ConfigError
 from difftest.core.evidence import ReusedProbe, atomic_write_text
 from difftest.core.records import ProbeRun
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
@@ -62,11 +63,22 @@ def cache_dir() -> Path | None:
     chosen = os.environ.get(CACHE_ENV, "").strip()
     if chosen.lower() == "off":
         return None
-    if chosen:
-        folder = Path(chosen).expanduser()
+    if not chosen:
+        return paths.results_dir()
+    folder = Path(chosen).expanduser()
+    try:
         folder.mkdir(parents=True, exist_ok=True)
-        return folder.resolve()
-    return paths.results_dir()
+        usable = os.access(folder, os.W_OK | os.X_OK)
+    except OSError as exc:
+        usable, why = False, exc.strerror or str(exc)
+    else:
+        why = "not writable"
+    if not usable:
+        raise ConfigError(
+            f"{CACHE_ENV} {chosen!r} cannot be used: {why}",
+            f"point {CACHE_ENV} at a folder you can write to, or set it to `off`",
+        )
+    return folder.resolve()
 
 
 def result_key(
@@ -141,7 +153,10 @@ class ResultCache:
             return self._restore(path, key, job, branch, tier, work_dir)
         except _Damaged as exc:
             log(f"{branch}: {tier} result cache entry {path} is damaged ({exc}): deleting it and measuring again")
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass  # measured again all the same; storing the new result replaces it
             return None
 
     def _restore(self, path: Path, key: str, job: Job, branch: str, tier: str, work_dir: Path) -> BranchRun:
@@ -201,8 +216,12 @@ class ResultCache:
         }
         entry = {"format": CACHE_FORMAT, "key": key, "payload": payload, "payload_sha256": _payload_hash(payload)}
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(entry, sort_keys=True))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(entry, sort_keys=True))
+        except OSError as exc:  # a full disk costs the reuse, never the measurement
+            log(f"{run.branch}: {run.tier} runs not cached: cannot write {path} ({exc.strerror or exc})")
+            return False
         return True
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from difftest.core.records import Failure, ProbeHeader
-from difftest.run.result_cache import CACHE_ENV, cache_dir, cacheable, open_cache, result_key
+from difftest.core.errors import ConfigError
+from difftest.run.result_cache import CACHE_ENV, ResultCache, cache_dir, cacheable, open_cache, result_key
 from difftest.run.runner import BranchRun
 from tests.factories import make_run
 
@@ -83,3 +85,21 @@ def test_off_turns_the_cache_off_and_a_folder_moves_it(tmp_path, monkeypatch) ->
     assert open_cache(False, False) is None  # verify: neither read nor written
     cache = open_cache(False, True)
     assert cache is not None and (cache.reuse, cache.keep) == (False, True)
+
+
+def test_a_result_cache_folder_that_cannot_be_made_is_a_usage_error(tmp_path, monkeypatch) -> None:
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "a-file" / "results"))
+    with pytest.raises(ConfigError) as info:
+        cache_dir()
+    assert CACHE_ENV in info.value.problem and "`off`" in info.value.hint
+
+
+def test_a_cache_that_cannot_be_written_costs_the_reuse_not_the_measurement(tmp_path) -> None:
+    (tmp_path / "job.json").write_text(json.dumps(JOB))
+    (tmp_path / "runs.jsonl").write_text("")
+    run = _clean(job_path=tmp_path / "job.json", records_path=tmp_path / "runs.jsonl", nonce="n" * 32)
+    (tmp_path / "a-file").write_text("")
+    said: list[str] = []
+    assert ResultCache(tmp_path / "a-file").store("ab" + "0" * 62, run, said.append) is False
+    assert len(said) == 1 and "runs not cached: cannot write" in said[0]
