@@ -34,6 +34,7 @@ from difftest.reports.views import (
     scenario_names,
     scenario_views,
     severity,
+    reuse_note,
     timestamp,
 )
 from difftest.tiers.common.accounting import READINGS
@@ -91,6 +92,7 @@ def _header(evidence: Evidence) -> list[str]:
         "Reproduce: `difftest verify evidence.json` (with the branches.yaml that produced it; "
         "it rebuilds the same commits and re-runs every scenario).",
         "",
+        *([md_escape(note), ""] if (note := reuse_note(evidence)) else []),
     ]
 
 

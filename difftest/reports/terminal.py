@@ -35,6 +35,7 @@ from difftest.reports.views import (
     branch_names,
     emitted_source,
     scenario_views,
+    reuse_note,
     timestamp,
     views_from,
 )
@@ -93,6 +94,9 @@ def _header(evidence: Evidence) -> Text:
     text.append(evidence.reading, style="bold")
     text.append("  ")
     text.append(timestamp(evidence), style="dim")
+    note = reuse_note(evidence)
+    if note:
+        text.append("\n" + note, style="dim")
     return text
 
 

@@ -111,6 +111,17 @@ def timestamp(evidence: Evidence) -> str:
     return evidence.created_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def reuse_note(evidence: Evidence) -> str | None:
+    """Which probes' runs came from the result cache rather than this run, in a sentence (None: none did)."""
+    reused = [p for p in evidence.probes if p.reused is not None]
+    if not reused:
+        return None
+    named = ", ".join(f"{p.branch} ({p.tier}, measured {p.reused.measured_at})" for p in reused if p.reused)
+    return (f"Runs of {len(reused)} of {len(evidence.probes)} probe(s) were reused from the result cache, measured "
+            f"by an earlier run with the same code, scenarios and settings: {named}. Verdicts were judged now; "
+            "`--no-cache` measures everything again.")
+
+
 def branch_names(evidence: Evidence) -> list[str]:
     """Branches in config order, then any that only appear in results."""
     return list(dict.fromkeys([*evidence.branches, *(r.branch for r in evidence.results)]))

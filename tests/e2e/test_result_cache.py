@@ -103,6 +103,8 @@ def test_an_unchanged_rerun_reuses_every_probe_and_judges_the_same(cached):
     assert _verdicts(first) == _verdicts(second) and {v for _b, _l, v in _verdicts(second)} == {"pass"}
     assert _runs(first) == _runs(second)
     assert len(_entries(cached["folder"] / "cache")) == 2
+    assert "reused from the result cache" not in (first / "report.md").read_text()
+    assert "Runs of 2 of 2 probe(s) were reused from the result cache" in (second / "report.md").read_text()
 
 
 def test_show_reads_reused_steps_and_says_where_they_came_from(cached, capsys):

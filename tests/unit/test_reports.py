@@ -293,3 +293,32 @@ def test_reports_say_what_transplanted_branches_and_stacks_were_built_from() -> 
     assert "| both | stack: pr + fix |" in branches and "| main | main | `aaaaaaaaaaaa` |" in branches
     html = render_html(evidence)
     assert "stack: pr + fix" in html and "replayed from merge-base 555555555555" in html
+
+
+def test_reports_say_which_probes_were_reused_from_the_result_cache() -> None:
+    from difftest.core.evidence import ReusedProbe
+    from difftest.reports.markdown import render_markdown
+    from tests.factories import make_evidence, make_probe_files
+
+    reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
+    fresh = make_evidence(probes=[make_probe_files()])
+    cached = make_evidence(probes=[make_probe_files(reused=reused)])
+    assert "result cache" not in render_markdown(fresh)
+    markdown = render_markdown(cached)
+    assert "Runs of 1 of 1 probe(s) were reused from the result cache" in markdown
+    assert "2026-11-30T09:00:00+00:00" in markdown and "--no-cache" in markdown
+
+
+def test_the_terminal_report_says_so_too() -> None:
+    import io
+
+    from rich.console import Console
+
+    from difftest.core.evidence import ReusedProbe
+    from difftest.reports.terminal import render_terminal
+    from tests.factories import make_evidence, make_probe_files
+
+    reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
+    buffer = io.StringIO()
+    render_terminal(make_evidence(probes=[make_probe_files(reused=reused)]), Console(file=buffer, width=400))
+    assert "were reused from the result cache" in buffer.getvalue()
