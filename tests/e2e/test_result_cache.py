@@ -190,3 +190,13 @@ def test_no_cache_measures_and_verify_never_reuses(cached, tmp_path, monkeypatch
     assert code == 0, capsys.readouterr().out
     assert REUSED not in log.getvalue() and set(_reused(tmp_path / "verified").values()) == {False}
     assert {p: p.read_text() for p in _entries(cache)} == after
+
+
+def test_a_gate_after_the_run_reuses_both_sides(cached, tmp_path, monkeypatch):
+    _own_cache(cached, tmp_path, monkeypatch)
+    with capture_stderr() as log:
+        code = run_cli("gate", "-c", cached["config"], "--base", "main", "--head", "commented", "--tier", "scheduler",
+                       "-k", CONTROL, "--out", tmp_path / "gate", "--format", "json")
+    assert code == 0 and log.getvalue().count(REUSED) == 2
+    assert _reused(tmp_path / "gate") == {"main": True, "commented": True}
+    assert _verdicts(tmp_path / "gate") == _verdicts(cached["folder"] / "first")
