@@ -25,6 +25,7 @@ from difftest.cli.envs import EnvsCommand
 from difftest.cli.fuzz import FuzzCommand
 from difftest.cli.gate import GateCommand
 from difftest.cli.list import ListCommand
+from difftest.cli.merge import MergeCommand
 from difftest.cli.run import RunCommand
 from difftest.cli.show import ShowCommand
 from difftest.cli.verify import VerifyCommand
@@ -34,7 +35,8 @@ from difftest.run.runner import allow_probes, stop_all_probes
 
 COMMANDS: dict[str, Command] = {
     c.name: c
-    for c in (RunCommand(), ShowCommand(), ListCommand(), GateCommand(), VerifyCommand(), EnvsCommand(), FuzzCommand())
+    for c in (RunCommand(), ShowCommand(), ListCommand(), GateCommand(), VerifyCommand(), EnvsCommand(), FuzzCommand(),
+              MergeCommand())
 }
 
 DESCRIPTION = """\

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from rich.console import Console
 
@@ -34,11 +35,15 @@ class RunCommand(Command):
             help="print the counter table of every scenario, not only of those where some branch does not pass",
         )
         add_format(parser, ("text", "json"), "text", "text: tables, verdict grid and conclusion for a person")
+        parser.add_argument(
+            "--shard", type=shard_spec, default=None, metavar="I/N",
+            help="run only the I-th of N slices of the scenarios and write partial evidence (`difftest merge` joins them)",
+        )
         parser.add_argument("branches", nargs="*", help="branch names or git refs (default: all configured branches)")
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
-        request = compare_request(args, args.branches or None, jobs=args.jobs)
+        request = compare_request(args, args.branches or None, jobs=args.jobs, shard=args.shard)
         prepare_out(request.out)
         progress_console = Console(stderr=True, highlight=False)
 
@@ -57,3 +62,11 @@ class RunCommand(Command):
             render_terminal(evidence, stdout_console(), verbose=args.verbose)
         log("wrote " + ", ".join(str(p) for p in written.values()))
         return code
+
+
+def shard_spec(text: str) -> tuple[int, int]:
+    """`I/N` with 1 <= I <= N."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N with 1 <= I <= N (e.g. 2/4)")
+    return int(match[1]), int(match[2])

@@ -19,7 +19,8 @@ original SHA, merge-base, replayed commits — and the members of a stack); 6 (t
 tests tier: `tests` holds every (test source, code branch, test, outcome,
 message) and `test_sources` where each source's tests came from); 7 (a probe whose
 runs came from the result cache says so in `probes[].reused`: its key, when it
-was measured and how long that took).
+was measured and how long that took; a run of one shard of the work says which in
+`shard`).
 """
 
 from __future__ import annotations
@@ -156,6 +157,15 @@ class TestSourceEvidence(BaseModel):
     note: str = ""
 
 
+class ShardEvidence(BaseModel):
+    """One slice of a comparison (`run --shard I/N`): `difftest merge` joins the N slices into one."""
+
+    index: int
+    count: int
+    #: Every selected scenario, in the order one whole run judges them (the merge restores it).
+    order: list[str] = Field(default_factory=list)
+
+
 class Evidence(BaseModel):
     schema_version: Literal["7"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
@@ -178,6 +188,8 @@ class Evidence(BaseModel):
     tests: list[TestRecord] = Field(default_factory=list)
     #: The tests tier's sources by label (`upstream`, `from:<branch>`).
     test_sources: dict[str, TestSourceEvidence] = Field(default_factory=dict)
+    #: Set on a shard's partial evidence (`run --shard`); None for a whole run and for a merge.
+    shard: ShardEvidence | None = None
 
 
 def evidence_json(evidence: Evidence) -> str:

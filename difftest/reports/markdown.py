@@ -35,6 +35,7 @@ from difftest.reports.views import (
     scenario_views,
     severity,
     reuse_note,
+    shard_note,
     timestamp,
 )
 from difftest.tiers.common.accounting import READINGS
@@ -93,6 +94,7 @@ def _header(evidence: Evidence) -> list[str]:
         "it rebuilds the same commits and re-runs every scenario).",
         "",
         *([md_escape(note), ""] if (note := reuse_note(evidence)) else []),
+        *([md_escape(shard), ""] if (shard := shard_note(evidence)) else []),
     ]
 
 

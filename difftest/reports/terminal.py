@@ -36,6 +36,7 @@ from difftest.reports.views import (
     emitted_source,
     scenario_views,
     reuse_note,
+    shard_note,
     timestamp,
     views_from,
 )
@@ -94,9 +95,9 @@ def _header(evidence: Evidence) -> Text:
     text.append(evidence.reading, style="bold")
     text.append("  ")
     text.append(timestamp(evidence), style="dim")
-    note = reuse_note(evidence)
-    if note:
-        text.append("\n" + note, style="dim")
+    for note in (reuse_note(evidence), shard_note(evidence)):
+        if note:
+            text.append("\n" + note, style="dim")
     return text
 
 

@@ -122,6 +122,14 @@ def reuse_note(evidence: Evidence) -> str | None:
             "`--no-cache` measures everything again.")
 
 
+def shard_note(evidence: Evidence) -> str | None:
+    """For a shard's partial evidence: which slice it holds (None for a whole run or a merge)."""
+    if evidence.shard is None:
+        return None
+    return (f"Shard {evidence.shard.index} of {evidence.shard.count}: {len(evidence.scenarios)} of "
+            f"{len(evidence.shard.order)} scenarios; `difftest merge` joins every shard's evidence into the whole run.")
+
+
 def branch_names(evidence: Evidence) -> list[str]:
     """Branches in config order, then any that only appear in results."""
     return list(dict.fromkeys([*evidence.branches, *(r.branch for r in evidence.results)]))

@@ -31,6 +31,7 @@ from difftest.core.evidence import (
     ProbeFiles,
     ReplayedCommit,
     ScenarioEvidence,
+    ShardEvidence,
     TestSourceEvidence,
     TransplantEvidence,
 )
@@ -82,6 +83,8 @@ class CompareRequest:
     reuse_cached: bool = True
     #: Store clean measurements in the result cache (`verify` neither reads nor writes it).
     store_results: bool = True
+    #: (I, N): only the I-th of N deterministic slices of the selected scenarios (`run --shard I/N`).
+    shard: tuple[int, int] | None = None
 
 
 @dataclass
@@ -114,6 +117,9 @@ def compare(
 ) -> Comparison:
     """Validate, prepare environments, probe every tier in every branch, judge each tier as it ends."""
     selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
+    order = [s.name for chosen in selected for s in chosen.scenarios]
+    if request.shard is not None:
+        selected = take_shard(selected, *request.shard)
     cache = open_cache(request.reuse_cached, request.store_results)  # a bad DIFFTEST_RESULT_CACHE stops us here
     workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
@@ -152,7 +158,30 @@ def compare(
             more = any(s.name not in later.skipped for later in selected[index + 1 :] for s in later.scenarios)
             tier_done(chosen.tier.name, judged, more)
     evidence = make_evidence(workspace, selected, delivered, results, reading, request.out, suites)
-    return Comparison(workspace, evidence.model_copy(update={"baseline": baseline}), delivered, selected, suites)
+    shard = ShardEvidence(index=request.shard[0], count=request.shard[1], order=order) if request.shard else None
+    evidence = evidence.model_copy(update={"baseline": baseline, "shard": shard})
+    return Comparison(workspace, evidence, delivered, selected, suites)
+
+
+def take_shard(selected: list[TierScenarios], index: int, count: int) -> list[TierScenarios]:
+    """The `index`-th (1-based) of `count` slices: every `count`-th scenario of the selection, in order.
+
+    Whole scenarios, every branch: a scenario's verdicts compare its branches with each other and the
+    baseline, so a slice judges exactly as the whole run does.
+    """
+    names = [s.name for chosen in selected for s in chosen.scenarios]
+    mine = set(names[index - 1 :: count])
+    if not mine:
+        raise ConfigError(
+            f"shard {index}/{count} has no scenario: only {len(names)} are selected",
+            f"use at most {len(names)} shards",
+        )
+    out = []
+    for chosen in selected:
+        kept = [s for s in chosen.scenarios if s.name in mine]
+        if kept:
+            out.append(TierScenarios(chosen.tier, kept))
+    return out
 
 
 def pick_baseline(workspace: Workspace, wanted: str | None) -> str:

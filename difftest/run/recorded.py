@@ -38,8 +38,14 @@ def probe_files(evidence: Evidence, branch: str, tier: str) -> ProbeFiles:
 
 
 def recorded_runs(evidence: Evidence, folder: Path, branch: str, tier: str) -> list[ProbeRun]:
-    """Every planned run of one branch's probe in one tier, with its steps, checked as the runner checked it."""
-    files = probe_files(evidence, branch, tier)
+    """Every planned run of one branch's probe in one tier, with its steps, checked as the runner checked it
+    (merged shards hold one probe per shard for a branch and tier: their runs, one after the other)."""
+    probe_files(evidence, branch, tier)  # none at all: says why
+    found = [p for p in evidence.probes if p.branch == branch and p.tier == tier]
+    return [run for files in found for run in _probe_runs(files, folder, branch, tier)]
+
+
+def _probe_runs(files: ProbeFiles, folder: Path, branch: str, tier: str) -> list[ProbeRun]:
     job_path = _inside(folder, files.job)
     records_path = _inside(folder, files.records)
     for path, recorded in ((job_path, files.job_sha256), (records_path, files.records_sha256)):

@@ -322,3 +322,13 @@ def test_the_terminal_report_says_so_too() -> None:
     buffer = io.StringIO()
     render_terminal(make_evidence(probes=[make_probe_files(reused=reused)]), Console(file=buffer, width=400))
     assert "were reused from the result cache" in buffer.getvalue()
+
+
+def test_a_shards_reports_say_which_slice_they_hold() -> None:
+    from difftest.core.evidence import ShardEvidence
+    from difftest.reports.markdown import render_markdown
+    from tests.factories import make_evidence
+
+    evidence = make_evidence(shard=ShardEvidence(index=2, count=3, order=["a", "b", "c"]))
+    assert "Shard 2 of 3" in render_markdown(evidence) and "difftest merge" in render_markdown(evidence)
+    assert "Shard" not in render_markdown(make_evidence())

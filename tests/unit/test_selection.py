@@ -35,3 +35,17 @@ def test_malformed_expressions_are_usage_errors(expression: str) -> None:
     with pytest.raises(ConfigError) as info:
         compile_selection(expression)
     assert "-k" in str(info.value) and "fix:" in str(info.value)
+
+
+def test_a_shard_takes_every_nth_scenario_and_an_empty_shard_is_a_usage_error(shipped_config) -> None:
+    import pytest as _pytest
+
+    from difftest.core.errors import ConfigError
+    from difftest.run.pipeline import select_scenarios, take_shard
+
+    selected = select_scenarios(shipped_config, ["scheduler"], None)
+    names = [s.name for group in selected for s in group.scenarios]
+    slices = [[s.name for group in take_shard(selected, i, 3) for s in group.scenarios] for i in (1, 2, 3)]
+    assert sorted(sum(slices, [])) == sorted(names) and slices[0] == names[0::3]
+    with _pytest.raises(ConfigError, match=f"shard {len(names) + 1}/{len(names) + 1} has no scenario"):
+        take_shard(selected, len(names) + 1, len(names) + 1)
