@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
 from difftest.cli.base import Command, Log, add_config, recorded_scenarios, stdout_console
@@ -62,7 +63,7 @@ class MergeCommand(Command):
                 renamed[key] = (target / source.name).relative_to(out).as_posix()
             return files.model_copy(update=renamed)
 
-        merged = merge_shards(parts, moved)
+        merged = merge_shards(parts, moved).model_copy(update={"command": sys.argv[:]})
         write_merged(config, merged, out, recorded)
         render_terminal(merged, stdout_console())
         log(f"merged {len(parts)} shard(s) into {out}")
