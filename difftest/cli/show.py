@@ -20,7 +20,7 @@ from difftest.core.records import Result
 from difftest.reports.trace import build_trace
 from difftest.reports.trace_terminal import render_trace
 from difftest.reports.views import branch_names, most_severe, run_index
-from difftest.run.recorded import probe_files, recorded_runs
+from difftest.run.recorded import probe_of, recorded_runs
 
 
 class ShowCommand(Command):
@@ -78,7 +78,8 @@ class ShowCommand(Command):
                 why = (run.error if run is not None else None) or (result.error if result else None) or "no steps recorded"
                 console.print(f"{args.scenario} · {branch} · run {label}: no steps to show ({why})", markup=False)
                 continue
-            reused = probe_files(evidence, branch, tier.name).reused
+            source = probe_of(evidence, folder, branch, tier.name, args.scenario)
+            reused = source.reused if source is not None else None
             if reused is not None:
                 console.print(f"{branch} · {tier.name}: these steps come from the result cache: measured "
                               f"{reused.measured_at} by an earlier run (key {reused.key[:12]}), not by the run that "

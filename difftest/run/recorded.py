@@ -45,6 +45,19 @@ def recorded_runs(evidence: Evidence, folder: Path, branch: str, tier: str) -> l
     return [run for files in found for run in _probe_runs(files, folder, branch, tier)]
 
 
+def probe_of(evidence: Evidence, folder: Path, branch: str, tier: str, scenario: str) -> ProbeFiles | None:
+    """The probe whose job played `scenario` for `branch` (merged shards: one of several); read after
+    `recorded_runs` checked the files' hashes."""
+    for files in (p for p in evidence.probes if p.branch == branch and p.tier == tier):
+        try:
+            job = json.loads(_inside(folder, files.job).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if any(s.get("name") == scenario for s in job.get("scenarios", [])):
+            return files
+    return None
+
+
 def _probe_runs(files: ProbeFiles, folder: Path, branch: str, tier: str) -> list[ProbeRun]:
     job_path = _inside(folder, files.job)
     records_path = _inside(folder, files.records)
