@@ -42,7 +42,7 @@ def test_every_option_of_every_command_has_help():
             if not action.help or action.help == argparse.SUPPRESS:
                 missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
     assert missing == []
-    assert set(subparsers(build_parser())) == {"run", "show", "list", "gate", "verify", "envs", "fuzz"}
+    assert set(subparsers(build_parser())) == {"run", "show", "list", "gate", "verify", "envs", "fuzz", "merge"}
 
 
 def test_a_waiting_probe_says_so_without_a_clock_until_it_starts():
