@@ -10,7 +10,8 @@ edited file is caught wherever it was edited.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Set as AbstractSet
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -37,64 +38,72 @@ def evidence_differences(recorded: Evidence, rerun: Evidence, written_as: str = 
     )
 
 
-def _not_recorded(version: str) -> set[str]:
+def _not_recorded(version: str) -> AbstractSet[str]:
     """Violation fields a file of schema `version` could not hold (their upgrade left a default)."""
     return {"requests"} if version in ("1", "2") else set()
 
 
-def _result_differences(recorded: list[Result], rerun: list[Result], ignored: frozenset[str] | set[str] = frozenset()) -> list[str]:
-    before = {result_key(r): r for r in recorded}
-    after = {result_key(r): r for r in rerun}
+Key = tuple[str, ...]
+T = TypeVar("T")
+
+
+def _keyed(before: dict[Key, T], after: dict[Key, T], what: str, changes: Callable[[T, T], list[str]]) -> list[str]:
+    """`where: ...` for every key only one side has, and for each change `changes(old, new)` names."""
     found = []
     for key in sorted(set(before) | set(after)):
         old, new = before.get(key), after.get(key)
         where = "/".join(key)
         if old is None or new is None:
-            found.append(f"{where}: {'not in the evidence' if old is None else 'not re-run'}")
-            continue
+            found.append(f"{where}: {what}{'not in the evidence' if old is None else 'not re-run'}")
+        else:
+            found += [f"{where}: {change}" for change in changes(old, new)]
+    return found
+
+
+def _result_differences(recorded: list[Result], rerun: list[Result], ignored: AbstractSet[str] = frozenset()) -> list[str]:
+    def changes(old: Result, new: Result) -> list[str]:
+        out = []
         for name in RESULT_FIELDS:
             then, now = _plain(getattr(old, name)), _plain(getattr(new, name))
             if name == "violations" and ignored:
                 now = [{k: v for k, v in violation.items() if k not in ignored} for violation in now]
                 then = [{k: v for k, v in violation.items() if k not in ignored} for violation in then]
             if then != now:
-                found.append(f"{where}: {_label(name)} differ: {_short(then)} -> {_short(now)}")
-    return found
+                out.append(f"{_label(name)} differ: {_short(then)} -> {_short(now)}")
+        return out
+
+    return _keyed({result_key(r): r for r in recorded}, {result_key(r): r for r in rerun}, "", changes)
 
 
 def _run_differences(recorded: dict[str, list[ProbeRun]], rerun: dict[str, list[ProbeRun]]) -> list[str]:
     """The raw runs' status and totals, per branch (runs of branches not re-run are reported above)."""
-    found = []
-    for branch in sorted(set(recorded) & set(rerun)):
-        before = {(r.scenario, r.label): r for r in recorded[branch]}
-        after = {(r.scenario, r.label): r for r in rerun[branch]}
-        for key in sorted(set(before) | set(after)):
-            old, new = before.get(key), after.get(key)
-            where = "/".join((branch, *key))
-            if old is None or new is None:
-                found.append(f"{where}: raw run {'not in the evidence' if old is None else 'not re-run'}")
-            elif (old.status, _plain(old.totals)) != (new.status, _plain(new.totals)):
-                found.append(
-                    f"{where}: raw run totals differ: {old.status} {_short(_plain(old.totals))} -> "
-                    f"{new.status} {_short(_plain(new.totals))}"
-                )
-    return found
+
+    def changes(old: ProbeRun, new: ProbeRun) -> list[str]:
+        if (old.status, _plain(old.totals)) == (new.status, _plain(new.totals)):
+            return []
+        return [f"raw run totals differ: {old.status} {_short(_plain(old.totals))} -> {new.status} {_short(_plain(new.totals))}"]
+
+    both = sorted(set(recorded) & set(rerun))
+    return _keyed(
+        {(b, r.scenario, r.label): r for b in both for r in recorded[b]},
+        {(b, r.scenario, r.label): r for b in both for r in rerun[b]},
+        "raw run ",
+        changes,
+    )
 
 
 def _test_differences(recorded: list[TestRecord], rerun: list[TestRecord]) -> list[str]:
     """The tests tier: every (code branch, test source, test) whose outcome or judgement changed, or
     that only one side has."""
-    before = {(r.code, r.source, r.test): r for r in recorded}
-    after = {(r.code, r.source, r.test): r for r in rerun}
-    found = []
-    for key in sorted(set(before) | set(after)):
-        old, new = before.get(key), after.get(key)
-        where = "/".join(key)
-        if old is None or new is None:
-            found.append(f"{where}: test {'not in the evidence' if old is None else 'not re-run'}")
-        elif (old.outcome, old.judgement) != (new.outcome, new.judgement):
-            found.append(f"{where}: test outcome {old.outcome} ({old.judgement}) -> {new.outcome} ({new.judgement})")
-    return found
+
+    def changes(old: TestRecord, new: TestRecord) -> list[str]:
+        if (old.outcome, old.judgement) == (new.outcome, new.judgement):
+            return []
+        return [f"test outcome {old.outcome} ({old.judgement}) -> {new.outcome} ({new.judgement})"]
+
+    return _keyed(
+        {(r.code, r.source, r.test): r for r in recorded}, {(r.code, r.source, r.test): r for r in rerun}, "test ", changes
+    )
 
 
 def _plain(value: Any) -> Any:

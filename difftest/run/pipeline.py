@@ -200,8 +200,9 @@ def select_scenarios(
     chosen_tiers = [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
     matcher = compile_selection(select) if select is not None else None
     chosen: list[TierScenarios] = []
+    loaded = {tier.name: tier.scenarios(config, explicit=bool(tier_names)) for tier in chosen_tiers}
     for tier in chosen_tiers:
-        scenarios = tier.scenarios(config, explicit=bool(tier_names))
+        scenarios = loaded[tier.name]
         if scenarios is None:
             continue
         if matcher is not None:
@@ -212,7 +213,7 @@ def select_scenarios(
             chosen.append(TierScenarios(tier, scenarios))
     if not chosen:
         if select is not None:
-            known = sorted({s.name for tier in chosen_tiers for s in _loaded(config, tier)})
+            known = sorted({s.name for found in loaded.values() for s in found or []})
             raise ConfigError(
                 f"no scenario matches -k {select!r}",
                 "use words from the scenario names"
@@ -221,11 +222,6 @@ def select_scenarios(
         raise ConfigError(f"no scenario found under {config.scenarios_dir}", "check `scenarios_dir` in the config")
     _check_unique_names(chosen)
     return chosen
-
-
-def _loaded(config: Config, tier: Tier) -> list[ScenarioBase]:
-    folder = config.scenarios_dir / tier.folder
-    return tier.load(folder) if folder.is_dir() else []
 
 
 def _check_unique_names(chosen: list[TierScenarios]) -> None:

@@ -42,6 +42,7 @@ def shipped(tmp_path_factory) -> tuple[int, Path, FuzzReport]:
     out = shared / "out"
     with FileLock(str(shared / "lock")):
         if not (shared / "code").exists():
+            (shared / "no-scenarios").mkdir(exist_ok=True)  # an empty scenarios_dir: fuzz reads none
             config = write_config(shared, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
                                   scenarios_dir=str(shared / "no-scenarios"))
             code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out)

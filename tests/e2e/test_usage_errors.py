@@ -39,7 +39,8 @@ def test_no_scenario_matching_k_exits_2_and_lists_the_scenarios(tmp_path, capsys
 def test_an_unknown_branch_exits_2_and_lists_the_configured_ones(tmp_path, fixture_repo, capsys):
     assert run_cli("run", "-c", ROOT / "branches.yaml", "--out", tmp_path, "main", "pr-99999-style") == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "'pr-99999-style' is neither a branch of the config (main, pr-56137-style, pr-56195-style) nor a git ref" in err
+    assert ("'pr-99999-style' is neither a branch of the config (main, pr-56137-style, pr-56195-style, "
+            "pr-54054-style, pr-56137-plus-54054) nor a git ref") in err
     assert "fix:" in err
     assert not (tmp_path / "probe").exists()
 
