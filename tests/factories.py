@@ -195,6 +195,7 @@ def make_probe_files(**overrides: Any) -> ProbeFiles:
         records=f"probe/{BRANCH}-{TIER}-runs.jsonl",
         records_sha256="2" * 64,
         nonce="3" * 32,
+        launch="fresh",
     )
     return ProbeFiles(**{**fields, **overrides})
 

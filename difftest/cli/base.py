@@ -42,13 +42,18 @@ def add_config(parser: argparse.ArgumentParser) -> None:
 
 
 def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> None:
-    """--out, --tier, --reading, --fetch, -k: what every measuring command accepts."""
+    """--out, --tier, --reading, --fetch, --no-fork, -k: what every measuring command accepts."""
     parser.add_argument("--out", default=out, help=f"folder for report.md, report.html, junit.xml, evidence.json (default: {out})")
     parser.add_argument(
         "--tier", choices=[*tiers.names(), ALL_TIERS], default=ALL_TIERS, help="which tier to run (default: all)"
     )
     parser.add_argument("--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading")
     parser.add_argument("--fetch", action="store_true", help="git fetch the configured repo first (pull heads too)")
+    parser.add_argument(
+        "--no-fork", action="store_true",
+        help="start every probe in an interpreter of its own instead of forking each tier's probes from one "
+        "warm interpreter that imported the shared libraries once (same results, slower)",
+    )
     parser.add_argument(
         "-k", dest="select", default=None, metavar="EXPR",
         help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
@@ -79,6 +84,7 @@ def compare_request(args: argparse.Namespace, branches: list[str] | None, **extr
         fetch=args.fetch,
         select=args.select,
         reuse_cached=not getattr(args, "no_cache", False),
+        fork=not args.no_fork,
         **extra,  # type: ignore[arg-type]
     )
 

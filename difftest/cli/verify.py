@@ -101,6 +101,8 @@ class VerifyCommand(Command):
             help="folder for the re-run's reports, evidence and probe records (default: out-verify)",
         )
         add_format(parser, ("text", "json"), "text", "text: one line per difference")
+        parser.add_argument("--no-fork", action="store_true",
+                            help="start every probe in an interpreter of its own (default: forked from a warm one)")
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -118,6 +120,7 @@ class VerifyCommand(Command):
             branches=names, tiers=recorded_tiers, reading=recorded.reading, out=Path(args.out),
             scenarios=sorted(recorded.scenarios), baseline=recorded.baseline,
             reuse_cached=False, store_results=False,  # a re-run that reads its results from a cache verifies nothing
+            fork=not args.no_fork,
         )
         comparison = compare(config, request, log, probe_progress)
         evidence = comparison.evidence

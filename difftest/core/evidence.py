@@ -39,7 +39,7 @@ from difftest import __version__
 from difftest.core.errors import DifftestError
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -136,6 +136,11 @@ class ProbeFiles(BaseModel):
     exited_cleanly: bool = True
     #: Set when these files came from the result cache, written by an earlier probe (None: measured now).
     reused: ReusedProbe | None = None
+    #: How the probe process started: "forked" from the tier's warm fork server, or "fresh" (an
+    #: interpreter of its own); None when the runs were reused from the result cache.
+    launch: Literal["fresh", "forked"] | None = None
+    #: Why a probe that was to be forked started fresh ("" when it did not have to).
+    launch_note: str = ""
 
 
 class TestSourceEvidence(BaseModel):
@@ -167,7 +172,7 @@ class ShardEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["7"] = SCHEMA_VERSION
+    schema_version: Literal["8"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -310,9 +315,18 @@ def upgrade_from_6(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": "7", "probes": probes}
 
 
+def upgrade_from_7(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 -> 8: no fork server yet, so every probe measured by the run started fresh."""
+    probes = [
+        {**probe, "launch": None if probe.get("reused") else "fresh", "launch_note": ""} if isinstance(probe, dict) else probe
+        for probe in raw.get("probes") or []
+    ]
+    return {**raw, "schema_version": "8", "probes": probes}
+
+
 #: schema version -> the step that brings a file of that version one version up.
 UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2, "3": upgrade_from_3, "4": upgrade_from_4, "5": upgrade_from_5,
-            "6": upgrade_from_6}
+            "6": upgrade_from_6, "7": upgrade_from_7}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

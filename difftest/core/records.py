@@ -135,6 +135,14 @@ class Failure(_Record):
     traceback: str = ""
 
 
+class CodeOrigin(_Record):
+    """Where the probe's vLLM came from (`protocol.code_origin`): checked against the branch environment."""
+
+    vllm_dir: str
+    vllm_elsewhere: list[str]
+    executable: str
+
+
 class ProbeHeader(_Record):
     """The probe's first record: versions, timings, tier facts (`protocol.RecordWriter.header`)."""
 
@@ -145,6 +153,8 @@ class ProbeHeader(_Record):
     import_s: float
     setup_s: float
     info: dict[str, Any] = Field(default_factory=dict)
+    #: None only in records written before the probe reported it (evidence schema < 8).
+    origin: CodeOrigin | None = None
 
 
 class Trailer(_Record):

@@ -43,6 +43,9 @@ PROTOCOL_VERSION = 3
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
 #: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
 HOST_PID_ENV = "DIFFTEST_HOST_PID"
+#: A probe forked from the fork server exits with this code when its branch would import a shared
+#: library from another file than the server imported (`forkserver`): the host then starts it fresh.
+EXIT_NOT_SHAREABLE = 86
 
 #: The SpecDecodingStats counters compared against the oracle, in report order.
 COUNTERS = (
@@ -287,6 +290,7 @@ class RecordWriter:
                 "import_s": round(import_s, 3),
                 "setup_s": round(setup_s, 3),
                 "info": tier_info,
+                "origin": code_origin(),
             }
         )
 
@@ -313,6 +317,20 @@ class RecordWriter:
 
     def trailer(self) -> None:
         self.write({"kind": "trailer", "runs": self.runs})
+
+
+def code_origin() -> dict[str, Any]:
+    """Where this probe's vLLM came from, so the host can check it ran the branch's code and no other
+    (a fresh interpreter and a forked one alike): the package folder, any vLLM module loaded from
+    outside it, and the interpreter."""
+    vllm = sys.modules.get("vllm")
+    folder = os.path.dirname(os.path.realpath(vllm.__file__)) if getattr(vllm, "__file__", None) else ""
+    elsewhere = sorted(
+        name for name, module in list(sys.modules.items())
+        if (name == "vllm" or name.startswith("vllm.")) and getattr(module, "__file__", None)
+        and not os.path.realpath(module.__file__).startswith(folder + os.sep)
+    )
+    return {"vllm_dir": folder, "vllm_elsewhere": elsewhere[:5], "executable": sys.executable}
 
 
 def read_job(path: Path) -> Job:

@@ -34,6 +34,7 @@ from difftest.reports.views import (
     scenario_names,
     scenario_views,
     severity,
+    launch_note,
     reuse_note,
     shard_note,
     timestamp,
@@ -94,6 +95,7 @@ def _header(evidence: Evidence) -> list[str]:
         "it rebuilds the same commits and re-runs every scenario).",
         "",
         *([md_escape(note), ""] if (note := reuse_note(evidence)) else []),
+        *([md_escape(note), ""] if (note := launch_note(evidence)) else []),
         *([md_escape(shard), ""] if (shard := shard_note(evidence)) else []),
     ]
 

@@ -35,6 +35,7 @@ from difftest.reports.views import (
     branch_names,
     emitted_source,
     scenario_views,
+    launch_note,
     reuse_note,
     shard_note,
     timestamp,
@@ -95,7 +96,7 @@ def _header(evidence: Evidence) -> Text:
     text.append(evidence.reading, style="bold")
     text.append("  ")
     text.append(timestamp(evidence), style="dim")
-    for note in (reuse_note(evidence), shard_note(evidence)):
+    for note in (reuse_note(evidence), launch_note(evidence), shard_note(evidence)):
         if note:
             text.append("\n" + note, style="dim")
     return text

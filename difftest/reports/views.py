@@ -122,6 +122,16 @@ def reuse_note(evidence: Evidence) -> str | None:
             "`--no-cache` measures everything again.")
 
 
+def launch_note(evidence: Evidence) -> str | None:
+    """Why probes that were to be forked from a warm interpreter started fresh (None: none had to)."""
+    fresh = [p for p in evidence.probes if p.launch == "fresh" and p.launch_note]
+    if not fresh:
+        return None
+    reasons = sorted({p.launch_note.removeprefix("started fresh: ") for p in fresh})
+    return (f"{len(fresh)} probe(s) started in fresh interpreters instead of forking from a warm one "
+            f"(same results, slower): {'; '.join(reasons)}.")
+
+
 def shard_note(evidence: Evidence) -> str | None:
     """For a shard's partial evidence: which slice it holds (None for a whole run or a merge)."""
     if evidence.shard is None:

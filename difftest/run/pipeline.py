@@ -85,6 +85,9 @@ class CompareRequest:
     store_results: bool = True
     #: (I, N): only the I-th of N deterministic slices of the selected scenarios (`run --shard I/N`).
     shard: tuple[int, int] | None = None
+    #: Fork each tier's probes from one warm interpreter (`run.launch`); False (`--no-fork`): every
+    #: probe starts its own interpreter.
+    fork: bool = True
 
 
 @dataclass
@@ -148,7 +151,8 @@ def compare(
                 log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
                 with progress(chosen.tier.name, names) as callback:
                     delivered[chosen.tier.name] = measure_tier(
-                        workspace, chosen.tier, runnable, request.out / "probe", jobs, callback, cache, log
+                        workspace, chosen.tier, runnable, request.out / "probe", jobs, callback, cache, log,
+                        fork=request.fork,
                     )
                 for branch, run in delivered[chosen.tier.name].items():
                     log(f"{branch}: {chosen.tier.name} tier {_outcome(run)} ({len(run.runs)} runs)")
@@ -287,9 +291,11 @@ def measure_tier(
     progress: Progress | None = None,
     cache: ResultCache | None = None,
     log: Log = lambda _m: None,
+    fork: bool = False,
 ) -> dict[str, BranchRun]:
-    """Run one tier's probe in every branch that has an environment, concurrently; a branch whose
-    output for this very job is in the result cache is read from there instead (`run.result_cache`)."""
+    """Run one tier's probe in every branch that has an environment, concurrently (forked from one
+    warm interpreter with `fork`, `run.launch`); a branch whose output for this very job is in the
+    result cache is read from there instead (`run.result_cache`)."""
     branches = [b for b in workspace.branches if b.env is not None]
     job = make_job(tier, scenarios, workspace.config.timeouts.run_s)
     probe_s = workspace.config.timeouts.probe_s
@@ -303,12 +309,14 @@ def measure_tier(
         for b in branches:
             found = cache.load(keys[b.name], job, b.name, tier.name, work_dir, log)
             if found is not None:
+                found.launch = None  # not started by this run
                 reused[b.name] = found
                 if progress is not None:
                     progress(b.name, len(found.runs), len(found.runs), "reused from the result cache", "")
     targets = [(b.name, b.env.python) for b in branches if b.name not in reused]  # type: ignore[union-attr]
     measured = run_branches(
-        targets, job, tier.name, work_dir, probe_s, jobs or probes_at_a_time(tier, len(targets), None)[0], progress
+        targets, job, tier.name, work_dir, probe_s, jobs or probes_at_a_time(tier, len(targets), None)[0], progress,
+        fork=fork, log=log,
     ) if targets else {}
     if cache is not None:
         for name, run in measured.items():
@@ -472,6 +480,8 @@ def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[P
                     nonce=run.nonce,
                     exited_cleanly=run.exited_cleanly,
                     reused=run.reused,
+                    launch=None if run.reused else run.launch,  # type: ignore[arg-type]
+                    launch_note=run.launch_note,
                 )
             )
     return found

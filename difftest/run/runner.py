@@ -34,6 +34,7 @@ from difftest.core.text import clean
 from difftest.core.verdicts import one_line
 from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, Job
 from difftest.run.delivery import read_delivery
+from difftest.run.launch import ForkServer, ProbeProcess, not_shareable, start_fork_server
 
 #: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
 #: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
@@ -57,7 +58,7 @@ class _LiveProbes:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._procs: set[subprocess.Popen[Any]] = set()
+        self._procs: set[Any] = set()
         self._killed: set[int] = set()
         self._stopped = False
 
@@ -69,7 +70,15 @@ class _LiveProbes:
             self._procs.add(proc)
             return proc
 
-    def ended(self, proc: subprocess.Popen[Any]) -> None:
+    def add(self, proc: Any) -> None:
+        """Hold a probe started some other way (a child of the fork server); killed as the others are."""
+        with self._lock:
+            if self._stopped:
+                kill_group(proc, wait=False)
+                raise ProbesStopped("difftest was interrupted: no new probe is started")
+            self._procs.add(proc)
+
+    def ended(self, proc: Any) -> None:
         with self._lock:
             self._procs.discard(proc)
 
@@ -145,6 +154,11 @@ class BranchRun:
     peak_rss_mb: float | None = None
     #: Set when these runs were not measured now but read from the result cache (`run.result_cache`).
     reused: ReusedProbe | None = None
+    #: How the probe process started: "fresh" (its own interpreter) or "forked" (from the tier's warm
+    #: fork server, `run.launch`); None when the runs were reused.
+    launch: str | None = "fresh"
+    #: Why a probe asked to fork started fresh instead ("" when it did not have to).
+    launch_note: str = ""
 
 
 def probe_environ(parallel: int = 1) -> dict[str, str]:
@@ -152,12 +166,15 @@ def probe_environ(parallel: int = 1) -> dict[str, str]:
 
     Probes running side by side share the cores instead of each starting one
     torch thread per core (oversubscribed, three engines took longer together
-    than one after another).
+    than one after another). Fresh and forked probes get the same environment.
     """
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", NONCE_ENV)}
     threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
     env.setdefault("OMP_NUM_THREADS", threads)
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind" if parallel > 1 else "auto")
+    # NumPy's (and OpenCV's) OpenBLAS would start a thread pool at import; the probes never multiply
+    # matrices with it, and a single-threaded process can be forked safely (`run.launch`).
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     cache = paths.vllm_cache_dir()
     env.update(
         HF_HUB_OFFLINE="1",
@@ -194,8 +211,12 @@ def run_probe(
     timeout_s: float,
     progress: Progress | None = None,
     parallel: int = 1,
+    server: ForkServer | None = None,
+    launch_note: str = "",
 ) -> BranchRun:
-    """Run `python -m difftest.probe` on one job; never raises for the branch's own failures."""
+    """Run `python -m difftest.probe` on one job, forked from `server` if one is given (a fresh
+    interpreter otherwise, or if forking this branch is refused); never raises for the branch's own
+    failures."""
     work_dir = work_dir.resolve()  # the probe runs in `work_dir`: paths it is given must not be relative
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path, out_path, log_path = probe_file_paths(work_dir, branch, tier)
@@ -210,33 +231,36 @@ def run_probe(
     expected = planned_count(job)
     if progress is not None:
         progress(branch, 0, expected, "", "")
-    with open(log_path, "wb") as log:
-        proc = _LIVE.start(
-            [str(python), "-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            # Not the caller's folder: `-m` puts the working directory first on sys.path, and a
-            # difftest checkout there would shadow the environment's own copy of the probe.
-            cwd=work_dir,
-            env={**probe_environ(parallel), NONCE_ENV: nonce, HOST_PID_ENV: str(os.getpid())},
-            start_new_session=True,
-        )
-        try:
-            seen = 0
-            while proc.poll() is None:
-                if time.monotonic() - started > timeout_s:
-                    kill_group(proc)
-                    result.timed_out = True
-                    break
-                seen = _report_progress(out_path, branch, seen, expected, progress)
-                result.peak_rss_mb = _peak_rss_mb(proc.pid) or result.peak_rss_mb
-                time.sleep(0.2)
-            _report_progress(out_path, branch, seen, expected, progress)
-        finally:
-            if proc.poll() is None:
-                kill_group(proc)
-            _LIVE.ended(proc)
+    argv = ["-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)]
+    env = {**probe_environ(parallel), NONCE_ENV: nonce, HOST_PID_ENV: str(os.getpid())}
+    result.launch_note = launch_note
+    proc = _forked(server, python, argv, env, work_dir, log_path, result) if server and server.usable else None
+    if proc is not None:
+        _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
+        assert server is not None
+        if not_shareable(proc.returncode):  # this branch would import a shared library from elsewhere
+            result.launch_note = f"started fresh: {(_tail(log_path).splitlines() or ['libraries differ'])[-1]}"
+            proc = None
+        elif proc.returncode != 0 and not result.timed_out and not server.usable:
+            result.launch_note = "started fresh: the fork server ended while this probe ran"
+            proc = None
+        if proc is None:
+            out_path.unlink(missing_ok=True)
+    if proc is None:
+        result.launch = "fresh"
+        with open(log_path, "wb") as log:
+            proc = _LIVE.start(
+                [str(python), *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # Not the caller's folder: `-m` puts the working directory first on sys.path, and a
+                # difftest checkout there would shadow the environment's own copy of the probe.
+                cwd=work_dir,
+                env=env,
+                start_new_session=True,
+            )
+        _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
     result.duration_s = round(time.monotonic() - started, 2)
     result.ended_at = time.time()
     result.log_tail = _tail(log_path)
@@ -246,9 +270,58 @@ def run_probe(
         result.error = f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
     result.exited_cleanly = proc.returncode == 0 and not result.timed_out
     delivery = read_delivery(out_path, nonce, job, tier, exited_cleanly=result.exited_cleanly)
+    foreign = foreign_code(delivery.header, python)
+    if foreign:
+        delivery.untrusted.append(foreign)
     result.header = delivery.header
     result.runs = delivery.runs(result.error)
     return result
+
+
+def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, str], work_dir: Path,
+            log_path: Path, result: BranchRun) -> ProbeProcess | None:
+    """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it cannot."""
+    try:
+        proc = server.spawn(python, argv[2:], env, work_dir, log_path)
+    except OSError as exc:
+        result.launch_note = f"started fresh: {exc}"
+        return None
+    _LIVE.add(proc)
+    result.launch = "forked"
+    return proc
+
+
+def _watch(proc: ProbeProcess, out_path: Path, branch: str, expected: int, progress: Progress | None,
+           timeout_s: float, started: float, result: BranchRun) -> None:
+    """Wait for the probe, killing its group past the time limit; progress and peak memory as it goes."""
+    try:
+        seen = 0
+        while proc.poll() is None:
+            if time.monotonic() - started > timeout_s:
+                kill_group(proc)
+                result.timed_out = True
+                break
+            seen = _report_progress(out_path, branch, seen, expected, progress)
+            result.peak_rss_mb = _peak_rss_mb(proc.pid) or result.peak_rss_mb
+            time.sleep(0.2)
+        _report_progress(out_path, branch, seen, expected, progress)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+        _LIVE.ended(proc)
+
+
+def foreign_code(header: ProbeHeader | None, python: Path) -> str | None:
+    """Why the probe's records are not the branch environment's own, judging by where its vLLM came from
+    (`protocol.code_origin`): the environment of `python` (ENV/bin/python) has it under ENV/overlay/vllm."""
+    if header is None or header.origin is None:
+        return None if header is None else "the probe did not say where its vLLM came from"
+    expected = os.path.realpath(Path(python).parent.parent / "overlay" / "vllm")
+    if os.path.realpath(header.origin.vllm_dir) != expected:
+        return f"the probe imported vLLM from {header.origin.vllm_dir or 'nowhere'}, not from its branch environment ({expected})"
+    if header.origin.vllm_elsewhere:
+        return f"the probe loaded vLLM modules from outside its branch environment: {', '.join(header.origin.vllm_elsewhere)}"
+    return None
 
 
 def run_branches(
@@ -259,18 +332,27 @@ def run_branches(
     timeout_s: float,
     jobs: int,
     progress: Progress | None = None,
+    fork: bool = False,
+    log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, BranchRun]:
     """Probe every (branch, interpreter) concurrently; results keyed by branch name.
 
-    Interrupted (Ctrl-C, SIGTERM, any exception here), it kills every probe at
-    once and does not wait for the ones not started: the caller exits in
-    moments, not after `probe_s`.
+    With `fork`, one warm fork server imports the shared libraries once and
+    every probe is forked from it (`run.launch`); where it cannot, every probe
+    starts fresh and says why. Interrupted (Ctrl-C, SIGTERM, any exception
+    here), it kills every probe at once and does not wait for the ones not
+    started: the caller exits in moments, not after `probe_s`.
     """
+    parallel = min(jobs, len(targets))
+    server, note = warm_fork_server(targets[0][1], tier, work_dir, timeout_s, parallel) if fork and targets else (None, "")
+    if note:
+        log(f"{tier}: probes start in fresh interpreters: {note}")
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = {
             name: pool.submit(
-                run_probe, name, python, job, tier, work_dir, timeout_s, progress, min(jobs, len(targets))
+                run_probe, name, python, job, tier, work_dir, timeout_s, progress, parallel, server,
+                f"started fresh: {note}" if note else "",
             )
             for name, python in targets
         }
@@ -279,16 +361,39 @@ def run_branches(
         stop_all_probes()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
+    finally:
+        if server is not None:
+            server.close()
+            _LIVE.ended(server.process)
     pool.shutdown()
     return delivered
 
 
-def kill_group(proc: subprocess.Popen[Any], wait: bool = True) -> None:
-    """SIGKILL a probe's whole process group (it runs in its own session); wait for it unless told not to."""
+def warm_fork_server(python: Path, tier: str, work_dir: Path, timeout_s: float,
+                     parallel: int) -> tuple[ForkServer | None, str]:
+    """The tier's fork server, its shared libraries imported; (None, why) when probes must start fresh."""
+    work_dir = work_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid())}
+    server = start_fork_server(python, env, work_dir, work_dir / f"{tier}-forkserver.log",
+                               min(timeout_s, 600.0), _LIVE.start)
+    if server.usable:
+        return server, ""
+    server.close()
+    _LIVE.ended(server.process)
+    return None, server.state.why or "the fork server stopped"
+
+
+def kill_group(proc: ProbeProcess, wait: bool = True) -> None:
+    """SIGKILL a probe's whole process group (it runs in its own session); wait for it unless told not to.
+    A child forked a moment ago may not lead its own group yet: then the process itself is killed."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     if wait:
         proc.wait()
 

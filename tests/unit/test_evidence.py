@@ -64,9 +64,18 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_7(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-7 file: no fork server (probes do not say how they started)."""
+    raw = json.loads(evidence_json(evidence))
+    for probe in raw["probes"]:
+        assert probe.pop("launch") == (None if probe["reused"] else "fresh") and probe.pop("launch_note") == ""
+    raw["schema_version"] = "7"
+    return raw
+
+
 def as_version_6(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-6 file: no result cache (probes do not say whether they were reused)."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_7(evidence)
     for probe in raw["probes"]:
         assert probe.pop("reused") is None, "version 6 had no result cache"
     raw["schema_version"] = "6"
@@ -141,7 +150,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "7" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "8" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
@@ -185,9 +194,26 @@ def test_version_6_file_reads_as_measured_probes(tmp_path: Path) -> None:
     assert upgraded == evidence and upgraded.probes[0].reused is None
 
 
+def test_version_7_file_reads_as_probes_started_fresh(tmp_path: Path) -> None:
+    reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
+    evidence = make_evidence(probes=[make_probe_files(), make_probe_files(branch="other", reused=reused, launch=None)])
+    raw = as_version_7(evidence)
+    assert "launch" not in raw["probes"][0]
+    upgraded = read_evidence(write_raw(tmp_path, raw))
+    assert upgraded == evidence
+    assert [p.launch for p in upgraded.probes] == ["fresh", None]
+
+
+def test_a_forked_probe_and_a_fallback_round_trip(tmp_path: Path) -> None:
+    probes = [make_probe_files(launch="forked"),
+              make_probe_files(branch="other", launch="fresh", launch_note="started fresh: 3 threads run")]
+    evidence = make_evidence(probes=probes)
+    assert read_evidence(write_evidence(evidence, tmp_path / "evidence.json")).probes == probes
+
+
 def test_a_reused_probe_round_trips(tmp_path: Path) -> None:
     reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
-    evidence = make_evidence(probes=[make_probe_files(reused=reused)])
+    evidence = make_evidence(probes=[make_probe_files(reused=reused, launch=None)])
     assert read_evidence(write_evidence(evidence, tmp_path / "evidence.json")).probes[0].reused == reused
 
 
@@ -257,13 +283,13 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "8"}', "schema version '8'"),
+        ('{"schema_version": "9"}', "schema version '9'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
         ('{"schema_version": "5"}', "invalid evidence file"),
         ('{"schema_version": "6"}', "invalid evidence file"),
-        ('{"schema_version": "7"}', "invalid evidence file"),
+        ('{"schema_version": "8"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -1,0 +1,212 @@
+"""`python -m difftest.probe.forkserver`: import what every branch shares once, fork a probe per branch.
+
+Importing vLLM's scheduler costs ~9 s, of which ~7 s is third-party libraries
+that every branch environment takes from the same base site-packages (torch,
+transformers, numpy, ...). This process, started with one branch's interpreter,
+imports those libraries (never `vllm`, which differs per branch) and then, for
+each request, forks a child that becomes exactly the probe a fresh interpreter
+would have been for ITS branch: its own session, log, working folder and
+environment, the branch interpreter's own `sys.path` (overlay first), its own
+copy of the probe package, and `vllm` imported from its overlay by
+`difftest.probe.__main__.main`, the same entry a fresh probe runs.
+
+Only modules whose import reads nothing vLLM sets are shared: `torch._inductor`
+is not (vLLM sets `TORCHINDUCTOR_COMPILE_THREADS` before importing it, and the
+inductor config reads it at import). Fork is refused — the host then starts
+fresh interpreters and says why — where it is not safe: not Linux, a shared
+library imported `vllm`, or any thread running after the imports (a forked
+child would inherit the locks those threads hold, not the threads).
+
+Wire format (JSON lines; requests on stdin, answers on a private copy of stdout):
+
+    -> {"ready": true, "import_s": S, "modules": [...]}  or  {"ready": false, "why": "..."}
+    <- {"id": N, "python": P, "argv": [...], "env": {...}, "cwd": D, "log": F}
+    -> {"id": N, "pid": PID}        the child started
+    -> {"pid": PID, "code": C}      the child ended (C as subprocess's returncode)
+
+The end of stdin ends the server; its children then die with it (PR_SET_PDEATHSIG).
+Standard library only, like the rest of the probe.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any, TextIO
+
+from . import protocol
+
+#: Shared third-party imports, in the order a fresh scheduler probe first imports them (`sys.modules`
+#: order; their cost measured with `python -X importtime`: about three quarters of the probe's import).
+SHARED_MODULES = (
+    "typing_extensions", "torch", "numpy", "dill", "tqdm", "packaging", "regex", "sympy", "filelock",
+    "networkx", "jinja2", "prometheus_client", "pydantic", "psutil", "cbor2", "zmq", "transformers",
+    "huggingface_hub", "PIL", "yaml", "tokenizers", "safetensors", "sentencepiece", "aiohttp", "requests",
+    "openai_harmony", "openai", "pybase64", "cv2", "cachetools", "msgspec", "cloudpickle", "uvloop", "cpuinfo",
+    "xgrammar", "tiktoken", "fastapi", "email_validator", "python_multipart", "pydantic_extra_types",
+    "partial_json_parser", "llguidance",
+    "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
+    "transformers.models.auto.image_processing_auto", "transformers.models.auto.video_processing_auto",
+    "transformers.video_processing_utils", "transformers.generation.configuration_utils",
+    "transformers.modeling_rope_utils", "transformers.modeling_gguf_pytorch_utils",
+)
+
+_PATH_QUERY = "import json, sys; print(json.dumps([sys.path[1:], sys.prefix, sys.exec_prefix]))"
+
+
+def import_shared() -> tuple[list[str], float]:
+    """Import every shared module this base has; the names imported and the seconds it took."""
+    started = time.perf_counter()
+    done = []
+    for name in SHARED_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a library this base lacks (or cannot load) is simply not shared
+            continue
+        done.append(name)
+    return done, time.perf_counter() - started
+
+
+def fork_unsafe() -> str | None:
+    """Why forking this process now would not give a faithful probe; None when it would."""
+    if not sys.platform.startswith("linux"):
+        return f"fork is only trusted on Linux (this is {sys.platform})"
+    loaded = sorted(n for n in sys.modules if n == "vllm" or n.startswith("vllm."))
+    if loaded:
+        return f"a shared library imported vLLM ({loaded[0]}): each branch must import its own"
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        return f"{threads} threads run after the shared imports (a forked child would inherit their locks)"
+    return None
+
+
+def main() -> int:
+    protocol.die_with_host()
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(2, 1)  # whatever a library prints must not reach the answers
+    modules, import_s = import_shared()
+    why = fork_unsafe()
+    _answer(channel, {"ready": why is None, "why": why, "import_s": round(import_s, 3), "modules": modules})
+    if why is not None:
+        return 0
+    _serve(channel, modules)
+    return 0
+
+
+def _answer(channel: TextIO, message: dict[str, Any]) -> None:
+    channel.write(json.dumps(message) + "\n")
+    channel.flush()
+
+
+def _serve(channel: TextIO, modules: list[str]) -> None:
+    """Fork one child per request line until stdin ends; report every child's end."""
+    buffered = b""
+    children: set[int] = set()
+    while True:
+        readable, _, _ = select.select([0], [], [], 0.1)
+        if readable:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                os._exit(0)  # the host is done: children still running die with this process
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    request = json.loads(line)
+                    pid = _fork_child(request, channel, modules)
+                    children.add(pid)
+                    _answer(channel, {"id": request["id"], "pid": pid})
+        for pid in list(children):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                children.discard(pid)
+                _answer(channel, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) -> int:
+    server = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        channel_fd = channel.fileno()
+        _become_probe(request, server)
+        os.close(channel_fd)
+        code = _run_probe(request, modules)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the child must never return into the server's loop
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _become_probe(request: dict[str, Any], server: int) -> None:
+    """What `subprocess.Popen(..., start_new_session=True, stdout=log, stdin=DEVNULL, cwd=...)` gives a
+    fresh probe: its own session, log, folder and environment; it dies with this server."""
+    os.setsid()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(devnull)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ[protocol.HOST_PID_ENV] = str(server)  # `main` asks to die with this server, which dies with the host
+
+
+def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
+    """Switch to the branch interpreter's own import path and probe package, then run the probe entry."""
+    python = request["python"]
+    env = {k: v for k, v in request["env"].items() if k != protocol.NONCE_ENV}
+    query = subprocess.run([python, "-c", _PATH_QUERY], env=env, cwd=request["cwd"], capture_output=True, text=True)
+    if query.returncode != 0:
+        print(f"difftest.probe.forkserver: cannot ask {python} for its sys.path: {query.stderr.strip()}")
+        return 3
+    path, prefix, exec_prefix = json.loads(query.stdout)
+    sys.path[:] = [os.getcwd(), *path]
+    sys.prefix, sys.exec_prefix, sys.executable = prefix, exec_prefix, python
+    sys.argv = [python, *request["argv"]]
+    for name in [n for n in sys.modules if n == "difftest" or n.startswith("difftest.")]:
+        del sys.modules[name]  # the branch's own copy of the probe, as a fresh interpreter would import it
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    elsewhere = _not_shareable(modules)
+    if elsewhere:
+        print(f"difftest.probe.forkserver: {elsewhere}")
+        return protocol.EXIT_NOT_SHAREABLE
+    entry = importlib.import_module("difftest.probe.__main__")
+    return int(entry.main(list(request["argv"])))
+
+
+def _not_shareable(modules: list[str]) -> str | None:
+    """A shared module this branch's path would find in another file than the one already imported."""
+    from importlib.machinery import PathFinder
+
+    for name in (m for m in modules if "." not in m):
+        loaded = getattr(sys.modules.get(name), "__file__", None)
+        spec = PathFinder.find_spec(name, sys.path)
+        found = spec.origin if spec is not None else None
+        if loaded is None or found is None or os.path.realpath(loaded) != os.path.realpath(found):
+            return f"{name} would come from {found} on this branch, but the warm process imported {loaded}"
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
