@@ -60,6 +60,8 @@ class _LiveProbes:
         self._lock = threading.Lock()
         self._procs: set[Any] = set()
         self._killed: set[int] = set()
+        #: Processes killed with the probes but not counted as probes (fork servers).
+        self._helpers: set[int] = set()
         self._stopped = False
 
     def start(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
@@ -69,6 +71,13 @@ class _LiveProbes:
             proc = subprocess.Popen(*args, **kwargs)
             self._procs.add(proc)
             return proc
+
+    def start_helper(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        """`start`, for a process that serves probes (a fork server) rather than being one."""
+        proc = self.start(*args, **kwargs)
+        with self._lock:
+            self._helpers.add(proc.pid)
+        return proc
 
     def add(self, proc: Any) -> None:
         """Hold a probe started some other way (a child of the fork server); killed as the others are."""
@@ -91,13 +100,14 @@ class _LiveProbes:
             self._killed.update(p.pid for p in procs)
         for proc in procs:
             kill_group(proc, wait=False)
-        return len(self._killed)
+        return len(self._killed - self._helpers)
 
     def allow_again(self) -> None:
         """After an interrupt was handled (tests call `main` again in one process)."""
         with self._lock:
             self._stopped = False
             self._killed.clear()
+            self._helpers.clear()
 
 
 _LIVE = _LiveProbes()
@@ -376,7 +386,7 @@ def warm_fork_server(python: Path, tier: str, work_dir: Path, timeout_s: float,
     work_dir.mkdir(parents=True, exist_ok=True)
     env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid())}
     server = start_fork_server(python, env, work_dir, work_dir / f"{tier}-forkserver.log",
-                               min(timeout_s, 600.0), _LIVE.start)
+                               min(timeout_s, 600.0), _LIVE.start_helper)
     if server.usable:
         return server, ""
     server.close()

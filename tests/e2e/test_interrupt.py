@@ -49,8 +49,12 @@ def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int
     raise AssertionError("the planted hang never started")
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGKILL, -signal.SIGKILL)])
-def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, code):
+@pytest.mark.parametrize("signum, code, launch", [
+    (signal.SIGINT, 130, []), (signal.SIGTERM, 130, []), (signal.SIGKILL, -signal.SIGKILL, []),
+    # The probes above are forked from a warm interpreter (the default); these start their own.
+    (signal.SIGINT, 130, ["--no-fork"]), (signal.SIGKILL, -signal.SIGKILL, ["--no-fork"]),
+])
+def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, code, launch):
     marker = tmp_path / "probe.pid"
     hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
     config = faulty_config(tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang))
@@ -60,7 +64,7 @@ def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, co
     (out / "report.md").write_text("## an older report\n")
     (out / "probe" / "hang-scheduler-runs.jsonl").write_text("{}\n")
     process = subprocess.Popen(
-        [str(DIFFTEST), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out), "hang"],
+        [str(DIFFTEST), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out), *launch, "hang"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     probe = wait_for(marker, process)
