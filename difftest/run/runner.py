@@ -63,6 +63,9 @@ class _LiveProbes:
         #: Processes killed with the probes but not counted as probes (fork servers).
         self._helpers: set[int] = set()
         self._stopped = False
+        #: How many times every probe was stopped; never reset, so a probe can tell it was stopped
+        #: (rather than dying on its own) even after the stop was handled.
+        self.stops = 0
 
     def start(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
         with self._lock:
@@ -96,6 +99,7 @@ class _LiveProbes:
         stop began (calling it again, say from the command line's handler, counts them once)."""
         with self._lock:
             self._stopped = True
+            self.stops += 1
             procs = [p for p in self._procs if p.pid not in self._killed]
             self._killed.update(p.pid for p in procs)
         for proc in procs:
@@ -244,11 +248,14 @@ def run_probe(
     argv = ["-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)]
     env = {**probe_environ(parallel), NONCE_ENV: nonce, HOST_PID_ENV: str(os.getpid())}
     result.launch_note = launch_note
+    stops = _LIVE.stops
     proc = _forked(server, python, argv, env, work_dir, log_path, result) if server and server.usable else None
     if proc is not None:
         _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
         assert server is not None
-        if not_shareable(proc.returncode):  # this branch would import a shared library from elsewhere
+        if _LIVE.stops != stops:
+            pass  # killed by an interrupt: nothing is started again
+        elif not_shareable(proc.returncode):  # this branch would import a shared library from elsewhere
             result.launch_note = f"started fresh: {(_tail(log_path).splitlines() or ['libraries differ'])[-1]}"
             proc = None
         elif proc.returncode != 0 and not result.timed_out and not server.usable:
@@ -257,6 +264,8 @@ def run_probe(
         if proc is None:
             out_path.unlink(missing_ok=True)
     if proc is None:
+        if _LIVE.stops != stops:  # a fork that failed because difftest was interrupted meanwhile
+            raise ProbesStopped("difftest was interrupted: no new probe is started")
         result.launch = "fresh"
         with open(log_path, "wb") as log:
             proc = _LIVE.start(
