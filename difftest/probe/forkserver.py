@@ -132,24 +132,23 @@ def _serve(channel: TextIO, modules: list[str]) -> None:
 
 
 def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) -> int:
+    """In the server: the child's pid. In the child: never returns; it ends as `python -m difftest.probe`
+    ends, by SystemExit through the interpreter's normal shutdown (threads joined, atexit handlers run,
+    the branch's own included), never back into the server's loop."""
     server = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
-        channel_fd = channel.fileno()
+        channel.close()  # the server's answers are not the child's to write
         _become_probe(request, server)
-        os.close(channel_fd)
         code = _run_probe(request, modules)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - the child must never return into the server's loop
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in the probe's log, as a fresh interpreter would
         traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    raise SystemExit(code)
 
 
 def _become_probe(request: dict[str, Any], server: int) -> None:
