@@ -49,6 +49,7 @@ from difftest.core.evidence import ReusedProbe, atomic_write_text
 from difftest.core.records import ProbeRun
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.delivery import check_lines
+from difftest.run.heap import long_lived
 from difftest.run.runner import BranchRun, probe_file_paths
 
 #: Bump when an entry's shape or the key's material changes: older entries are then never found.
@@ -150,7 +151,8 @@ class ResultCache:
         if not path.is_file():
             return None
         try:
-            return self._restore(path, key, job, branch, tier, work_dir)
+            with long_lived():  # the records stay until the command ends (run.heap)
+                return self._restore(path, key, job, branch, tier, work_dir)
         except _Damaged as exc:
             log(f"{branch}: {tier} result cache entry {path} is damaged ({exc}): deleting it and measuring again")
             try:
