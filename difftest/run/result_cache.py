@@ -208,14 +208,17 @@ class ResultCache:
         return restored
 
     @staticmethod
-    def _records(path: Path, entry_sha256: str, text: str, nonce: str, job: Job, tier: str, who: str, log: Any) -> ReadRecords:
+    def _records(
+        path: Path, entry_sha256: str, text: str, nonce: str, job: Job, tier: str, who: str, log: Any
+    ) -> ReadRecords:
         """The entry's records as the runner's reader reads them: from their validated copy when it was made from
         these very entry bytes (`run.validated`), else line by line, keeping a copy for the next reuse."""
         copy = copy_path(path)
         try:
             kept = read_copy(copy, entry_sha256)
         except CopyDamaged as exc:
-            log(f"{who} result cache entry {path}: its validated copy is damaged ({exc}): reading its records line by line")
+            log(f"{who} result cache entry {path}: its validated copy is damaged ({exc}): "
+                "reading its records line by line")
             kept = None
         if kept is not None:
             return kept
