@@ -13,8 +13,6 @@ from difftest.cli.base import Command, Log, add_config
 from difftest.cli.progress import fuzz_progress
 from difftest.core.config import Config
 from difftest.core.fuzz import fuzz_exit_code
-from difftest.reports.fuzz import render_fuzz_terminal, write_fuzz_markdown
-from difftest.run.fuzz import FuzzRequest, fuzz
 
 DEFAULT_EXAMPLES = 100
 
@@ -64,6 +62,10 @@ class FuzzCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
+        # Imported here: the search pulls in Hypothesis (0.2 s), which no other command needs.
+        from difftest.reports.fuzz import render_fuzz_terminal, write_fuzz_markdown
+        from difftest.run.fuzz import FuzzRequest, fuzz
+
         examples = args.examples if args.examples is not None else (None if args.time is not None else DEFAULT_EXAMPLES)
         request = FuzzRequest(
             branches=args.branches or None,

@@ -14,7 +14,11 @@ the nonce the probe stamped them with. Reusing it writes both back where the
 runner would have written them and reads them with the runner's own reader
 (`delivery.check_lines`): the evidence then names them with their hash and
 nonce as for a fresh probe, and says they were reused (`ProbeFiles.reused`),
-so `difftest show` reads the same steps and tells where they came from.
+so `difftest show` reads the same steps and tells where they came from. What
+that reader made of an entry's records is kept beside it (`run.validated`), for
+those very bytes only: the next reuse hashes the entry and, when the hash is the
+one the copy was made from, takes the runs from the copy instead of checking the
+records line by line again.
 
 Only a clean measurement is stored: the probe exited 0 on its own, its output
 was trusted whole, and every run was measured or was broken by the branch's
@@ -24,9 +28,11 @@ own setup is never stored: the next run measures it again.
 
 An entry that does not read back exactly (not JSON, another key, a payload
 whose sha256 does not match, a job that is not this job, records the reader
-rejects) is named in the log, deleted and measured again. The hash guards
-against damage, not against someone who can write `DIFFTEST_HOME` (they could
-edit the environments too); `--no-cache` and `difftest verify` always measure.
+rejects) is named in the log, deleted (its validated copy too) and measured
+again; an entry whose bytes changed in any way is read line by line, never from
+the copy. The hash guards against damage, not against someone who can write
+`DIFFTEST_HOME` (they could edit the environments too); `--no-cache` and
+`difftest verify` always measure.
 
 `DIFFTEST_RESULT_CACHE` moves the cache (default `$DIFFTEST_HOME/results`);
 `off` turns it off (the test suite does, so that tests measure what they test).
@@ -49,7 +55,9 @@ from difftest.core.evidence import ReusedProbe, atomic_write_text
 from difftest.core.records import ProbeRun
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.delivery import check_lines
+from difftest.run.heap import long_lived
 from difftest.run.runner import BranchRun, probe_file_paths
+from difftest.run.validated import CopyDamaged, ReadRecords, copy_path, read_copy, write_copy
 
 #: Bump when an entry's shape or the key's material changes: older entries are then never found.
 CACHE_FORMAT = 1
@@ -150,18 +158,21 @@ class ResultCache:
         if not path.is_file():
             return None
         try:
-            return self._restore(path, key, job, branch, tier, work_dir)
+            with long_lived():  # the records stay until the command ends (run.heap)
+                return self._restore(path, key, job, branch, tier, work_dir, log)
         except _Damaged as exc:
             log(f"{branch}: {tier} result cache entry {path} is damaged ({exc}): deleting it and measuring again")
-            try:
-                path.unlink(missing_ok=True)
-            except OSError:
-                pass  # measured again all the same; storing the new result replaces it
+            for damaged in (path, copy_path(path)):
+                try:
+                    damaged.unlink(missing_ok=True)
+                except OSError:
+                    pass  # measured again all the same; storing the new result replaces it
             return None
 
-    def _restore(self, path: Path, key: str, job: Job, branch: str, tier: str, work_dir: Path) -> BranchRun:
+    def _restore(self, path: Path, key: str, job: Job, branch: str, tier: str, work_dir: Path, log: Any) -> BranchRun:
         try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
+            raw = path.read_bytes()
+            entry = json.loads(raw.decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise _Damaged(f"not readable JSON: {exc}") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("payload"), dict):
@@ -180,11 +191,8 @@ class ResultCache:
             raise _Damaged(f"incomplete payload: {exc}") from None
         if stored_job != job:
             raise _Damaged("its job is not this job")
-        delivery = check_lines(records_text.splitlines(), nonce, job, tier, exited_cleanly=True)
-        if delivery.untrusted or delivery.rejected or delivery.incomplete or delivery.header is None:
-            why = (delivery.untrusted + list(delivery.rejected.values()) + [delivery.incomplete or "no header"])[0]
-            raise _Damaged(f"its records do not validate: {why}")
-        restored = BranchRun(branch=branch, tier=tier, header=delivery.header, runs=delivery.runs(None), exited_cleanly=True)
+        records = self._records(path, sha256_bytes(raw), records_text, nonce, job, tier, f"{branch}: {tier}", log)
+        restored = BranchRun(branch=branch, tier=tier, header=records.header, runs=records.runs, exited_cleanly=True)
         why = cacheable(restored)
         if why:
             raise _Damaged(f"it holds a run that is never stored: {why}")
@@ -198,6 +206,25 @@ class ResultCache:
         restored.duration_s = duration
         restored.reused = ReusedProbe(key=key, measured_at=measured_at, duration_s=duration)
         return restored
+
+    @staticmethod
+    def _records(
+        path: Path, entry_sha256: str, text: str, nonce: str, job: Job, tier: str, who: str, log: Any
+    ) -> ReadRecords:
+        """The entry's records as the runner's reader reads them: from their validated copy when it was made from
+        these very entry bytes (`run.validated`), else line by line, keeping a copy for the next reuse."""
+        copy = copy_path(path)
+        try:
+            kept = read_copy(copy, entry_sha256)
+        except CopyDamaged as exc:
+            log(f"{who} result cache entry {path}: its validated copy is damaged ({exc}): "
+                "reading its records line by line")
+            kept = None
+        if kept is not None:
+            return kept
+        records = _read_records(text, nonce, job, tier)
+        write_copy(copy, entry_sha256, records)
+        return records
 
     def store(self, key: str, run: BranchRun, log: Any) -> bool:
         """Keep `run` under `key` if it is a clean measurement (`cacheable`); True when stored."""
@@ -216,17 +243,32 @@ class ResultCache:
         }
         entry = {"format": CACHE_FORMAT, "key": key, "payload": payload, "payload_sha256": _payload_hash(payload)}
         path = self._path(key)
+        text = json.dumps(entry, sort_keys=True)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(entry, sort_keys=True))
+            atomic_write_text(path, text)
         except OSError as exc:  # a full disk costs the reuse, never the measurement
             log(f"{run.branch}: {run.tier} runs not cached: cannot write {path} ({exc.strerror or exc})")
             return False
+        try:  # the validated copy of exactly what was stored, so that the next run need not read it line by line
+            records = _read_records(payload["records"], run.nonce, json.loads(payload["job"]), run.tier)
+        except (_Damaged, ValueError):
+            return True  # the next reuse reads it line by line, and judges it
+        write_copy(copy_path(path), sha256_bytes(text.encode("utf-8")), records)
         return True
 
 
 class _Damaged(Exception):
     """A cache entry that does not read back as it was written."""
+
+
+def _read_records(text: str, nonce: str, job: Job, tier: str) -> ReadRecords:
+    """An entry's records read line by line by the runner's own reader; _Damaged unless every one is trusted."""
+    delivery = check_lines(text.splitlines(), nonce, job, tier, exited_cleanly=True)
+    if delivery.untrusted or delivery.rejected or delivery.incomplete or delivery.header is None:
+        why = (delivery.untrusted + list(delivery.rejected.values()) + [delivery.incomplete or "no header"])[0]
+        raise _Damaged(f"its records do not validate: {why}")
+    return ReadRecords(header=delivery.header, runs=delivery.runs(None))
 
 
 def _payload_hash(payload: dict[str, Any]) -> str:

