@@ -35,7 +35,18 @@ from difftest.build.envs.base import ensure_base  # noqa: E402
 from difftest.core.config import load_config  # noqa: E402
 from difftest.run.pipeline import make_job, probes_at_a_time  # noqa: E402
 from difftest.run.runner import BranchRun, run_branches, warm_fork_server  # noqa: E402
-from tests.patching import make_patch  # noqa: E402
+
+def _make_patch():
+    """tests/patching.py's `make_patch` (another top-level `tests` package may shadow this one's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("difftest_test_patching", ROOT / "tests" / "patching.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.make_patch
+
+
+make_patch = _make_patch()
 
 TIER = tiers.get("scheduler")
 COUNTS = (1, 4, 8)

@@ -316,7 +316,8 @@ def measure_tier(
     targets = [(b.name, b.env.python) for b in branches if b.name not in reused]  # type: ignore[union-attr]
     measured = run_branches(
         targets, job, tier.name, work_dir, probe_s, jobs or probes_at_a_time(tier, len(targets), None)[0], progress,
-        fork=fork, log=log,
+        # One probe has nothing to share: the server's warm-up would only come on top of its import.
+        fork=fork and len(targets) > 1, log=log,
     ) if targets else {}
     if cache is not None:
         for name, run in measured.items():
