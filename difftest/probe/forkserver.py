@@ -133,8 +133,8 @@ def _serve(channel: TextIO, modules: list[str]) -> None:
 
 def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) -> int:
     """In the server: the child's pid. In the child: never returns; it ends as `python -m difftest.probe`
-    ends, by SystemExit through the interpreter's normal shutdown (threads joined, atexit handlers run,
-    the branch's own included), never back into the server's loop."""
+    ends (`protocol.finish`: threads joined, atexit handlers run, the branch's own included), never
+    back into the server's loop."""
     server = os.getpid()
     pid = os.fork()
     if pid:
@@ -148,7 +148,10 @@ def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) ->
         code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported in the probe's log, as a fresh interpreter would
         traceback.print_exc()
-    raise SystemExit(code)
+    finally:
+        # Ends as a fresh probe ends (its branch's copy of `protocol.finish`); never returns here.
+        ending = sys.modules.get("difftest.probe.protocol", protocol)
+        ending.finish(code)
 
 
 def _become_probe(request: dict[str, Any], server: int) -> None:
