@@ -117,8 +117,9 @@ def main() -> None:
             fork_s, forked = measure(chosen, job, folder / f"fork-{count}", probe_s, fork=True)
             assert all(r.launch == "fresh" for r in fresh.values())
             launched = {r.launch for r in forked.values()}
-            fresh_import += [r.header.import_s for r in fresh.values() if r.header]
-            forked_import += [r.header.import_s for r in forked.values() if r.header]
+            if count == 1:  # alone on the machine: an import's cost, not its share of the cores
+                fresh_import += [r.header.import_s for r in fresh.values() if r.header]
+                forked_import += [r.header.import_s for r in forked.values() if r.header]
             errors = [f"{n}: {r.error}" for n, r in {**fresh, **forked}.items() if r.error]
             rows.append((count, fresh_s, fork_s, comparable(fresh) == comparable(forked), launched, errors))
 
@@ -126,7 +127,7 @@ def main() -> None:
           f"{sum(len(s['runs']) for s in job['scenarios'])} runs per branch\n")
     print(f"fork server warm-up: {warm_up:.1f} s ({shared} shared libraries imported in {shared_s:.1f} s)")
     fresh_med, forked_med = statistics.median(fresh_import), statistics.median(forked_import)
-    print(f"vLLM import per probe (median): fresh {fresh_med:.2f} s, forked {forked_med:.2f} s "
+    print(f"vLLM import of one probe alone: fresh {fresh_med:.2f} s, forked {forked_med:.2f} s "
           f"-> {1 - forked_med / fresh_med:.0%} of it shared\n")
     print(f"{'branches':>8} {'fresh s':>9} {'forked s':>9} {'forked/fresh':>13} {'same runs':>10}  launched")
     for count, fresh_s, fork_s, same, launched, errors in rows:
