@@ -234,9 +234,15 @@ class ResultCache:
         if why or run.job_path is None or run.records_path is None:
             log(f"{run.branch}: {run.tier} runs not cached ({why or 'no probe files'}): the next run measures them again")
             return False
+        try:
+            job_text = run.job_path.read_text(encoding="utf-8")
+            records_text = run.records_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # the runs were judged; only their reuse is lost
+            log(f"{run.branch}: {run.tier} runs not cached: cannot read its probe files ({exc})")
+            return False
         payload = {
-            "job": run.job_path.read_text(encoding="utf-8"),
-            "records": run.records_path.read_text(encoding="utf-8"),
+            "job": job_text,
+            "records": records_text,
             "nonce": run.nonce,
             "duration_s": run.duration_s,
             "measured_at": datetime.fromtimestamp(run.ended_at or run.started_at, timezone.utc).isoformat(timespec="seconds"),

@@ -103,3 +103,18 @@ def test_a_cache_that_cannot_be_written_costs_the_reuse_not_the_measurement(tmp_
     said: list[str] = []
     assert ResultCache(tmp_path / "a-file").store("ab" + "0" * 62, run, said.append) is False
     assert len(said) == 1 and "runs not cached: cannot write" in said[0]
+
+
+@pytest.mark.parametrize("damage", ["not UTF-8", "gone"])
+def test_probe_files_that_cannot_be_read_cost_the_reuse_not_the_run(tmp_path, damage) -> None:
+    """Records the reader accepted (it replaces bad bytes) but the cache cannot hold as text, or files
+    removed meanwhile: the runs are judged as measured and simply not stored."""
+    (tmp_path / "job.json").write_text(json.dumps(JOB))
+    (tmp_path / "runs.jsonl").write_bytes(b'{"kind": "header", "note": "\xff"}\n')
+    if damage == "gone":
+        (tmp_path / "runs.jsonl").unlink()
+    run = _clean(job_path=tmp_path / "job.json", records_path=tmp_path / "runs.jsonl", nonce="n" * 32)
+    said: list[str] = []
+    assert ResultCache(tmp_path / "cache").store("ab" + "0" * 62, run, said.append) is False
+    assert len(said) == 1 and "runs not cached: cannot read its probe files" in said[0]
+    assert not list((tmp_path / "cache").rglob("*.json"))
