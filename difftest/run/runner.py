@@ -365,7 +365,10 @@ def run_branches(
     parallel = min(jobs, len(targets))
     server, note = warm_fork_server(targets[0][1], tier, work_dir, timeout_s, parallel) if fork and targets else (None, "")
     if note:
-        log(f"{tier}: probes start in fresh interpreters: {note}")
+        log(f"{tier} tier: probes start in fresh interpreters: {note}")
+    elif server is not None:
+        log(f"{tier} tier: fork server ready, {len(server.state.modules)} shared libraries imported once in "
+            f"{server.state.import_s:.1f} s; each probe is forked from it (--no-fork: fresh interpreters)")
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = {
