@@ -52,7 +52,8 @@ def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> No
     parser.add_argument(
         "--no-fork", action="store_true",
         help="start every probe in an interpreter of its own instead of forking each tier's probes from one "
-        "warm interpreter that imported the shared libraries once (same results, slower)",
+        "warm interpreter that imported the shared libraries once (same results, slower; runs the result "
+        "cache holds are still reused: add --no-cache to measure them fresh)",
     )
     parser.add_argument(
         "-k", dest="select", default=None, metavar="EXPR",

@@ -34,7 +34,6 @@ import importlib
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -52,11 +51,15 @@ SHARED_MODULES = (
     "openai_harmony", "openai", "pybase64", "cv2", "cachetools", "msgspec", "cloudpickle", "uvloop", "cpuinfo",
     "xgrammar", "tiktoken", "fastapi", "email_validator", "python_multipart", "pydantic_extra_types",
     "partial_json_parser", "llguidance",
-    "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
-    "transformers.models.auto.image_processing_auto", "transformers.models.auto.video_processing_auto",
-    "transformers.video_processing_utils", "transformers.generation.configuration_utils",
-    "transformers.modeling_rope_utils", "transformers.modeling_gguf_pytorch_utils",
+    "transformers.generation.configuration_utils", "transformers.modeling_rope_utils",
+    "transformers.modeling_gguf_pytorch_utils",
 )
+
+#: Modules whose import reads what vLLM's own import sets first (`vllm/env_override.py` sets
+#: `TORCHINDUCTOR_COMPILE_THREADS` before it imports `torch._inductor`, whose config reads it then):
+#: a server that has them cannot give a child the state a fresh probe would have. (transformers'
+#: `models.auto` modules import them, so those are not shared either.)
+NOT_SHAREABLE = ("torch._inductor", "torch._dynamo")
 
 _PATH_QUERY = "import json, sys; print(json.dumps([sys.path[1:], sys.prefix, sys.exec_prefix]))"
 
@@ -81,6 +84,11 @@ def fork_unsafe() -> str | None:
     loaded = sorted(n for n in sys.modules if n == "vllm" or n.startswith("vllm."))
     if loaded:
         return f"a shared library imported vLLM ({loaded[0]}): each branch must import its own"
+    early = [name for name in NOT_SHAREABLE if name in sys.modules]
+    if early:
+        return f"a shared library imported {early[0]}, whose state depends on what vLLM sets before importing it"
+    if os.environ.get("VLLM_ENABLE_CUDA_COMPATIBILITY", "0").strip().lower() not in ("", "0", "false", "no", "off"):
+        return "VLLM_ENABLE_CUDA_COMPATIBILITY is set: vLLM must set up its CUDA libraries before torch is imported"
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         return f"{threads} threads run after the shared imports (a forked child would inherit their locks)"
@@ -136,6 +144,8 @@ def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) ->
     ends (`protocol.finish`: threads joined, atexit handlers run, the branch's own included), never
     back into the server's loop."""
     server = os.getpid()
+    sys.stdout.flush()  # nothing a library left buffered may reach a child's log
+    sys.stderr.flush()
     pid = os.fork()
     if pid:
         return pid
@@ -144,7 +154,9 @@ def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) ->
         channel.close()  # the server's answers are not the child's to write
         _become_probe(request, server)
         code = _run_probe(request, modules)
-    except SystemExit as exc:
+    except SystemExit as exc:  # what the interpreter does with `sys.exit(x)`
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
         code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported in the probe's log, as a fresh interpreter would
         traceback.print_exc()
@@ -157,9 +169,7 @@ def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) ->
 def _become_probe(request: dict[str, Any], server: int) -> None:
     """What `subprocess.Popen(..., start_new_session=True, stdout=log, stdin=DEVNULL, cwd=...)` gives a
     fresh probe: its own session, log, folder and environment; it dies with this server."""
-    os.setsid()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
+    os.setsid()  # signal dispositions stay the server's: those of a fresh interpreter, which it is
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -191,7 +201,7 @@ def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
     importlib.invalidate_caches()
     elsewhere = _not_shareable(modules)
     if elsewhere:
-        print(f"difftest.probe.forkserver: {elsewhere}")
+        print(f"{protocol.NOT_SHAREABLE_PREFIX}{elsewhere}", flush=True)
         return protocol.EXIT_NOT_SHAREABLE
     entry = importlib.import_module("difftest.probe.__main__")
     return int(entry.main(list(request["argv"])))

@@ -48,6 +48,8 @@ HOST_PID_ENV = "DIFFTEST_HOST_PID"
 #: A probe forked from the fork server exits with this code when its branch would import a shared
 #: library from another file than the server imported (`forkserver`): the host then starts it fresh.
 EXIT_NOT_SHAREABLE = 86
+#: ... and its last line in the log starts with this (a branch's own exit 86 does not).
+NOT_SHAREABLE_PREFIX = "difftest.probe.forkserver: not shareable: "
 
 #: The SpecDecodingStats counters compared against the oracle, in report order.
 COUNTERS = (
@@ -392,8 +394,8 @@ def finish(code: int) -> NoReturn:
     on a busy machine, for nothing): threading's exit hooks run and non-daemon threads joined (the
     interpreter's `threading._shutdown`), atexit handlers run (any the branch
     registered too), streams flushed, then `os._exit`. Fresh and forked probes both end here."""
-    threading._shutdown()  # type: ignore[attr-defined]  # what exit does first: its own hooks, then joins
     try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what exit does first: its own hooks, then joins
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):

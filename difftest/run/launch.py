@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import EXIT_NOT_SHAREABLE
+from difftest.probe.protocol import EXIT_NOT_SHAREABLE, NOT_SHAREABLE_PREFIX
 
 
 class ProbeProcess(Protocol):
@@ -34,26 +35,62 @@ class ProbeProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
-class ForkedProcess:
-    """A probe forked by the fork server: its end is reported by the server, which is its parent."""
+#: How long a forked probe may be gone before the server reports how it ended; past it, the server
+#: is taken for stuck (the probe is ended without a code and the server is not used again).
+REPORT_GRACE_S = 5.0
+#: How long the server may take to fork a probe once asked.
+FORK_ANSWER_S = 30.0
+#: The code of a forked probe whose end the server never reported.
+UNREPORTED = -1
 
-    def __init__(self, pid: int) -> None:
+
+class ForkedProcess:
+    """A probe forked by the fork server. Its end (with its exit code) is reported by the server, its
+    parent; it is also watched directly (a pidfd), so a stuck server never leaves the host waiting."""
+
+    def __init__(self, pid: int, server: "ForkServer") -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self._server = server
         self._ended = threading.Event()
+        self._gone_since: float | None = None
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # not Linux >= 5.3: the server's report is the only word
+            self._pidfd = None
 
     def ended(self, code: int) -> None:
-        self.returncode = code
+        if self.returncode is None:
+            self.returncode = code
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         self._ended.set()
 
     def poll(self) -> int | None:
+        if self.returncode is None and self._gone():
+            now = time.monotonic()
+            self._gone_since = self._gone_since or now
+            if now - self._gone_since > REPORT_GRACE_S:
+                self._server.fail(f"it did not report the end of probe {self.pid}")
+                self.ended(UNREPORTED)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if not self._ended.wait(timeout):
-            raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            self._ended.wait(0.1)
         assert self.returncode is not None
         return self.returncode
+
+    def _gone(self) -> bool:
+        """The process has ended (reaped or not)."""
+        if self._pidfd is None:
+            return False
+        readable, _, _ = select.select([self._pidfd], [], [], 0)
+        return bool(readable)
 
 
 @dataclass
@@ -71,7 +108,8 @@ class ForkServer:
 
     Started with one branch environment's interpreter: the shared libraries come
     from the base every branch environment shares, and each child switches to
-    its own branch's path before importing vLLM.
+    its own branch's path before importing vLLM. A server that stops answering,
+    or says something it should not, is killed and not used again (`failure`).
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], ready_timeout_s: float) -> None:
@@ -83,11 +121,13 @@ class ForkServer:
         self._early_ends: dict[int, int] = {}
         self._changed = threading.Condition(self._lock)
         self.state = ServerState()
+        #: Why the server may not be used any more ("" while it may).
+        self.failure = ""
         self._got_state = threading.Event()
         self._reader = threading.Thread(target=self._read, name="difftest-forkserver-reader", daemon=True)
         self._reader.start()
         if not self._got_state.wait(ready_timeout_s):
-            self.state.why = f"the warm process did not finish its imports in {ready_timeout_s:.0f} s"
+            self.fail(f"it did not finish its imports in {ready_timeout_s:.0f} s")
 
     @property
     def process(self) -> subprocess.Popen[bytes]:
@@ -95,10 +135,18 @@ class ForkServer:
 
     @property
     def usable(self) -> bool:
-        return self.state.ready and self._proc.poll() is None
+        return self.state.ready and not self.failure and self._proc.poll() is None
+
+    def fail(self, why: str) -> None:
+        """Stop using the server: kill it, end the probes it has not reported, keep the first reason."""
+        with self._lock:
+            self.failure = self.failure or f"the fork server failed: {why}"
+            self._end_children()
+            self._changed.notify_all()
+        self._proc.kill()
 
     def spawn(self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> ForkedProcess:
-        """Fork a probe for `python`'s branch; raises OSError when the server is gone."""
+        """Fork a probe for `python`'s branch; raises OSError when the server cannot."""
         with self._lock:
             self._next_id += 1
             request_id = self._next_id
@@ -107,17 +155,23 @@ class ForkServer:
             assert self._proc.stdin is not None
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
+            deadline = time.monotonic() + FORK_ANSWER_S
             while request_id not in self._answers:
-                if self._proc.poll() is not None:
-                    raise OSError("the fork server ended before it forked the probe")
+                if self.failure or self._proc.poll() is not None:
+                    raise OSError(self.failure or "the fork server ended before it forked the probe")
+                if time.monotonic() > deadline:
+                    break
                 self._changed.wait(0.2)
-            pid = self._answers.pop(request_id)
-            child = ForkedProcess(pid)
-            if pid in self._early_ends:
-                child.ended(self._early_ends.pop(pid))
             else:
-                self._children[pid] = child
-            return child
+                pid = self._answers.pop(request_id)
+                child = ForkedProcess(pid, self)
+                if pid in self._early_ends:
+                    child.ended(self._early_ends.pop(pid))
+                else:
+                    self._children[pid] = child
+                return child
+        self.fail(f"it did not fork a probe within {FORK_ANSWER_S:.0f} s")
+        raise OSError(self.failure)
 
     def close(self) -> None:
         """End the server: its stdin closes, it exits, and any child still running dies with it."""
@@ -127,7 +181,7 @@ class ForkServer:
         except OSError:
             pass
         try:
-            self._proc.wait(timeout=10)
+            self._proc.wait(timeout=0 if self.failure else 10)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
@@ -136,27 +190,32 @@ class ForkServer:
         assert self._proc.stdout is not None
         for raw in self._proc.stdout:
             try:
-                message = json.loads(raw)
-            except ValueError:
-                continue
-            with self._lock:
-                self._take(message)
-                self._changed.notify_all()
+                with self._lock:
+                    self._take(json.loads(raw))
+                    self._changed.notify_all()
+            except (ValueError, TypeError, KeyError, AttributeError):
+                self.fail(f"it sent a message difftest cannot read: {clean(raw[:120].decode(errors='replace'))!r}")
+                break
         with self._lock:  # the server is gone: so are its children (they die with it)
-            for child in self._children.values():
-                child.ended(-9)
-            self._children.clear()
+            self._end_children()
             self._changed.notify_all()
         self._got_state.set()
 
+    def _end_children(self) -> None:
+        for child in self._children.values():
+            child.ended(-9)
+        self._children.clear()
+
     def _take(self, message: dict[str, Any]) -> None:
         if "ready" in message:
-            self.state = ServerState(bool(message["ready"]), clean(str(message.get("why") or "")),
-                                     float(message.get("import_s", 0.0)), list(message.get("modules", [])))
-            self._got_state.set()
+            if not self._got_state.is_set():  # a late "ready" changes nothing once the wait gave up
+                self.state = ServerState(bool(message["ready"]), clean(str(message.get("why") or "")),
+                                         float(message.get("import_s", 0.0)),
+                                         [str(m) for m in message.get("modules", [])])
+                self._got_state.set()
         elif "id" in message:
             self._answers[int(message["id"])] = int(message["pid"])
-        elif "pid" in message:
+        else:
             pid, code = int(message["pid"]), int(message["code"])
             child = self._children.pop(pid, None)
             if child is None:
@@ -172,13 +231,15 @@ def start_fork_server(python: Path, env: dict[str, str], cwd: Path, log: Path, r
         proc = start([str(python), "-m", "difftest.probe.forkserver"], stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=stream, cwd=cwd, env=env, start_new_session=True)
     server = ForkServer(proc, ready_timeout_s)
-    if not server.state.ready and not server.state.why:
-        code = proc.poll()
+    if not server.state.ready and not server.state.why and not server.failure:
+        code = proc.wait()
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
         server.state.why = f"the warm process exited ({code}): {one_line(tail[0]) if tail else 'no output'}"
     return server
 
 
-def not_shareable(code: int | None) -> bool:
-    """The forked child found a shared library its branch would import from elsewhere: run it fresh."""
-    return code == EXIT_NOT_SHAREABLE
+def not_shareable(code: int | None, log_tail: str) -> bool:
+    """The forked child found a shared library its branch would import from elsewhere (it says so on
+    its last line, before any branch code ran): the branch is probed in a fresh interpreter instead."""
+    lines = log_tail.strip().splitlines()
+    return code == EXIT_NOT_SHAREABLE and bool(lines) and lines[-1].startswith(NOT_SHAREABLE_PREFIX)

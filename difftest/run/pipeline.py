@@ -481,7 +481,7 @@ def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[P
                     nonce=run.nonce,
                     exited_cleanly=run.exited_cleanly,
                     reused=run.reused,
-                    launch=None if run.reused else run.launch,  # type: ignore[arg-type]
+                    launch=None if run.reused else run.launch,
                     launch_note=run.launch_note,
                 )
             )

@@ -25,14 +25,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from difftest.core import paths
 from difftest.core.evidence import ReusedProbe
 from difftest.core.records import ProbeHeader, ProbeRun
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, Job
+from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, NOT_SHAREABLE_PREFIX, Job
 from difftest.run.delivery import read_delivery
 from difftest.run.launch import ForkServer, ProbeProcess, not_shareable, start_fork_server
 
@@ -170,7 +170,7 @@ class BranchRun:
     reused: ReusedProbe | None = None
     #: How the probe process started: "fresh" (its own interpreter) or "forked" (from the tier's warm
     #: fork server, `run.launch`); None when the runs were reused.
-    launch: str | None = "fresh"
+    launch: Literal["fresh", "forked"] | None = "fresh"
     #: Why a probe asked to fork started fresh instead ("" when it did not have to).
     launch_note: str = ""
 
@@ -249,20 +249,19 @@ def run_probe(
     env = {**probe_environ(parallel), NONCE_ENV: nonce, HOST_PID_ENV: str(os.getpid())}
     result.launch_note = launch_note
     stops = _LIVE.stops
-    proc = _forked(server, python, argv, env, work_dir, log_path, result) if server and server.usable else None
+    proc: ProbeProcess | None = None
+    if server is not None:
+        proc = _forked(server, python, argv, env, work_dir, log_path, result)
     if proc is not None:
-        _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
         assert server is not None
-        if _LIVE.stops != stops:
-            pass  # killed by an interrupt: nothing is started again
-        elif not_shareable(proc.returncode):  # this branch would import a shared library from elsewhere
-            result.launch_note = f"started fresh: {(_tail(log_path).splitlines() or ['libraries differ'])[-1]}"
-            proc = None
-        elif proc.returncode != 0 and not result.timed_out and not server.usable:
-            result.launch_note = "started fresh: the fork server ended while this probe ran"
-            proc = None
-        if proc is None:
+        _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
+        why_fresh = _why_again_fresh(proc, server, log_path, result.timed_out)
+        if why_fresh and _LIVE.stops == stops:  # never after an interrupt killed it
+            result.launch_note = f"started fresh: {why_fresh}"
             out_path.unlink(missing_ok=True)
+            proc = None
+            # The fresh probe gets the whole time limit, and reports only its own memory.
+            started, result.timed_out, result.peak_rss_mb = time.monotonic(), False, None
     if proc is None:
         if _LIVE.stops != stops:  # a fork that failed because difftest was interrupted meanwhile
             raise ProbesStopped("difftest was interrupted: no new probe is started")
@@ -300,6 +299,9 @@ def run_probe(
 def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, str], work_dir: Path,
             log_path: Path, result: BranchRun) -> ProbeProcess | None:
     """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it cannot."""
+    if not server.usable:
+        result.launch_note = f"started fresh: {server.failure or 'the fork server ended before this probe started'}"
+        return None
     try:
         proc = server.spawn(python, argv[2:], env, work_dir, log_path)
     except OSError as exc:
@@ -308,6 +310,17 @@ def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, st
     _LIVE.add(proc)
     result.launch = "forked"
     return proc
+
+
+def _why_again_fresh(proc: ProbeProcess, server: ForkServer, log_path: Path, timed_out: bool) -> str:
+    """Why a forked probe's branch is probed again in a fresh interpreter ("" when it is not): it
+    would import a shared library from elsewhere, or the server failed under it."""
+    tail = _tail(log_path)
+    if not_shareable(proc.returncode, tail):
+        return tail.strip().splitlines()[-1].removeprefix(NOT_SHAREABLE_PREFIX)
+    if proc.returncode != 0 and not timed_out and not server.usable:
+        return server.failure or "the fork server ended while this probe ran"
+    return ""
 
 
 def _watch(proc: ProbeProcess, out_path: Path, branch: str, expected: int, progress: Progress | None,
@@ -403,7 +416,7 @@ def warm_fork_server(python: Path, tier: str, work_dir: Path, timeout_s: float,
         return server, ""
     server.close()
     _LIVE.ended(server.process)
-    return None, server.state.why or "the fork server stopped"
+    return None, server.failure or server.state.why or "the fork server stopped"
 
 
 def kill_group(proc: ProbeProcess, wait: bool = True) -> None:

@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +143,104 @@ def test_a_forked_engine_probe_measures_what_a_fresh_one_measures(workspace, shi
     delivered = run_branches([("main", python)], job, engine.name, tmp_path, 900, 1, fork=True)["main"]
     assert (delivered.launch, delivered.error) == ("forked", None), delivered.log_tail
     assert [comparable(r) for r in delivered.runs] == [comparable(r) for r in probe_runs("engine", "main")]
+
+
+def _server_pids() -> list[int]:
+    """This test process's fork servers (children running `difftest.probe.forkserver`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[1]) == os.getpid() and b"difftest.probe.forkserver" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios, tmp_path) -> None:
+    """SIGSTOP the server once it forked the probes: their ends are never reported, yet difftest
+    neither waits for ever nor loses the runs: the server is dropped and the branches probed fresh."""
+    control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
+    job = make_job(TIER, control, run_timeout_s=120)
+    targets = [(name, workspace.branch(name).env.python) for name in BRANCHES[:2]]
+    stopped: list[int] = []
+
+    def stop_the_server() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not stopped:
+            logs = [tmp_path / f"{name}-scheduler-probe.log" for name, _ in targets]
+            if all(log.exists() for log in logs):
+                for pid in _server_pids():
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=stop_the_server)
+    watcher.start()
+    started = time.monotonic()
+    delivered = run_branches(targets, job, TIER.name, tmp_path, 300, 2, fork=True)
+    watcher.join()
+    assert stopped, "the server was never stopped"
+    assert time.monotonic() - started < 200
+    for name, _ in targets:
+        run = delivered[name]
+        assert run.launch == "fresh" and "fork server failed" in run.launch_note, run.launch_note
+        assert run.error is None and {r.status for r in run.runs} == {"ok"}
+    assert not _server_pids()
+
+
+def test_a_fork_server_that_says_nonsense_is_dropped(workspace, shipped_scenarios, tmp_path) -> None:
+    """A stand-in server (a fault this test injects: the real one never says this) that is ready, then
+    answers a fork request with garbage: the probe starts fresh, saying why, and measures."""
+    from difftest.run.launch import ForkServer
+    from difftest.run.runner import _LIVE
+
+    fake = tmp_path / "fake_server.py"
+    fake.write_text("import sys\nprint('{\"ready\": true, \"modules\": []}', flush=True)\n"
+                    "sys.stdin.readline()\nprint('{\"pid\": \"soon\"}', flush=True)\nsys.stdin.read()\n")
+    proc = _LIVE.start_helper([sys.executable, str(fake)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              start_new_session=True)
+    server = ForkServer(proc, 30)
+    assert server.usable
+    control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
+    job = make_job(TIER, control, run_timeout_s=120)
+    try:
+        delivered = run_probe("main", workspace.branch("main").env.python, job, TIER.name, tmp_path, 300, server=server)
+    finally:
+        server.close()
+    assert delivered.launch == "fresh" and "cannot read" in delivered.launch_note, delivered.launch_note
+    assert delivered.error is None and {r.status for r in delivered.runs} == {"ok"}
+
+
+def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo) -> None:
+    """Branch code that reads its process's signal dispositions sees the same in a forked probe as in a
+    fresh one (a write to a closed pipe, say, is an exception in both, not a kill)."""
+    from difftest.build.workspace import prepare
+    from difftest.core.config import load_config
+    from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config
+    from tests.patching import prepend
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    spy = (  # written when the probe ends, when both have imported everything they will
+        "import atexit as _atexit, os as _os, json as _json\n"
+        "def _spy():\n"
+        "    status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if l.startswith('Sig'))\n"
+        "    status = {k: v.strip() for k, v in status.items() if k in ('SigBlk', 'SigIgn', 'SigCgt')}\n"
+        f"    _json.dump(status, open(_os.path.join({str(seen)!r}, str(_os.getpid())), 'w'))\n"
+        "_atexit.register(_spy)\n"
+    )
+    config = load_config(faulty_config(tmp_path, "spy", prepend(tmp_path / "spy.patch", fixture_repo, SCHEDULER, spy)))
+    workspace = prepare(config)
+    control = [s for s in TIER.load(config.scenarios_dir / TIER.folder) if s.name == CONTROL]
+    job = make_job(TIER, control, run_timeout_s=120)
+    targets = [(b.name, b.env.python) for b in workspace.branches]
+    forked = run_branches(targets, job, TIER.name, tmp_path / "forked", 300, 2, fork=True)
+    assert forked["spy"].launch == "forked" and forked["spy"].error is None
+    fresh = run_branches([("spy", workspace.branch("spy").env.python)], job, TIER.name, tmp_path / "fresh", 300, 1)
+    assert fresh["spy"].launch == "fresh" and fresh["spy"].error is None
+    first, second = (json.loads(p.read_text()) for p in sorted(seen.iterdir(), key=lambda p: p.stat().st_mtime))
+    assert first == second and first["SigIgn"]  # a fresh interpreter ignores SIGPIPE, and so must a child

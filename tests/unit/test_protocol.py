@@ -240,3 +240,13 @@ def test_a_job_the_probe_cannot_serve_ends_it_with_2(second: str, why: str) -> N
     code, answers, _ = serve(served_job("one") + second + served_job("never"))
     assert code == 2, why
     assert len(answers) == 1 and answers[0][-1]["kind"] == "trailer", "the answers before it are whole"
+
+
+def test_only_the_fork_servers_own_refusal_reads_as_not_shareable() -> None:
+    from difftest.probe.protocol import EXIT_NOT_SHAREABLE, NOT_SHAREABLE_PREFIX
+    from difftest.run.launch import not_shareable
+
+    assert not_shareable(EXIT_NOT_SHAREABLE, f"loading\n{NOT_SHAREABLE_PREFIX}numpy would come from /x\n")
+    assert not not_shareable(EXIT_NOT_SHAREABLE, "the branch's own os._exit(86)\n")
+    assert not not_shareable(1, f"{NOT_SHAREABLE_PREFIX}numpy would come from /x")
+    assert not not_shareable(EXIT_NOT_SHAREABLE, "")
