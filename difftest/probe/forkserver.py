@@ -10,12 +10,16 @@ environment, the branch interpreter's own `sys.path` (overlay first), its own
 copy of the probe package, and `vllm` imported from its overlay by
 `difftest.probe.__main__.main`, the same entry a fresh probe runs.
 
-Only modules whose import reads nothing vLLM sets are shared: `torch._inductor`
-is not (vLLM sets `TORCHINDUCTOR_COMPILE_THREADS` before importing it, and the
-inductor config reads it at import). Fork is refused — the host then starts
-fresh interpreters and says why — where it is not safe: not Linux, a shared
-library imported `vllm`, or any thread running after the imports (a forked
-child would inherit the locks those threads hold, not the threads).
+Some of these libraries read the environment at import, and vLLM's import
+sets a few variables first (`TORCHINDUCTOR_COMPILE_THREADS` before it imports
+`torch._inductor`, whose config reads it then): the host gives every probe,
+fresh or forked, those values from the start (`runner.VLLM_IMPORT_ENV`), and a
+child whose branch's vLLM import leaves such a variable (`IMPORT_TIME_ENV`)
+other than the server imported with stops there, so that branch is probed fresh. Fork
+is refused — the host then starts fresh interpreters and says why — where it
+is not safe: not Linux, a shared library imported `vllm`, or any thread running
+after the imports (a forked child would inherit the locks those threads hold,
+not the threads).
 
 Wire format (JSON lines; requests on stdin, answers on a private copy of stdout):
 
@@ -51,15 +55,18 @@ SHARED_MODULES = (
     "openai_harmony", "openai", "pybase64", "cv2", "cachetools", "msgspec", "cloudpickle", "uvloop", "cpuinfo",
     "xgrammar", "tiktoken", "fastapi", "email_validator", "python_multipart", "pydantic_extra_types",
     "partial_json_parser", "llguidance",
-    "transformers.generation.configuration_utils", "transformers.modeling_rope_utils",
-    "transformers.modeling_gguf_pytorch_utils",
+    "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
+    "transformers.models.auto.image_processing_auto", "transformers.models.auto.video_processing_auto",
+    "transformers.video_processing_utils", "transformers.generation.configuration_utils",
+    "transformers.modeling_rope_utils", "transformers.modeling_gguf_pytorch_utils",
 )
 
-#: Modules whose import reads what vLLM's own import sets first (`vllm/env_override.py` sets
-#: `TORCHINDUCTOR_COMPILE_THREADS` before it imports `torch._inductor`, whose config reads it then):
-#: a server that has them cannot give a child the state a fresh probe would have. (transformers'
-#: `models.auto` modules import them, so those are not shared either.)
-NOT_SHAREABLE = ("torch._inductor", "torch._dynamo")
+#: Environment variables the shared libraries may read at import (torch, its compilers and thread
+#: pools, the Hugging Face stack). Should the branch's vLLM import leave one of them other than the
+#: server had when it imported them, the child's libraries were set up differently from a fresh
+#: probe's: the child stops before measuring anything and the branch is probed fresh.
+IMPORT_TIME_ENV = ("TORCH", "PYTORCH", "TRITON", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA", "NCCL", "HF_",
+                   "TRANSFORMERS_", "TOKENIZERS_", "XGRAMMAR")
 
 _PATH_QUERY = "import json, sys; print(json.dumps([sys.path[1:], sys.prefix, sys.exec_prefix]))"
 
@@ -84,9 +91,6 @@ def fork_unsafe() -> str | None:
     loaded = sorted(n for n in sys.modules if n == "vllm" or n.startswith("vllm."))
     if loaded:
         return f"a shared library imported vLLM ({loaded[0]}): each branch must import its own"
-    early = [name for name in NOT_SHAREABLE if name in sys.modules]
-    if early:
-        return f"a shared library imported {early[0]}, whose state depends on what vLLM sets before importing it"
     if os.environ.get("VLLM_ENABLE_CUDA_COMPATIBILITY", "0").strip().lower() not in ("", "0", "false", "no", "off"):
         return "VLLM_ENABLE_CUDA_COMPATIBILITY is set: vLLM must set up its CUDA libraries before torch is imported"
     threads = len(os.listdir("/proc/self/task"))
@@ -95,8 +99,13 @@ def fork_unsafe() -> str | None:
     return None
 
 
+#: The server's environment when it imported the shared libraries.
+_SERVER_ENV: dict[str, str] = {}
+
+
 def main() -> int:
     protocol.die_with_host()
+    _SERVER_ENV.update(os.environ)
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
     sys.stdout.flush()
     os.dup2(2, 1)  # whatever a library prints must not reach the answers
@@ -204,7 +213,30 @@ def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
         print(f"{protocol.NOT_SHAREABLE_PREFIX}{elsewhere}", flush=True)
         return protocol.EXIT_NOT_SHAREABLE
     entry = importlib.import_module("difftest.probe.__main__")
+    importlib.import_module("difftest.probe.protocol").AFTER_VLLM_IMPORT.append(
+        lambda: _check_import_env(request["env"])
+    )
     return int(entry.main(list(request["argv"])))
+
+
+def _check_import_env(given: dict[str, str]) -> None:
+    """Right after the branch's vLLM was imported: refuse to go on if that import set a variable the
+    shared libraries read at import to another value than they were imported with."""
+    changed = _import_env_changed(given)
+    if changed:
+        print(f"{protocol.NOT_SHAREABLE_PREFIX}{changed}", flush=True)
+        raise SystemExit(protocol.EXIT_NOT_SHAREABLE)
+
+
+def _import_env_changed(given: dict[str, str]) -> str | None:
+    """A variable the shared libraries read at import that this probe's branch set to a value the
+    server did not import them with (`IMPORT_TIME_ENV`); None when there is none."""
+    for key in sorted(set(os.environ) | set(given)):
+        now = os.environ.get(key)
+        if key.startswith(IMPORT_TIME_ENV) and now != given.get(key) and now != _SERVER_ENV.get(key):
+            return (f"this branch sets {key}={now!r}, but the shared libraries were imported with "
+                    f"{_SERVER_ENV.get(key)!r}")
+    return None
 
 
 def _not_shareable(modules: list[str]) -> str | None:

@@ -48,7 +48,7 @@ HOST_PID_ENV = "DIFFTEST_HOST_PID"
 #: A probe forked from the fork server exits with this code when its branch would import a shared
 #: library from another file than the server imported (`forkserver`): the host then starts it fresh.
 EXIT_NOT_SHAREABLE = 86
-#: ... and its last line in the log starts with this (a branch's own exit 86 does not).
+#: ... after a line in its log that starts with this (a branch's own exit 86 has none).
 NOT_SHAREABLE_PREFIX = "difftest.probe.forkserver: not shareable: "
 
 #: The SpecDecodingStats counters compared against the oracle, in report order.
@@ -387,6 +387,16 @@ def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
             call = CallInfo.from_call(lambda: started.session.play(scenario, planned), job.get("run_timeout_s"))
             writer.run(scenario, planned, call)
     writer.trailer()
+
+
+#: Called by `vllm_imported`: the fork server's child registers its check of the environment here.
+AFTER_VLLM_IMPORT: list[Callable[[], None]] = []
+
+
+def vllm_imported() -> None:
+    """A probe entry calls this right after `import vllm`, before anything else (no-op in a fresh probe)."""
+    for hook in AFTER_VLLM_IMPORT:
+        hook()
 
 
 def finish(code: int) -> NoReturn:

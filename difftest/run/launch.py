@@ -239,7 +239,6 @@ def start_fork_server(python: Path, env: dict[str, str], cwd: Path, log: Path, r
 
 
 def not_shareable(code: int | None, log_tail: str) -> bool:
-    """The forked child found a shared library its branch would import from elsewhere (it says so on
-    its last line, before any branch code ran): the branch is probed in a fresh interpreter instead."""
-    lines = log_tail.strip().splitlines()
-    return code == EXIT_NOT_SHAREABLE and bool(lines) and lines[-1].startswith(NOT_SHAREABLE_PREFIX)
+    """The forked child found that its branch would not see the shared libraries a fresh probe would
+    (it says so in its log, before measuring anything): the branch is probed in a fresh interpreter."""
+    return code == EXIT_NOT_SHAREABLE and any(line.startswith(NOT_SHAREABLE_PREFIX) for line in log_tail.splitlines())

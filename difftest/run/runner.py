@@ -43,6 +43,11 @@ Progress = Callable[[str, int, int, str, str], None]
 
 _CAPTURE_TAIL = 40
 
+#: The environment vLLM 0.32's import gives torch (`vllm/env_override.py`): these it forces ...
+VLLM_IMPORT_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+#: ... and these it sets where they are not set.
+VLLM_IMPORT_DEFAULTS = {"TRITON_CACHE_AUTOTUNING": "1", "TILELANG_CLEANUP_TEMP_FILES": "1"}
+
 
 class ProbesStopped(Exception):
     """Raised instead of starting a probe after `stop_all_probes` (the user interrupted difftest)."""
@@ -189,6 +194,11 @@ def probe_environ(parallel: int = 1) -> dict[str, str]:
     # NumPy's (and OpenCV's) OpenBLAS would start a thread pool at import; the probes never multiply
     # matrices with it, and a single-threaded process can be forked safely (`run.launch`).
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # What vLLM's import sets for torch (`vllm/env_override.py`), set already: the same before and
+    # after that import, so libraries a fork server imports earlier read what a fresh probe's read.
+    env.update(VLLM_IMPORT_ENV)
+    for key, value in VLLM_IMPORT_DEFAULTS.items():
+        env.setdefault(key, value)
     cache = paths.vllm_cache_dir()
     env.update(
         HF_HUB_OFFLINE="1",
@@ -317,7 +327,8 @@ def _why_again_fresh(proc: ProbeProcess, server: ForkServer, log_path: Path, tim
     would import a shared library from elsewhere, or the server failed under it."""
     tail = _tail(log_path)
     if not_shareable(proc.returncode, tail):
-        return tail.strip().splitlines()[-1].removeprefix(NOT_SHAREABLE_PREFIX)
+        said = [line for line in tail.splitlines() if line.startswith(NOT_SHAREABLE_PREFIX)]
+        return said[-1].removeprefix(NOT_SHAREABLE_PREFIX)
     if proc.returncode != 0 and not timed_out and not server.usable:
         return server.failure or "the fork server ended while this probe ran"
     return ""

@@ -244,3 +244,28 @@ def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo)
     assert fresh["spy"].launch == "fresh" and fresh["spy"].error is None
     first, second = (json.loads(p.read_text()) for p in sorted(seen.iterdir(), key=lambda p: p.stat().st_mtime))
     assert first == second and first["SigIgn"]  # a fresh interpreter ignores SIGPIPE, and so must a child
+
+
+def test_a_branch_whose_vllm_import_sets_torch_differently_is_probed_fresh(tmp_path, fixture_repo) -> None:
+    """The shared torch was imported with vLLM 0.32's TORCHINDUCTOR_COMPILE_THREADS=1; a branch whose
+    import sets another value would find torch's inductor configured for 1 in a forked probe (a fresh
+    one reads its own value): the child stops right after importing vLLM and the branch starts fresh."""
+    from difftest.build.workspace import prepare
+    from difftest.core.config import load_config
+    from tests.e2e.cli_helpers import CONTROL, faulty_config
+    from tests.patching import insert_after
+
+    marker = 'os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"\n'
+    patch = insert_after(tmp_path / "threads.patch", fixture_repo, "vllm/env_override.py", marker,
+                         'os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "3"\n')
+    config = load_config(faulty_config(tmp_path, "threads", patch))
+    workspace = prepare(config)
+    control = [s for s in TIER.load(config.scenarios_dir / TIER.folder) if s.name == CONTROL]
+    job = make_job(TIER, control, run_timeout_s=120)
+    delivered = run_branches([(b.name, b.env.python) for b in workspace.branches], job, TIER.name, tmp_path, 300, 2,
+                             fork=True)
+    assert delivered["main"].launch == "forked"
+    threads = delivered["threads"]
+    assert threads.launch == "fresh", threads.log_tail
+    assert "this branch sets TORCHINDUCTOR_COMPILE_THREADS='3'" in threads.launch_note, threads.launch_note
+    assert threads.error is None and {r.status for r in threads.runs} == {"ok"}

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..protocol import Job, JobScenario, PlannedRun, RunResult
+from ..protocol import Job, JobScenario, PlannedRun, RunResult, vllm_imported
 
 
 class EngineTierSession:
@@ -23,6 +23,8 @@ class EngineTierSession:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         started = time.perf_counter()
         import vllm
+
+        vllm_imported()  # before anything else: the fork server's child checks its environment here
 
         from .session import EngineSession, engine_config
         from .tiny_model import ensure_tiny_model, manifest

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..protocol import Job, JobScenario, PlannedRun, RunResult
+from ..protocol import Job, JobScenario, PlannedRun, RunResult, vllm_imported
 
 
 class SchedulerSession:
@@ -16,6 +16,8 @@ class SchedulerSession:
         import dataclasses
 
         import vllm
+
+        vllm_imported()  # before anything else: the fork server's child checks its environment here
         from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
         from .driver import HAS_SKIP_FLAG
