@@ -54,17 +54,20 @@ class ForkedProcess:
         self._server = server
         self._ended = threading.Event()
         self._gone_since: float | None = None
+        #: The pidfd is closed by whichever thread learns of the end first, and read by the watcher.
+        self._fd_lock = threading.Lock()
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
         except (OSError, AttributeError):  # not Linux >= 5.3: the server's report is the only word
             self._pidfd = None
 
     def ended(self, code: int) -> None:
-        if self.returncode is None:
-            self.returncode = code
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        with self._fd_lock:
+            if self.returncode is None:
+                self.returncode = code
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
         self._ended.set()
 
     def poll(self) -> int | None:
@@ -87,10 +90,11 @@ class ForkedProcess:
 
     def _gone(self) -> bool:
         """The process has ended (reaped or not)."""
-        if self._pidfd is None:
-            return False
-        readable, _, _ = select.select([self._pidfd], [], [], 0)
-        return bool(readable)
+        with self._fd_lock:
+            if self._pidfd is None:
+                return False
+            readable, _, _ = select.select([self._pidfd], [], [], 0)
+            return bool(readable)
 
 
 @dataclass

@@ -33,14 +33,8 @@ BRANCHES = ["main", "pr-56137-style", "pr-56195-style"]
 
 
 def comparable(run: ProbeRun) -> str:
-    """A run without what a clock decides: its duration, vLLM's throughput line in the notes, and the
-    engine's idle steps while a grammar compiles in the background (how many there are depends on how
-    fast the compiler thread is, in a fresh interpreter as in a forked one)."""
-    dumped = run.model_dump(mode="json", exclude={"duration_s", "notes"})
-    dumped["steps"] = [step for step in dumped["steps"] if step["scheduled"] or step["sampled"]]
-    for index, step in enumerate(dumped["steps"]):
-        step["step"] = index
-    return json.dumps(dumped, sort_keys=True)
+    """A scheduler-tier run without what a clock decides: its duration, vLLM's throughput line."""
+    return json.dumps(run.model_dump(mode="json", exclude={"duration_s", "notes"}), sort_keys=True)
 
 
 def test_forked_probes_measure_what_fresh_probes_measure_each_on_its_own_branch(
@@ -142,7 +136,12 @@ def test_a_forked_engine_probe_measures_what_a_fresh_one_measures(workspace, shi
     python = workspace.branch("main").env.python
     delivered = run_branches([("main", python)], job, engine.name, tmp_path, 900, 1, fork=True)["main"]
     assert (delivered.launch, delivered.error) == ("forked", None), delivered.log_tail
-    assert [comparable(r) for r in delivered.runs] == [comparable(r) for r in probe_runs("engine", "main")]
+    # What the engine tier judges. Its steps are not compared: where a grammar compiles in the background,
+    # which steps schedule which request depends on the compiler thread's speed, fresh or forked alike.
+    judged = ("scenario", "label", "status", "totals", "outputs", "finish_reasons", "error")
+    assert [r.model_dump(include=set(judged)) for r in delivered.runs] == [
+        r.model_dump(include=set(judged)) for r in probe_runs("engine", "main")
+    ]
 
 
 def _server_pids() -> list[int]:
