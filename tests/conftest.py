@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import git
@@ -26,12 +26,20 @@ from difftest.core import paths
 from difftest.core.config import Config, load_config
 from difftest.core.records import ProbeRun
 from difftest.run.pipeline import make_job
-from difftest.run.runner import run_probe
+from difftest.run.runner import allow_probes, run_probe
 from tests.factories import ROOT, link_base_into
 
 # Tests measure what they test: a probe run reused from difftest's result cache (shared by every
 # test and session) would hide it. The result cache's own tests point it at a folder of their own.
 os.environ["DIFFTEST_RESULT_CACHE"] = "off"
+
+
+@pytest.fixture(autouse=True)
+def _probes_allowed_again() -> Iterator[None]:
+    """A test whose probes were stopped (an interrupt, an exception inside `run_branches`) leaves the
+    next test in the same worker free to start its own, as the command line does after handling one."""
+    yield
+    allow_probes()
 
 
 @pytest.fixture(scope="session")
