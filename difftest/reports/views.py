@@ -127,7 +127,7 @@ def launch_note(evidence: Evidence) -> str | None:
     fresh = [p for p in evidence.probes if p.launch == "fresh" and p.launch_note]
     if not fresh:
         return None
-    reasons = sorted({p.launch_note.removeprefix("started fresh: ") for p in fresh})
+    reasons = sorted({p.launch_note for p in fresh})
     return (f"{len(fresh)} probe(s) started in fresh interpreters instead of forking from a warm one "
             f"(same results, slower): {'; '.join(reasons)}.")
 

@@ -242,7 +242,9 @@ def start_fork_server(python: Path, env: dict[str, str], cwd: Path, log: Path, r
     return server
 
 
-def not_shareable(code: int | None, log_tail: str) -> bool:
-    """The forked child found that its branch would not see the shared libraries a fresh probe would
-    (it says so in its log, before measuring anything): the branch is probed in a fresh interpreter."""
-    return code == EXIT_NOT_SHAREABLE and any(line.startswith(NOT_SHAREABLE_PREFIX) for line in log_tail.splitlines())
+def refusal(code: int | None, log_tail: str) -> str | None:
+    """Why a forked child refused to measure its branch (its branch would not see the shared libraries
+    a fresh probe would; it says so in its log, before measuring anything), or None. The branch is
+    then probed in a fresh interpreter. A branch's own exit with the same code has no such line."""
+    said = [line for line in log_tail.splitlines() if line.startswith(NOT_SHAREABLE_PREFIX)]
+    return said[-1].removeprefix(NOT_SHAREABLE_PREFIX) if code == EXIT_NOT_SHAREABLE and said else None

@@ -32,9 +32,9 @@ from difftest.core.evidence import ReusedProbe
 from difftest.core.records import ProbeHeader, ProbeRun
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, NOT_SHAREABLE_PREFIX, Job
+from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, Job
 from difftest.run.delivery import read_delivery
-from difftest.run.launch import ForkServer, ProbeProcess, not_shareable, start_fork_server
+from difftest.run.launch import ForkServer, ProbeProcess, refusal, start_fork_server
 
 #: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
 #: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
@@ -267,7 +267,7 @@ def run_probe(
         _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
         why_fresh = _why_again_fresh(proc, server, log_path, result.timed_out)
         if why_fresh and _LIVE.stops == stops:  # never after an interrupt killed it
-            result.launch_note = f"started fresh: {why_fresh}"
+            result.launch_note = why_fresh
             out_path.unlink(missing_ok=True)
             proc = None
             # The fresh probe gets the whole time limit, and reports only its own memory.
@@ -310,12 +310,12 @@ def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, st
             log_path: Path, result: BranchRun) -> ProbeProcess | None:
     """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it cannot."""
     if not server.usable:
-        result.launch_note = f"started fresh: {server.failure or 'the fork server ended before this probe started'}"
+        result.launch_note = server.failure or "the fork server ended before this probe started"
         return None
     try:
         proc = server.spawn(python, argv[2:], env, work_dir, log_path)
     except OSError as exc:
-        result.launch_note = f"started fresh: {exc}"
+        result.launch_note = str(exc)
         return None
     _LIVE.add(proc)
     result.launch = "forked"
@@ -325,10 +325,9 @@ def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, st
 def _why_again_fresh(proc: ProbeProcess, server: ForkServer, log_path: Path, timed_out: bool) -> str:
     """Why a forked probe's branch is probed again in a fresh interpreter ("" when it is not): it
     would import a shared library from elsewhere, or the server failed under it."""
-    tail = _tail(log_path)
-    if not_shareable(proc.returncode, tail):
-        said = [line for line in tail.splitlines() if line.startswith(NOT_SHAREABLE_PREFIX)]
-        return said[-1].removeprefix(NOT_SHAREABLE_PREFIX)
+    refused = refusal(proc.returncode, _tail(log_path))
+    if refused:
+        return refused
     if proc.returncode != 0 and not timed_out and not server.usable:
         return server.failure or "the fork server ended while this probe ran"
     return ""
@@ -397,8 +396,7 @@ def run_branches(
     try:
         futures = {
             name: pool.submit(
-                run_probe, name, python, job, tier, work_dir, timeout_s, progress, parallel, server,
-                f"started fresh: {note}" if note else "",
+                run_probe, name, python, job, tier, work_dir, timeout_s, progress, parallel, server, note,
             )
             for name, python in targets
         }

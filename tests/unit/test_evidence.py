@@ -206,7 +206,7 @@ def test_version_7_file_reads_as_probes_started_fresh(tmp_path: Path) -> None:
 
 def test_a_forked_probe_and_a_fallback_round_trip(tmp_path: Path) -> None:
     probes = [make_probe_files(launch="forked"),
-              make_probe_files(branch="other", launch="fresh", launch_note="started fresh: 3 threads run")]
+              make_probe_files(branch="other", launch="fresh", launch_note="3 threads run after the shared imports")]
     evidence = make_evidence(probes=probes)
     assert read_evidence(write_evidence(evidence, tmp_path / "evidence.json")).probes == probes
 

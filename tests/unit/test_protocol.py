@@ -242,11 +242,11 @@ def test_a_job_the_probe_cannot_serve_ends_it_with_2(second: str, why: str) -> N
     assert len(answers) == 1 and answers[0][-1]["kind"] == "trailer", "the answers before it are whole"
 
 
-def test_only_the_fork_servers_own_refusal_reads_as_not_shareable() -> None:
+def test_only_the_fork_servers_own_refusal_reads_as_one() -> None:
     from difftest.probe.protocol import EXIT_NOT_SHAREABLE, NOT_SHAREABLE_PREFIX
-    from difftest.run.launch import not_shareable
+    from difftest.run.launch import refusal
 
-    assert not_shareable(EXIT_NOT_SHAREABLE, f"loading\n{NOT_SHAREABLE_PREFIX}numpy would come from /x\n")
-    assert not not_shareable(EXIT_NOT_SHAREABLE, "the branch's own os._exit(86)\n")
-    assert not not_shareable(1, f"{NOT_SHAREABLE_PREFIX}numpy would come from /x")
-    assert not not_shareable(EXIT_NOT_SHAREABLE, "")
+    assert refusal(EXIT_NOT_SHAREABLE, f"loading\n{NOT_SHAREABLE_PREFIX}numpy would come from /x\n") == "numpy would come from /x"
+    assert not refusal(EXIT_NOT_SHAREABLE, "the branch's own os._exit(86)\n")
+    assert not refusal(1, f"{NOT_SHAREABLE_PREFIX}numpy would come from /x")
+    assert not refusal(EXIT_NOT_SHAREABLE, "")
