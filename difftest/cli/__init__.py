@@ -31,6 +31,7 @@ from difftest.cli.show import ShowCommand
 from difftest.cli.verify import VerifyCommand
 from difftest.core.config import load_config
 from difftest.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE, DifftestError
+from difftest.run.descendants import become_subreaper as _become_subreaper, end_orphans
 from difftest.run.runner import allow_probes, stop_all_probes
 
 COMMANDS: dict[str, Command] = {
@@ -58,6 +59,13 @@ exit codes (run, gate, verify, fuzz):
 `difftest COMMAND --help` describes each command's options."""
 
 console = Console(stderr=True, highlight=False)
+#: Set once difftest made itself a child subreaper (Linux): what is its child when a command ends is an orphan.
+_SUBREAPER = False
+
+
+def become_subreaper() -> None:
+    global _SUBREAPER
+    _SUBREAPER = _SUBREAPER or _become_subreaper()
 
 
 def log(message: str) -> None:
@@ -81,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = COMMANDS[args.command]
-    with _terminate_as_interrupt():
+    become_subreaper()  # a probe's orphans are re-parented to difftest, and ended with it (`run.descendants`)
+    with _terminate_as_interrupt(every_orphan=argv is None):
         try:
             config = load_config(args.config) if command.needs_config(args) else None
             return command.run(config, args, log)
@@ -98,8 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 @contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job cancelled, `kill`) ends difftest the way Ctrl-C does: probes stopped, exit 130."""
+def _terminate_as_interrupt(every_orphan: bool = False) -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, `kill`) and SIGINT end difftest the way Ctrl-C does: probes stopped,
+    exit 130. SIGINT is set explicitly: a process started in the background by a non-interactive
+    shell (`difftest run &` in a CI script) inherits SIGINT ignored, and Python then keeps it so."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -107,11 +118,14 @@ def _terminate_as_interrupt() -> Iterator[None]:
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if _SUBREAPER:  # the command line's own process: every child left is an orphan of a probe's
+            end_orphans(every_child=every_orphan)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -12,6 +12,7 @@ from difftest import tiers
 from difftest.core.config import DEFAULT_CONFIG, Config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import Evidence
+from difftest.core.records import ProbeRun
 from difftest.reports import write_reports
 from difftest.reports.trace import traces_for
 from difftest.run.pipeline import CompareRequest, Comparison, select_scenarios
@@ -102,9 +103,13 @@ def stdout_console() -> Console:
     return Console(highlight=False)
 
 
-def write_comparison_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
-    """Every report of a comparison; the HTML one carries the step trace of each result that is not a pass."""
-    evidence = comparison.evidence
+#: A comparison's runs with their steps, keyed (branch, scenario, run label).
+Recorded = dict[tuple[str, str, str], ProbeRun]
+
+
+def comparison_facts(comparison: Comparison) -> tuple[dict[str, ScenarioBase], Recorded]:
+    """The scenarios compared (by name) and every run with its steps: what the traces and the conclusion's
+    reasons are read from, built once for every report of the comparison."""
     recorded = {
         (branch, run.scenario, run.label): run
         for per_branch in comparison.delivered.values()
@@ -112,8 +117,28 @@ def write_comparison_reports(comparison: Comparison, out: Path) -> dict[str, Pat
         for run in delivered.runs
     }
     scenarios = {s.name: s for group in comparison.selected for s in group.scenarios}
+    return scenarios, recorded
+
+
+def write_comparison_reports(comparison: Comparison, out: Path, extra: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """Every report of a comparison, with the `extra` files (name -> text), written as one set; the HTML
+    one carries the step trace of each result that is not a pass."""
+    scenarios, recorded = comparison_facts(comparison)
+    return write_evidence_reports(comparison.evidence, out, scenarios, recorded, extra)
+
+
+def write_evidence_reports(
+    evidence: Evidence,
+    out: Path,
+    scenarios: dict[str, ScenarioBase],
+    recorded: Recorded,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, Path]:
+    """The reports of `evidence` with the facts they are read from (`comparison_facts`, or a merge's
+    re-read shards): the traces of what does not pass, and the conclusion's reasons."""
     failing = [r for r in evidence.results if r.verdict != "pass"]
-    return write_reports(evidence, out, traces_for(failing, recorded, scenarios, evidence.reading))
+    traces = traces_for(failing, recorded, scenarios, evidence.reading)
+    return write_reports(evidence, out, traces, extra, scenarios, recorded)
 
 
 def recorded_scenarios(config: Config, recorded: Evidence, names: list[str] | None = None) -> dict[str, ScenarioBase]:

@@ -13,6 +13,7 @@ from difftest.cli.base import Command, Log, add_config
 from difftest.cli.progress import fuzz_progress
 from difftest.core.config import Config
 from difftest.core.fuzz import fuzz_exit_code
+from difftest.reports import locked_out
 
 DEFAULT_EXAMPLES = 100
 
@@ -77,9 +78,10 @@ class FuzzCommand(Command):
             out=Path(args.out),
             fetch=args.fetch,
         )
-        with fuzz_progress() as progress:
-            report = fuzz(config, request, log, progress).report
-        written = write_fuzz_markdown(report, request.out)
+        with locked_out(request.out):  # before fuzz clears what an earlier fuzz wrote there
+            with fuzz_progress() as progress:
+                report = fuzz(config, request, log, progress).report
+            written = write_fuzz_markdown(report, request.out)
         render_fuzz_terminal(report, Console(width=None if sys.stdout.isatty() else 160))
         log(f"wrote {written}, {request.out / 'fuzz.json'}" + (f" and {len(report.findings)} scenario file(s) under "
             f"{request.out / 'found'}" if report.findings else ""))

@@ -21,9 +21,8 @@ from difftest.cli.base import Command, Log, add_cache_option, add_compare_option
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK
-from difftest.core.evidence import atomic_write_text
 from difftest.core.gate import compare_for_gate, gate_exit_code
-from difftest.reports import prepare_out
+from difftest.reports import locked_out, prepare_out
 from difftest.reports.gate_markdown import render_gate_markdown
 from difftest.reports.gate_terminal import render_gate_terminal
 from difftest.reports.json_report import render_json, render_skipped_json
@@ -47,40 +46,40 @@ class GateCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
-        out = prepare_out(args.out)
-        base_name = branch_spec(config, args.base).name
-        head_name = branch_spec(config, args.head).name
-        hits = stats_path_changes(config, args.base, args.head, args.fetch, log)
-        if not hits and not args.always:
-            message = (
-                f"difftest gate: skipped: {head_name} changes none of the stats-path files relative to {base_name} "
-                f"({', '.join(config.stats_paths)}); pass --always to run anyway"
-            )
-            print(message if args.format != "json" else render_skipped_json(message, EXIT_OK))
-            _step_summary(message + "\n")
-            return EXIT_OK
-        if hits:
-            log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
-        request = compare_request(args, [args.base, args.head], baseline=base_name)
-        comparison = compare(config, request, log, probe_progress)
-        evidence = comparison.evidence
-        base_results = [r for r in evidence.results if r.branch == base_name]
-        head_results = [r for r in evidence.results if r.branch == head_name]
-        outcome = compare_for_gate(base_results, head_results)
-        code = gate_exit_code(outcome, head_results)
-        summary = render_gate_markdown(outcome, base_name, head_name)
-        write_comparison_reports(comparison, request.out)
-        atomic_write_text(out / "gate.md", summary)
-        chosen = args.format if args.format != "auto" else ("text" if sys.stdout.isatty() else "md")
-        if chosen == "json":
-            gate = {"worse": outcome.worse, "findings": [dataclasses.asdict(f) for f in outcome.findings]}
-            print(render_json(evidence, code, base=base_name, head=head_name, gate=gate))
-        elif chosen == "text":
-            render_gate_terminal(outcome, base_name, head_name, stdout_console())
-        else:
-            print(summary)
-        _step_summary(summary)
-        return code
+        with locked_out(args.out):  # before prepare_out clears what another command may be writing
+            prepare_out(args.out)
+            base_name = branch_spec(config, args.base).name
+            head_name = branch_spec(config, args.head).name
+            hits = stats_path_changes(config, args.base, args.head, args.fetch, log)
+            if not hits and not args.always:
+                message = (
+                    f"difftest gate: skipped: {head_name} changes none of the stats-path files relative to {base_name} "
+                    f"({', '.join(config.stats_paths)}); pass --always to run anyway"
+                )
+                print(message if args.format != "json" else render_skipped_json(message, EXIT_OK))
+                _step_summary(message + "\n")
+                return EXIT_OK
+            if hits:
+                log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
+            request = compare_request(args, [args.base, args.head], baseline=base_name)
+            comparison = compare(config, request, log, probe_progress)
+            evidence = comparison.evidence
+            base_results = [r for r in evidence.results if r.branch == base_name]
+            head_results = [r for r in evidence.results if r.branch == head_name]
+            outcome = compare_for_gate(base_results, head_results)
+            code = gate_exit_code(outcome, head_results)
+            summary = render_gate_markdown(outcome, base_name, head_name)
+            write_comparison_reports(comparison, request.out, {"gate.md": summary})
+            chosen = args.format if args.format != "auto" else ("text" if sys.stdout.isatty() else "md")
+            if chosen == "json":
+                gate = {"worse": outcome.worse, "findings": [dataclasses.asdict(f) for f in outcome.findings]}
+                print(render_json(evidence, code, base=base_name, head=head_name, gate=gate))
+            elif chosen == "text":
+                render_gate_terminal(outcome, base_name, head_name, stdout_console())
+            else:
+                print(summary)
+            _step_summary(summary)
+            return code
 
 
 def stats_path_changes(config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log) -> list[str]:

@@ -7,12 +7,22 @@ import re
 
 from rich.console import Console
 
-from difftest.cli.base import Command, Log, add_cache_option, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
+from difftest.cli.base import (
+    Command,
+    Log,
+    add_cache_option,
+    add_compare_options,
+    add_format,
+    comparison_facts,
+    compare_request,
+    stdout_console,
+    write_comparison_reports,
+)
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.records import Result
 from difftest.core.verdicts import exit_code
-from difftest.reports import prepare_out
+from difftest.reports import locked_out, prepare_out
 from difftest.reports.json_report import render_json
 from difftest.reports.terminal import render_terminal, render_tier_verdicts
 from difftest.run.pipeline import compare
@@ -44,24 +54,26 @@ class RunCommand(Command):
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         request = compare_request(args, args.branches or None, jobs=args.jobs, shard=args.shard)
-        prepare_out(request.out)
-        progress_console = Console(stderr=True, highlight=False)
+        with locked_out(request.out):  # before prepare_out clears what another command may be writing
+            prepare_out(request.out)
+            progress_console = Console(stderr=True, highlight=False)
 
-        def tier_done(tier: str, results: list[Result], more: bool) -> None:
-            # A tier's verdicts as soon as it is judged: the next tier may take minutes.
-            if more and args.format == "text":
-                render_tier_verdicts(results, tier, progress_console)
+            def tier_done(tier: str, results: list[Result], more: bool) -> None:
+                # A tier's verdicts as soon as it is judged: the next tier may take minutes.
+                if more and args.format == "text":
+                    render_tier_verdicts(results, tier, progress_console)
 
-        comparison = compare(config, request, log, probe_progress, tier_done)
-        evidence = comparison.evidence
-        written = write_comparison_reports(comparison, request.out)
-        code = exit_code(evidence.results)
-        if args.format == "json":
-            print(render_json(evidence, code))
-        else:
-            render_terminal(evidence, stdout_console(), verbose=args.verbose)
-        log("wrote " + ", ".join(str(p) for p in written.values()))
-        return code
+            comparison = compare(config, request, log, probe_progress, tier_done)
+            evidence = comparison.evidence
+            written = write_comparison_reports(comparison, request.out)
+            code = exit_code(evidence.results)
+            if args.format == "json":
+                print(render_json(evidence, code))
+            else:
+                scenarios, recorded = comparison_facts(comparison)
+                render_terminal(evidence, stdout_console(), args.verbose, scenarios, recorded)
+            log("wrote " + ", ".join(str(p) for p in written.values()))
+            return code
 
 
 def shard_spec(text: str) -> tuple[int, int]:

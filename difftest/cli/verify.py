@@ -27,7 +27,7 @@ from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from difftest.core.evidence import Evidence, read_evidence, written_version
 from difftest.core.reproduction import evidence_differences
-from difftest.reports import prepare_out
+from difftest.reports import locked_out, prepare_out
 from difftest.reports.json_report import render_json
 from difftest.run.pipeline import CompareRequest, compare
 
@@ -112,30 +112,32 @@ class VerifyCommand(Command):
                 f"--out {args.out!r} is the folder of the evidence being verified: the re-run would replace it",
                 "pass --out another folder (default: out-verify)",
             )
-        prepare_out(args.out)
-        check_reproducible(config, recorded, log)
-        names = [name if config.branch(name) else then.ref for name, then in recorded.branches.items()]
-        recorded_tiers = list(dict.fromkeys(s.tier for s in recorded.scenarios.values()))
-        request = CompareRequest(
-            branches=names, tiers=recorded_tiers, reading=recorded.reading, out=Path(args.out),
-            scenarios=sorted(recorded.scenarios), baseline=recorded.baseline,
-            reuse_cached=False, store_results=False,  # a re-run that reads its results from a cache verifies nothing
-            fork=not args.no_fork,
-        )
-        comparison = compare(config, request, log, probe_progress)
-        evidence = comparison.evidence
-        written = write_comparison_reports(comparison, request.out)
-        log("wrote " + ", ".join(str(p) for p in written.values()))
-        found = evidence_differences(recorded, evidence, written_version(args.evidence))
-        code = EXIT_FAILED if found else EXIT_OK
-        if args.format == "json":
-            print(render_json(evidence, code, identical=not found, differences=found, evidence_file=str(args.evidence)))
-            return code
-        if found:
-            print(f"difftest verify: {len(found)} difference(s) from {args.evidence}:")
-            for line in found:
-                print(f"  {line}")
-            return EXIT_FAILED
-        print(f"difftest verify: all {len(evidence.results)} results and their runs identical to {args.evidence}")
-        return EXIT_OK
+        with locked_out(args.out):  # before prepare_out clears what another command may be writing
+            prepare_out(args.out)
+            check_reproducible(config, recorded, log)
+            names = [name if config.branch(name) else then.ref for name, then in recorded.branches.items()
+                     if name not in recorded.reference_branches]  # measured again as the re-run's own reference
+            recorded_tiers = list(dict.fromkeys(s.tier for s in recorded.scenarios.values()))
+            request = CompareRequest(
+                branches=names, tiers=recorded_tiers, reading=recorded.reading, out=Path(args.out),
+                scenarios=sorted(recorded.scenarios), baseline=recorded.baseline,
+                reuse_cached=False, store_results=False,  # a re-run that reads its results from a cache verifies nothing
+                fork=not args.no_fork,
+            )
+            comparison = compare(config, request, log, probe_progress)
+            evidence = comparison.evidence
+            written = write_comparison_reports(comparison, request.out)
+            log("wrote " + ", ".join(str(p) for p in written.values()))
+            found = evidence_differences(recorded, evidence, written_version(args.evidence))
+            code = EXIT_FAILED if found else EXIT_OK
+            if args.format == "json":
+                print(render_json(evidence, code, identical=not found, differences=found, evidence_file=str(args.evidence)))
+                return code
+            if found:
+                print(f"difftest verify: {len(found)} difference(s) from {args.evidence}:")
+                for line in found:
+                    print(f"  {line}")
+                return EXIT_FAILED
+            print(f"difftest verify: all {len(evidence.results)} results and their runs identical to {args.evidence}")
+            return EXIT_OK
 

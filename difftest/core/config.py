@@ -188,6 +188,9 @@ class Timeouts(_Strict):
     #: One pytest session of the tests tier (every branch at once); past it the session is stopped
     #: and keeps the tests that finished.
     suite_s: float = Field(default=1800.0, gt=0)
+    #: How long a probe may take to exit after its last record (its trailer); past it the probe is
+    #: asked for its threads' stacks and killed, and its runs are judged as a hang at exit.
+    exit_s: float = Field(default=10.0, gt=0)
 
 
 #: The tests tier's default selection: the upstream tests around the stats path that run on CPU.

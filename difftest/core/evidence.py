@@ -37,9 +37,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from difftest import __version__
 from difftest.core.errors import DifftestError
+from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -141,6 +142,9 @@ class ProbeFiles(BaseModel):
     launch: Literal["fresh", "forked"] | None = None
     #: Why a probe that was to be forked started fresh ("" when it did not have to).
     launch_note: str = ""
+    #: How the probe process ended, as the judging door weighed it (`core.outcome`); None in files
+    #: written before schema 9 (then `exited_cleanly` is all that is known).
+    outcome: ProcessOutcome | None = None
 
 
 class TestSourceEvidence(BaseModel):
@@ -172,7 +176,7 @@ class ShardEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["8"] = SCHEMA_VERSION
+    schema_version: Literal["9"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -181,6 +185,9 @@ class Evidence(BaseModel):
     #: The branch a crash or a hang was judged against (`core.breakage`): the config's baseline, the
     #: gate's base; None in files written before schema 4.
     baseline: str | None = None
+    #: Branches measured only to judge the named ones against (the baseline when it was not named):
+    #: their runs and probes are kept, their results are not reported.
+    reference_branches: list[str] = Field(default_factory=list)
     base: BaseEvidence
     branches: dict[str, BranchEvidence] = Field(default_factory=dict)
     scenarios: dict[str, ScenarioEvidence] = Field(default_factory=dict)
@@ -324,9 +331,14 @@ def upgrade_from_7(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": "8", "probes": probes}
 
 
+def upgrade_from_8(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 8 -> 9: probes gain their process outcome (unknown before), files their reference branches (none)."""
+    return {**raw, "schema_version": "9", "reference_branches": []}
+
+
 #: schema version -> the step that brings a file of that version one version up.
 UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2, "3": upgrade_from_3, "4": upgrade_from_4, "5": upgrade_from_5,
-            "6": upgrade_from_6, "7": upgrade_from_7}
+            "6": upgrade_from_6, "7": upgrade_from_7, "8": upgrade_from_8}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -71,6 +71,7 @@ def _serve(nonce: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     nonce = protocol.take_nonce()
     protocol.die_with_host()
+    protocol.dump_stacks_on_signal()
     parser = argparse.ArgumentParser(prog="python -m difftest.probe")
     parser.add_argument("--job", type=Path)
     parser.add_argument("--out", type=Path)

@@ -41,8 +41,12 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol, TextIO, TypedDict
 
 PROTOCOL_VERSION = 3
-#: The probe reads its nonce from this variable and removes it before importing vLLM.
+#: A forked probe reads its nonce from this variable and removes it before importing vLLM (a fork's
+#: `/proc/self/environ` shows the server's start environment, never what the child was given).
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
+#: A fresh probe reads its nonce from the pipe whose file descriptor this variable names, and closes
+#: it: an interpreter's own `/proc/self/environ` is its start environment, readable all its life.
+NONCE_FD_ENV = "DIFFTEST_PROBE_NONCE_FD"
 #: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
 HOST_PID_ENV = "DIFFTEST_HOST_PID"
 #: A probe forked from the fork server exits with this code when its branch would import a shared
@@ -50,6 +54,11 @@ HOST_PID_ENV = "DIFFTEST_HOST_PID"
 EXIT_NOT_SHAREABLE = 86
 #: ... after a line in its log that starts with this (a branch's own exit 86 has none).
 NOT_SHAREABLE_PREFIX = "difftest.probe.forkserver: not shareable: "
+#: A probe names what keeps it from exiting (non-daemon threads) on a line that starts with this.
+STUCK_PREFIX = "difftest.probe: still running at exit: "
+#: The host sends this signal before it kills a probe that overstays (in a run, or after its
+#: trailer): the probe writes every thread's stack to its log (`dump_stacks_on_signal`).
+STACK_DUMP_SIGNAL = signal.SIGUSR1
 
 #: The SpecDecodingStats counters compared against the oracle, in report order.
 COUNTERS = (
@@ -351,8 +360,17 @@ def parse_job(text: str) -> Job:
 
 
 def take_nonce() -> str:
-    """Read the nonce and remove it from the environment before any branch code is imported."""
-    return os.environ.pop(NONCE_ENV, "")
+    """Read the nonce (from its pipe, else the environment) and remove every trace of it before any
+    branch code is imported."""
+    given = os.environ.pop(NONCE_ENV, "")
+    fd = os.environ.pop(NONCE_FD_ENV, "")
+    if not fd.isdigit():
+        return given
+    try:
+        with os.fdopen(int(fd), "r", encoding="ascii") as pipe:
+            return pipe.read().strip()
+    except (OSError, ValueError):
+        return ""
 
 
 @dataclass
@@ -399,12 +417,40 @@ def vllm_imported() -> None:
         hook()
 
 
+def dump_stacks_on_signal() -> None:
+    """Write every thread's stack to stderr (the probe's log) on `STACK_DUMP_SIGNAL`: the host asks
+    before it kills a stuck probe, so the report can say where the branch's code was."""
+    import faulthandler
+
+    try:
+        faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # no such signal, or stderr has no file descriptor
+        pass
+
+
+def name_waiting_threads() -> None:
+    """Say which non-daemon threads the exit is about to wait for (a branch's thread that never ends
+    would otherwise hang the probe silently)."""
+    waiting = [t for t in threading.enumerate()
+               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not waiting:
+        return
+    named = []
+    for thread in waiting:
+        target = getattr(thread, "_target", None)
+        where = getattr(target, "__qualname__", None) or type(thread).__qualname__
+        module = getattr(target, "__module__", None) or type(thread).__module__
+        named.append(f"non-daemon thread {thread.name!r} running {module}.{where}")
+    print(STUCK_PREFIX + "; ".join(named), file=sys.stderr, flush=True)
+
+
 def finish(code: int) -> NoReturn:
     """End the probe as the interpreter's own exit would, less the teardown of torch and vLLM (seconds
     on a busy machine, for nothing): threading's exit hooks run and non-daemon threads joined (the
     interpreter's `threading._shutdown`), atexit handlers run (any the branch
     registered too), streams flushed, then `os._exit`. Fresh and forked probes both end here."""
     try:
+        name_waiting_threads()
         threading._shutdown()  # type: ignore[attr-defined]  # what exit does first: its own hooks, then joins
         atexit._run_exitfuncs()
     finally:

@@ -1,34 +1,185 @@
 """Reports rendered from an `Evidence`: terminal, Markdown, HTML, JUnit and the evidence file.
 
 Renderers are imported lazily by `write_reports`, which keeps this package
-importable without rich or jinja2 loaded.
+importable without rich or jinja2 loaded. This module also owns `--out` as a
+folder: the lock a writing command holds on it (`locked_out`), clearing it
+(`prepare_out`) and writing the reports into it as one set (`write_report_set`).
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import shlex
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from difftest.core.errors import ConfigError
-from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
+from filelock import FileLock, Timeout
+
+from difftest.core.errors import ConfigError, DifftestError
+from difftest.core.evidence import Evidence, atomic_write_text, evidence_json
 
 if TYPE_CHECKING:
+    from difftest.core.records import ProbeRun
     from difftest.reports.trace import Trace
+    from difftest.tiers.common.scenario import ScenarioBase
 
 #: What a command writes into `--out`; removed when the next command starts.
 REPORT_FILES = ("report.md", "report.html", "junit.xml", "evidence.json", "gate.md")
 #: What the runner writes into `--out/probe/` per branch and tier.
 PROBE_FILES = ("*-job.json", "*-runs.jsonl", "*-probe.log")
+#: The lock a command that writes into `--out` holds for as long as it runs (kept in place: see `locked_out`).
+LOCK_FILE = ".difftest.lock"
+#: Beside the lock: who holds it (PID, command line, host, start), for the message of a command refused.
+HOLDER_FILE = ".difftest.lock.json"
+#: Reports being written (`write_report_set`); one left by a killed command is removed by `prepare_out`.
+STAGING_PREFIX = ".difftest-staging-"
+#: Errors that mean the file system has no room left, whatever was being written.
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def _why(exc: OSError) -> str:
+    """An OSError in words, its errno name included: 'the disk is full (ENOSPC: No space left on device)'."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    detail = f"{name}: {exc.strerror}" if name and exc.strerror else str(exc.strerror or exc)
+    if exc.errno == errno.ENOSPC:
+        return f"the disk is full ({detail})"
+    if exc.errno == errno.EDQUOT:
+        return f"the disk quota is used up ({detail})"
+    return detail
+
+
+def _disk_full_fix(exc: OSError) -> str | None:
+    return "free space on that file system, or pass --out a folder on another one" if exc.errno in DISK_FULL else None
+
+
+def _unusable(out: Path, exc: OSError) -> ConfigError:
+    """The error of an `--out` that cannot be made, locked, cleared or written before anything runs."""
+    why = "it is a file, not a folder" if out.exists() and not out.is_dir() else _why(exc)
+    return ConfigError(
+        f"--out {str(out)!r} cannot be used for reports: {why}",
+        _disk_full_fix(exc) or "pass --out a folder you can write to (it is created if missing)",
+    )
+
+
+@contextmanager
+def locked_out(out_dir: str | Path) -> Iterator[Path]:
+    """Hold `out_dir`'s lock for the whole command; refuse at once (exit 2) when another command holds it.
+
+    Two commands writing into one folder clear and overwrite each other's probe
+    records and reports, so the evidence of one would name records of the other.
+    A second command is refused rather than made to wait: in CI a wait looks like
+    a hung job and ends in a timeout far from its cause, while a refusal names the
+    holder (from the sidecar `HOLDER_FILE`) and the fix at once. Take it before
+    `prepare_out`, which clears what the holder may still be writing.
+
+    The lock is an OS lock (flock), so a killed holder never leaves it stuck, and
+    it is released on every way out (exceptions, Ctrl-C). The holder file is
+    removed before the lock is released, so a release never removes the next
+    holder's. A folder this call created and the command left empty is removed
+    again, so a usage error leaves no trace. A disk-full OSError escaping the
+    command becomes a DifftestError naming the file, not a traceback.
+    """
+    out = Path(out_dir)
+    created = not out.exists()
+    lock = _acquire(out)
+    holder = out / HOLDER_FILE
+    try:
+        try:
+            atomic_write_text(holder, json.dumps(_holder_record(), indent=1) + "\n")
+        except OSError as exc:
+            raise _unusable(out, exc) from None
+        try:
+            yield out
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            where = repr(exc.filename) if exc.filename else f"into --out {str(out)!r}"
+            raise DifftestError(f"cannot write {where}: {_why(exc)}", _disk_full_fix(exc) or "") from None
+    finally:
+        holder.unlink(missing_ok=True)
+        _release(out, lock, created)
+
+
+def _acquire(out: Path) -> FileLock:
+    """`out`'s lock, taken without waiting; the folder is made first."""
+    missing = FileNotFoundError(errno.ENOENT, "the folder keeps disappearing")
+    for _attempt in range(3):
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unusable(out, exc) from None
+        lock = FileLock(str(out / LOCK_FILE))
+        try:
+            lock.acquire(timeout=0)
+            return lock
+        except Timeout:
+            raise DifftestError(
+                f"--out {str(out)!r} is in use by another difftest command: {_holder(out)}",
+                "wait for it to finish, or pass another --out",
+            ) from None
+        except FileNotFoundError as exc:
+            missing = exc  # a command that had made the folder removed it again (`_release`) just now
+        except OSError as exc:
+            raise _unusable(out, exc) from None
+    raise _unusable(out, missing)
+
+
+def _release(out: Path, lock: FileLock, created: bool) -> None:
+    """Release `lock`; remove `out` when this command made it and left nothing in it but the lock.
+
+    The lock file is unlinked while still held: filelock then sees an unlinked
+    inode in any peer that opened it and opens the path anew, so no two commands
+    ever hold locks on two files of one name.
+    """
+    try:
+        empty = created and [p.name for p in out.iterdir()] == [LOCK_FILE]
+        if empty:
+            (out / LOCK_FILE).unlink(missing_ok=True)
+    except OSError:
+        empty = False
+    lock.release()
+    if empty:
+        try:
+            out.rmdir()
+        except OSError:
+            pass  # another command has begun to write into it
+
+
+def _holder_record() -> dict[str, object]:
+    return {
+        "pid": os.getpid(),
+        "command": shlex.join(sys.argv),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _holder(out: Path) -> str:
+    """Who holds `out`'s lock, in words, from its holder file (which it may not have written yet)."""
+    try:
+        record = json.loads((out / HOLDER_FILE).read_text(encoding="utf-8"))
+        return f"PID {record['pid']} on {record['host']}, started {record['started']}: {record['command']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"it has not recorded itself in {str(out / HOLDER_FILE)!r} (yet)"
 
 
 def prepare_out(out_dir: str | Path) -> Path:
     """Make `out_dir` usable and clear what an earlier command wrote there, before anything runs.
 
-    Reports are only ever written whole (atomically) at the end of a command;
-    clearing the old ones first means that a command that crashes or is
-    interrupted leaves no report at all, never an older one that looks current.
-    Raises ConfigError (exit 2) naming the folder when it cannot be written.
+    Reports are only ever written as a whole set at the end of a command
+    (`write_report_set`); clearing the old ones first means that a command that
+    crashes or is interrupted leaves no report at all, never an older one that
+    looks current. Call it holding `locked_out`. Raises ConfigError (exit 2)
+    naming the folder when it cannot be written.
     """
     out = Path(out_dir)
     try:
@@ -38,29 +189,93 @@ def prepare_out(out_dir: str | Path) -> Path:
         stale += [p for pattern in PROBE_FILES for p in probe.glob(pattern)] if probe.is_dir() else []
         for path in stale:
             path.unlink(missing_ok=True)
+        for staging in out.glob(f"{STAGING_PREFIX}*"):
+            shutil.rmtree(staging, ignore_errors=True)
         atomic_write_text(out / ".difftest-write-test", "").unlink()
     except OSError as exc:
-        raise ConfigError(
-            f"--out {str(out)!r} cannot be used for reports: {exc.strerror or exc}",
-            "pass --out a folder you can write to (it is created if missing)",
-        ) from None
+        raise _unusable(out, exc) from None
     return out
 
 
+def write_report_set(out_dir: str | Path, files: Mapping[str, str]) -> dict[str, Path]:
+    """Write `files` (name -> text) into `out_dir` as one set: all of them, or none.
+
+    Each is written (and synced) into a staging folder inside `out_dir`, on the
+    same file system, so the space is taken before anything moves; then each is
+    renamed into place, the last one given last (the evidence, which the others
+    are read against). The earlier file of that last name is removed before the
+    first rename, so no mix of two sets ever looks complete. When anything fails
+    (a full disk, an interrupt) every file already moved is removed again and
+    the staging folder with it; an OSError becomes a DifftestError naming the
+    folder and why (exit 2).
+    """
+    out = Path(out_dir)
+    moved: list[Path] = []
+    staging: Path | None = None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+        for name, text in files.items():
+            atomic_write_text(staging / name, text)
+        if files:
+            (out / list(files)[-1]).unlink(missing_ok=True)
+        for name in files:
+            os.replace(staging / name, out / name)
+            moved.append(out / name)
+        _sync_folder(out)
+    except BaseException as exc:
+        for path in moved:
+            path.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        raise DifftestError(
+            f"the reports could not be written into --out {str(out)!r}: {_why(exc)}; none was written",
+            _disk_full_fix(exc) or "check that you can write to that folder, then run again",
+        ) from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return {name: out / name for name in files}
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the renames durable: a crash right after the command ends keeps the set."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a folder; the renames are done either way
+    finally:
+        os.close(fd)
+
+
 def write_reports(
-    evidence: Evidence, out_dir: str | Path, traces: "dict[tuple[str, str, str], Trace] | None" = None
+    evidence: Evidence,
+    out_dir: str | Path,
+    traces: dict[tuple[str, str, str], Trace] | None = None,
+    extra: Mapping[str, str] | None = None,
+    scenarios: Mapping[str, ScenarioBase] | None = None,
+    recorded: Mapping[tuple[str, str, str], ProbeRun] | None = None,
 ) -> dict[str, Path]:
-    """Write report.md, report.html, junit.xml and evidence.json into `out_dir`; the HTML report
-    carries the step traces given, keyed by (branch, scenario, run label)."""
+    """Write report.md, report.html, junit.xml, the `extra` files (name -> text: gate.md) and evidence.json
+    into `out_dir` as one set (`write_report_set`); the HTML report carries the step traces given, keyed by
+    (branch, scenario, run label). `scenarios` (by name) and `recorded` (runs with steps, by the same key)
+    let the conclusion name the oracle's reading as a row count's reason. Everything is rendered before
+    anything is written."""
     from difftest.reports.html import render_html
     from difftest.reports.junit import render_junit
     from difftest.reports.markdown import render_markdown
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    return {
-        "markdown": atomic_write_text(out / "report.md", render_markdown(evidence)),
-        "html": atomic_write_text(out / "report.html", render_html(evidence, traces or {})),
-        "junit": atomic_write_text(out / "junit.xml", render_junit(evidence)),
-        "evidence": write_evidence(evidence, out / "evidence.json"),
+    keys = {"report.md": "markdown", "report.html": "html", "junit.xml": "junit", "evidence.json": "evidence"}
+    texts = {
+        "report.md": render_markdown(evidence, scenarios, recorded),
+        "report.html": render_html(evidence, traces or {}, scenarios, recorded),
+        "junit.xml": render_junit(evidence),
+        **(extra or {}),
+        "evidence.json": evidence_json(evidence),
     }
+    written = write_report_set(out_dir, texts)
+    return {keys.get(name, name): path for name, path in written.items()}

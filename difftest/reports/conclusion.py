@@ -8,23 +8,32 @@ its standing (the most severe verdict it got) and its most severe finding -
 - diverge: the counter that differs from the oracle in the most scenarios, by
   how much, and the oracle's reading of it (`tiers.common.accounting.RULES`);
   an emitted count above the oracle where the oracle saw stop handling cut a
-  step is called what it is, an overcount on truncation;
+  step is called what it is, an overcount on truncation; a row count is put
+  down to the oracle's reading (`READINGS`) only where the scenario's own
+  oracle shows it: the other reading counts exactly the branch's rows (a
+  request whose drafts are all grammar-invalid). That takes the scenario
+  objects (and, for a tier whose oracle reads the steps, the recorded runs);
+  without them no reading is named;
 - pass.
-Then one sentence ranking the branches: nothing broken first, then fewest
-runs that could not be measured, then fewest that diverge.
+Then one sentence ranking the branches that measured something (a branch that
+could not measure any run is right about nothing): nothing broken first, then
+fewest runs that could not be measured, then fewest that diverge.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from difftest import tiers
 from difftest.core.evidence import Evidence
-from difftest.core.records import Result, Verdict
+from difftest.core.records import ProbeRun, Reading, Result, Verdict
 from difftest.core.verdicts import MAL, first_reason
 from difftest.reports.views import SEVERITY, branch_names, run_index, run_name, scenario_names, severity
 from difftest.tiers.common.accounting import READINGS, RULES, truncated
+from difftest.tiers.common.scenario import ScenarioBase
 
 #: How many scenario names a sentence lists before "and N more".
 LISTED = 3
@@ -55,8 +64,64 @@ class Conclusion:
     verdict: str
 
 
-def conclude(evidence: Evidence) -> Conclusion:
+#: (branch, scenario, run label): the key of a recorded run.
+RunKey = tuple[str, str, str]
+
+
+class _Readings:
+    """Whether the oracle's reading explains a run's row count: a fact of the scenario, asked of its tier.
+
+    The two readings differ only on a step whose scheduled drafts were all
+    grammar-invalidated, so the tier's oracle under both readings says whether
+    a scenario has one, with no scenario name or statement read. Without the
+    scenario object (or, for an oracle that reads the steps, the run with them)
+    the answer is no: a reason nobody can check is not given.
+    """
+
+    def __init__(
+        self,
+        scenarios: Mapping[str, ScenarioBase],
+        recorded: Mapping[RunKey, ProbeRun],
+        runs: Mapping[RunKey, ProbeRun],
+    ) -> None:
+        self.scenarios, self.recorded, self.runs = scenarios, recorded, runs
+
+    def explain(self, result: Result) -> bool:
+        """The other reading's oracle counts exactly the branch's rows, and this reading's does not."""
+        scenario, tier = self.scenarios.get(result.scenario), tiers.REGISTRY.get(result.tier)
+        if result.measured is None or scenario is None or tier is None or tier.method != "probes":
+            return False
+        run = self._run(result, scenario)
+        if run is None:
+            return False
+        other: Reading = "lenient" if result.reading == "strict" else "strict"
+        this_rows = tier.expected(scenario, run, result.reading).num_drafts
+        other_rows = tier.expected(scenario, run, other).num_drafts
+        return this_rows != other_rows and result.measured.num_drafts == other_rows
+
+    def _run(self, result: Result, scenario: ScenarioBase) -> ProbeRun | None:
+        """The run as recorded (with steps), else as the evidence keeps it, else as the scenario plans it."""
+        key = (result.branch, result.scenario, result.label)
+        found = self.recorded.get(key, self.runs.get(key))
+        if found is not None:
+            return found
+        planned = next((r for r in scenario.runs() if r["label"] == result.label), None)
+        if planned is None:
+            return None
+        return ProbeRun(
+            scenario=result.scenario, tier=result.tier, label=result.label, role=planned["role"], order=planned["order"]
+        )
+
+
+def conclude(
+    evidence: Evidence,
+    scenarios: Mapping[str, ScenarioBase] | None = None,
+    recorded: Mapping[RunKey, ProbeRun] | None = None,
+) -> Conclusion:
+    """The conclusion of `evidence`. `scenarios` (by name, the objects the evidence was made from) and
+    `recorded` (runs with their steps) are the facts a row count is put down to the reading by."""
     runs = run_index(evidence)
+    readings = _Readings(scenarios or {}, recorded or {}, runs)
     order = scenario_names(evidence)
     standings = []
     for branch in branch_names(evidence):
@@ -70,11 +135,11 @@ def conclude(evidence: Evidence) -> Conclusion:
         elif top == "error":
             headline, also = _unmeasured(results, order)
         elif top == "diverge":
-            headline, also = _diverge(results, order, evidence.reading)
+            headline, also = _diverge(results, order, evidence.reading, readings)
         else:
             headline, also = f"passes all {len(results)} runs", []
         if top in ("broken", "error") and counts["diverge"]:
-            also.append("also " + _diverge(results, order, evidence.reading)[0])
+            also.append("also " + _diverge(results, order, evidence.reading, readings)[0])
         standings.append(
             Standing(branch, top, {v: counts[v] for v in SEVERITY}, len(results), headline, also)
         )
@@ -144,7 +209,7 @@ class _Group:
     implied: bool = False
 
 
-def _diverge(results: list[Result], order: list[str], reading: str) -> tuple[str, list[str]]:
+def _diverge(results: list[Result], order: list[str], reading: str, readings: _Readings) -> tuple[str, list[str]]:
     groups: dict[tuple[str, int, str], _Group] = {}
     for r in sorted(results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)):
         if r.verdict != "diverge":
@@ -153,7 +218,7 @@ def _diverge(results: list[Result], order: list[str], reading: str) -> tuple[str
         for d in counted:
             delta = _delta(d.measured, d.expected)
             sign = (delta > 0) - (delta < 0)
-            key = (d.counter, sign, _cause(r, d.counter))
+            key = (d.counter, sign, _cause(r, d.counter, readings))
             group = groups.setdefault(key, _Group(*key))
             if r.scenario not in group.scenarios:
                 group.scenarios.append(r.scenario)
@@ -172,14 +237,17 @@ def _diverge(results: list[Result], order: list[str], reading: str) -> tuple[str
     return f"diverges in {_runs(results)}, " + _sentence(top, reading), also
 
 
-def _cause(result: Result, counter: str) -> str:
+def _cause(result: Result, counter: str, readings: _Readings) -> str:
     """Why an emitted count differs: the branch's rows differ, or the oracle saw stop handling cut a step.
     Why a row count differs: extra rows WITH draft tokens (e.g. a skipped drafter's zero-fill counted as
-    drafts) are not a question of the reading, which is about rows without any real draft."""
+    drafts) are not a question of the reading, which is about rows without any real draft; rows without
+    are the reading's only where the scenario shows it (`_Readings`)."""
     if result.measured is None or result.expected is None:
         return ""
     if counter == "num_drafts":
-        return "tokens" if result.measured.num_draft_tokens != result.expected.num_draft_tokens else ""
+        if result.measured.num_draft_tokens != result.expected.num_draft_tokens:
+            return "tokens"
+        return "reading" if readings.explain(result) else ""
     if counter != "num_emitted_tokens":
         return ""
     if result.measured.num_drafts != result.expected.num_drafts:
@@ -231,7 +299,7 @@ def _sentence(group: _Group, reading: str) -> str:
     text = f"on {group.counter}: {_amount(group)} {_where(group)}"
     if group.cause == "rows":
         return text + ", with its rows"
-    if group.counter == "num_drafts" and group.cause != "tokens" and reading in READINGS:
+    if group.counter == "num_drafts" and group.cause == "reading" and reading in READINGS:
         return text + f"; {reading} reading: {READINGS[reading]}"
     if group.counter in RULES:
         text += f"; the oracle: {RULES[group.counter]}"
@@ -244,10 +312,14 @@ def _short(group: _Group) -> str:
     return f"also on {group.counter}: {_amount(group)} {_where(group)}"
 
 
-def _ranking(standings: list[Standing]) -> str:
-    """Which branch is right, or closest: nothing broken, then fewest unmeasured, then fewest diverging runs."""
+def _ranking(everyone: list[Standing]) -> str:
+    """Which branch is right, or closest: nothing broken, then fewest unmeasured, then fewest diverging runs.
+    Only branches that measured a run are ranked: one that measured nothing is not close to anything."""
+    standings = [s for s in everyone if s.counts["error"] < s.total]
     if not standings:
-        return "nothing was measured"
+        if not everyone:
+            return "nothing was measured"
+        return "nothing was measured: no run of " + " or ".join(s.branch for s in everyone) + " could be measured"
 
     def key(s: Standing) -> tuple[int, int, int]:
         return (s.counts["broken"], s.counts["error"], s.counts["diverge"])
@@ -260,7 +332,8 @@ def _ranking(standings: list[Standing]) -> str:
     if best == (0, 0, 0):
         text = f"{names} {'passes' if len(leaders) == 1 else 'pass'} every run"
     elif best[0]:
-        text = f"every branch is broken somewhere; fewest broken runs: {names}"
+        every = "every measured branch" if len(standings) < len(everyone) else "every branch"
+        text = f"{every} is broken somewhere; fewest broken runs: {names}"
     else:
         parts = []
         if lead.counts["diverge"]:

@@ -15,17 +15,20 @@ point at the evidence and the raw probe records next to the report.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from difftest.core.evidence import Evidence
-from difftest.core.records import Result
+from difftest.core.records import ProbeRun, Result
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
 from difftest.reports.chart import Chart, acceptance_chart
-from difftest.reports.conclusion import conclude
+from difftest.reports.conclusion import RunKey, conclude
 from difftest.reports.format import printable
+from difftest.reports.tests_matrix import LEGEND, cross_matrix, tests_matrices
 from difftest.reports.trace import FIELDS, Elided, StatsRow, Trace, TraceStep
 from difftest.reports.views import (
     VERDICT_WORDS,
@@ -39,7 +42,7 @@ from difftest.reports.views import (
     timestamp,
 )
 from difftest.tiers.common.accounting import READINGS
-from difftest.reports.tests_matrix import LEGEND, cross_matrix, tests_matrices
+from difftest.tiers.common.scenario import ScenarioBase
 
 TEMPLATE = "report.html.j2"
 #: Steps of one trace shown in the report (around the first disagreement); the raw records hold all.
@@ -72,7 +75,13 @@ class Section:
 
 def _safe(value: object) -> object:
     """Every value a template prints, cleaned before it is escaped: no NUL, ESC or lone surrogate
-    from a branch reaches the file raw."""
+    from a branch reaches the file raw.
+
+    `Markup` (a macro's output, such as a counter table) was escaped piece by piece when it was
+    built; it stays `Markup` after cleaning, or autoescape would print its tags as text.
+    """
+    if isinstance(value, Markup):
+        return Markup(printable(value))
     return printable(value) if isinstance(value, str) else value
 
 
@@ -90,7 +99,14 @@ def _environment() -> Environment:
     return env
 
 
-def render_html(evidence: Evidence, traces: dict[TraceKey, Trace] | None = None) -> str:
+def render_html(
+    evidence: Evidence,
+    traces: dict[TraceKey, Trace] | None = None,
+    scenarios: Mapping[str, ScenarioBase] | None = None,
+    recorded: Mapping[RunKey, ProbeRun] | None = None,
+) -> str:
+    """The report; `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's reading
+    as a row count's reason (`conclusion.conclude`)."""
     traces = traces or {}
     views = scenario_views(evidence)
     summary = summarize(evidence.results)
@@ -117,7 +133,7 @@ def render_html(evidence: Evidence, traces: dict[TraceKey, Trace] | None = None)
         evidence=evidence,
         created=timestamp(evidence),
         reading_rule=READINGS.get(evidence.reading, ""),
-        conclusion=conclude(evidence),
+        conclusion=conclude(evidence, scenarios, recorded),
         sections=sections,
         skipped=[v for v in views if v.skipped],
         branches=branches,
@@ -134,7 +150,10 @@ def render_html(evidence: Evidence, traces: dict[TraceKey, Trace] | None = None)
 
 
 def _other_runs(view: ScenarioView) -> list[OtherRun]:
-    """Every run but the shown one, as its own counter table (collapsed in the page)."""
+    """Every run but the shown one, as its own counter table (collapsed in the page); none for a tier
+    without counters (tests), whose runs the tests matrix shows."""
+    if not view.rows:
+        return []
     out = []
     for label in view.labels:
         if label == view.shown:

@@ -17,13 +17,14 @@ never silently.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from difftest.core.evidence import Evidence
-from difftest.core.records import Result, Violation
+from difftest.core.records import ProbeRun, Result, Violation
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
-from difftest.reports.conclusion import conclude
+from difftest.reports.conclusion import RunKey, conclude
 from difftest.reports.format import fenced, md_escape
 from difftest.reports.tests_matrix import markdown_lines
 from difftest.reports.views import (
@@ -40,6 +41,7 @@ from difftest.reports.views import (
     timestamp,
 )
 from difftest.tiers.common.accounting import READINGS
+from difftest.tiers.common.scenario import ScenarioBase
 
 ICONS: dict[str, str] = {"pass": "✅", "diverge": "⚠️", "broken": "❌", "error": "⛔"}
 #: GitHub rejects comments over 65536 characters; leave room for a wrapper.
@@ -50,9 +52,16 @@ RESERVE = 400
 NAMED_RUNS = 4
 
 
-def render_markdown(evidence: Evidence) -> str:
+def render_markdown(
+    evidence: Evidence,
+    scenarios: Mapping[str, ScenarioBase] | None = None,
+    recorded: Mapping[RunKey, ProbeRun] | None = None,
+) -> str:
+    """The report; `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's reading
+    as a row count's reason (`conclusion.conclude`)."""
     views = scenario_views(evidence)
-    text = "\n".join([*_header(evidence), *_conclusion(evidence), *_branches(evidence), *_grid(views), *markdown_lines(evidence)])
+    conclusion = _conclusion(evidence, scenarios, recorded)
+    text = "\n".join([*_header(evidence), *conclusion, *_branches(evidence), *_grid(views), *markdown_lines(evidence)])
     blocks = _details(evidence)
     left_out: list[_Block] = []
     for i, block in enumerate(blocks):
@@ -100,8 +109,10 @@ def _header(evidence: Evidence) -> list[str]:
     ]
 
 
-def _conclusion(evidence: Evidence) -> list[str]:
-    conclusion = conclude(evidence)
+def _conclusion(
+    evidence: Evidence, scenarios: Mapping[str, ScenarioBase] | None, recorded: Mapping[RunKey, ProbeRun] | None
+) -> list[str]:
+    conclusion = conclude(evidence, scenarios, recorded)
     lines = ["### Conclusion", ""]
     for standing in conclusion.standings:
         lines.append(f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** {md_escape(standing.headline)}")

@@ -15,6 +15,7 @@ reads it as markup.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from rich import box
 from rich.console import Console
@@ -23,10 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 from difftest.core.evidence import Evidence
-from difftest.core.records import Result
+from difftest.core.records import ProbeRun, Result
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
 from difftest.reports.tests_matrix import terminal_renderables
-from difftest.reports.conclusion import Conclusion, conclude
+from difftest.reports.conclusion import Conclusion, RunKey, conclude
 from difftest.reports.fit import fit
 from difftest.reports.views import (
     VERDICT_WORDS,
@@ -42,6 +43,7 @@ from difftest.reports.views import (
     views_from,
 )
 from difftest.tiers.base import EMITTED_SOURCE
+from difftest.tiers.common.scenario import ScenarioBase
 
 STYLES: dict[str, str] = {
     "broken": "bold white on red",
@@ -56,8 +58,15 @@ ICONS: dict[str, str] = {"broken": "✗", "error": "?", "diverge": "~", "pass": 
 LEGEND = f"{MARK} differs from the oracle (red: broken, yellow: diverge)"
 
 
-def render_terminal(evidence: Evidence, console: Console | None = None, verbose: bool = False) -> None:
-    """Scenario tables (failing ones, or all with `verbose`), then grid, counts and conclusion."""
+def render_terminal(
+    evidence: Evidence,
+    console: Console | None = None,
+    verbose: bool = False,
+    scenarios: Mapping[str, ScenarioBase] | None = None,
+    recorded: Mapping[RunKey, ProbeRun] | None = None,
+) -> None:
+    """Scenario tables (failing ones, or all with `verbose`), then grid, counts and conclusion; `scenarios`
+    and `recorded` (runs with steps) let the conclusion name the oracle's reading as a row count's reason."""
     console = console or Console()
     console.print(_header(evidence))
     views = scenario_views(evidence)
@@ -78,7 +87,7 @@ def render_terminal(evidence: Evidence, console: Console | None = None, verbose:
     console.print(_counts_table(evidence))
     console.print()
     print_grid(console, views)
-    print_conclusion(console, conclude(evidence))
+    print_conclusion(console, conclude(evidence, scenarios, recorded))
 
 
 def render_tier_verdicts(results: list[Result], tier: str, console: Console) -> None:

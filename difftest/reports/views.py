@@ -141,8 +141,10 @@ def shard_note(evidence: Evidence) -> str | None:
 
 
 def branch_names(evidence: Evidence) -> list[str]:
-    """Branches in config order, then any that only appear in results."""
-    return list(dict.fromkeys([*evidence.branches, *(r.branch for r in evidence.results)]))
+    """Branches in config order, then any that only appear in results; not those measured only as the
+    reference the named ones were judged against (`Evidence.reference_branches`)."""
+    names = dict.fromkeys([*evidence.branches, *(r.branch for r in evidence.results)])
+    return [name for name in names if name not in evidence.reference_branches]
 
 
 def branch_origin(info: BranchEvidence | None) -> str:

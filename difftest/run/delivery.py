@@ -46,6 +46,15 @@ class Delivery:
     #: Why runs without a record have none, beyond the process's own error.
     incomplete: str | None = None
 
+    def unreported(self) -> list[list[str]]:
+        """The planned runs ([scenario, label]) with no record at all: cut short by the process's end."""
+        return [[s, planned["label"]] for s, planned in self.plan
+                if (s, planned["label"]) not in self.found and (s, planned["label"]) not in self.rejected]
+
+    @property
+    def trusted(self) -> bool:
+        return not self.untrusted
+
     def runs(self, process_error: str | None) -> list[ProbeRun]:
         """One ProbeRun per planned run, in plan order."""
         out = []

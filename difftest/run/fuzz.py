@@ -35,7 +35,8 @@ from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
 from difftest.core.fuzz import ORACLE, Finding, FuzzReport, Kind, Observation, observations
 from difftest.core.records import ProbeRun, Reading, Result, Totals
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
-from difftest.run.pipeline import JUDGED_ROLES, TierScenarios, judge_runs, make_evidence, make_job
+from difftest.run.door import JUDGED_ROLES, judge_runs, judge_scenario
+from difftest.run.pipeline import TierScenarios, make_evidence, make_job
 from difftest.run.probe_server import ProbeServer, ServerLimits
 from difftest.run.runner import BranchRun
 from difftest.run.search import Found, SearchResult, search
@@ -249,12 +250,12 @@ class Examiner:
     ) -> tuple[list[Observation], dict[str, list[Result]]]:
         """Every fuzzed branch's observations (against the oracle or the --against branch) and its results."""
         runs = {name: run.runs for name, run in delivered.items()}
-        across = self.tier.across_branches(scenario, runs, self.baseline)
+        by_oracle = judge_scenario(self.tier, scenario, delivered, self.reading, self.baseline) if self.against is None else {}
         found: list[Observation] = []
         results: dict[str, list[Result]] = {}
         for branch in self.branches:
             if self.against is None:
-                results[branch] = judge_runs(self.tier, scenario, branch, runs[branch], self.reading, across.get(branch, {}))
+                results[branch] = by_oracle[branch]
                 found += observations(results[branch], runs[branch])
             else:
                 results[branch] = self._judge_against(scenario, branch, runs)
@@ -263,13 +264,8 @@ class Examiner:
 
     def as_run_judges(self, scenario: ScenarioBase, delivered: dict[str, BranchRun]) -> list[Result]:
         """Every probed branch's results by the oracle: what `difftest run` on the scenario's file gives."""
-        runs = {name: run.runs for name, run in delivered.items()}
-        across = self.tier.across_branches(scenario, runs, self.baseline)
-        return [
-            r
-            for name in delivered
-            for r in judge_runs(self.tier, scenario, name, runs[name], self.reading, across.get(name, {}))
-        ]
+        judged = judge_scenario(self.tier, scenario, delivered, self.reading, self.baseline)
+        return [r for name in delivered for r in judged[name]]
 
     def _judge_against(self, scenario: ScenarioBase, branch: str, runs: dict[str, list[ProbeRun]]) -> list[Result]:
         """Differences from the --against branch: its totals are the expected ones, its own violations are

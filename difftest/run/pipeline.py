@@ -21,7 +21,7 @@ from pathlib import Path
 from difftest import tiers
 from difftest.build.envs.fingerprint import sha256_file
 from difftest.build.refs import TransplantInfo
-from difftest.build.workspace import PreparedBranch, Workspace, prepare
+from difftest.build.workspace import Workspace, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import (
@@ -35,26 +35,23 @@ from difftest.core.evidence import (
     TestSourceEvidence,
     TransplantEvidence,
 )
-from difftest.core.records import ProbeRun, Reading, Result, TestRecord, Totals, Violation
+from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 from difftest.core.selection import compile_selection
-from difftest.core.breakage import judge_against_baseline
-from difftest.core.verdicts import judge, unmeasured
 from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.run import door
 from difftest.run.capacity import available_memory_mb, probes_at_once
 from difftest.run.result_cache import ResultCache, open_cache, result_key
 from difftest.run.runner import BranchRun, Progress, run_branches
 from difftest.run.suite import SuiteMeasurement, measure_suites
 from difftest.tiers.base import Tier
-from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
+from difftest.tiers.common.scenario import ScenarioIdentity
 
 Log = Callable[[str], None]
 #: (tier name, branch names) -> a context manager yielding that tier's progress callback.
 ProgressFactory = Callable[[str, list[str]], AbstractContextManager[Progress | None]]
 #: (tier name, that tier's results, whether another tier runs next): called as soon as a tier is judged.
 TierDone = Callable[[str, list[Result], bool], None]
-#: Run roles that get a verdict; `reference` runs only choose where later runs are cut.
-JUDGED_ROLES = ("batch", "alone")
 
 
 @dataclass(frozen=True)
@@ -124,7 +121,11 @@ def compare(
     if request.shard is not None:
         selected = take_shard(selected, *request.shard)
     cache = open_cache(request.reuse_cached, request.store_results)  # a bad DIFFTEST_RESULT_CACHE stops us here
-    workspace = prepare(config, request.branches, do_fetch=request.fetch, log=log)
+    named, reference = with_baseline(config, request.branches, request.baseline)
+    if reference:
+        log(f"baseline {reference[0]} is measured too (reused from the result cache when unchanged): crashes and "
+            "hangs of the named branches are judged against it; its own results are not reported")
+    workspace = prepare(config, named, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
     for chosen in selected:
         _mark_unavailable(chosen, workspace.base.fingerprint, log)
@@ -157,13 +158,15 @@ def compare(
                 for branch, run in delivered[chosen.tier.name].items():
                     log(f"{branch}: {chosen.tier.name} tier {_outcome(run)} ({len(run.runs)} runs)")
             judged = judge_tier(workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline)
+        judged = [r for r in judged if r.branch not in reference]
         results += judged
         if tier_done is not None and judged:
             more = any(s.name not in later.skipped for later in selected[index + 1 :] for s in later.scenarios)
             tier_done(chosen.tier.name, judged, more)
+    results = [r for r in results if r.branch not in reference]
     evidence = make_evidence(workspace, selected, delivered, results, reading, request.out, suites)
     shard = ShardEvidence(index=request.shard[0], count=request.shard[1], order=order) if request.shard else None
-    evidence = evidence.model_copy(update={"baseline": baseline, "shard": shard})
+    evidence = evidence.model_copy(update={"baseline": baseline, "shard": shard, "reference_branches": reference})
     return Comparison(workspace, evidence, delivered, selected, suites)
 
 
@@ -186,6 +189,15 @@ def take_shard(selected: list[TierScenarios], index: int, count: int) -> list[Ti
         if kept:
             out.append(TierScenarios(chosen.tier, kept))
     return out
+
+
+def with_baseline(config: Config, names: list[str] | None, wanted: str | None) -> tuple[list[str] | None, list[str]]:
+    """The branches to prepare, and those among them measured only as the reference: naming branches
+    still measures the baseline, so a crash or a hang is judged the same whichever branches are named."""
+    baseline = wanted or config.baseline
+    if names is None or not baseline or baseline in names or config.branch(baseline) is None:
+        return names, []
+    return [*names, baseline], [baseline]
 
 
 def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
@@ -317,7 +329,7 @@ def measure_tier(
     measured = run_branches(
         targets, job, tier.name, work_dir, probe_s, jobs or probes_at_a_time(tier, len(targets), None)[0], progress,
         # One probe has nothing to share: the server's warm-up would only come on top of its import.
-        fork=fork and len(targets) > 1, log=log,
+        fork=fork and len(targets) > 1, log=log, exit_s=workspace.config.timeouts.exit_s,
     ) if targets else {}
     if cache is not None:
         for name, run in measured.items():
@@ -332,67 +344,9 @@ def judge_tier(
     reading: Reading,
     baseline: str,
 ) -> list[Result]:
-    """Verdicts of one tier's scenarios on every branch (skipped scenarios get none)."""
-    results: list[Result] = []
-    for scenario in chosen.scenarios:
-        if scenario.name in chosen.skipped:
-            continue
-        runs = {name: [r for r in run.runs if r.scenario == scenario.name] for name, run in tier_runs.items()}
-        across = chosen.tier.across_branches(scenario, runs, baseline)
-        for branch in workspace.branches:
-            results += _judge_scenario(
-                chosen.tier, scenario, branch, tier_runs.get(branch.name), runs.get(branch.name, []),
-                across.get(branch.name, {}), reading,
-            )
-    return judge_against_baseline(results, {name: run.runs for name, run in tier_runs.items()}, baseline)
-
-
-def _judge_scenario(
-    tier: Tier,
-    scenario: ScenarioBase,
-    branch: PreparedBranch,
-    delivered: BranchRun | None,
-    runs: list[ProbeRun],
-    across: dict[str, list[Violation]],
-    reading: Reading,
-) -> list[Result]:
-    if delivered is None:
-        labels = [p["label"] for p in scenario.runs() if p["role"] in JUDGED_ROLES]
-        why = branch.error or "no probe was run for this branch"
-        return unmeasured(branch.name, scenario.name, tier.name, scenario.statement, labels, why, reading)
-    return judge_runs(tier, scenario, branch.name, runs, reading, across)
-
-
-def judge_runs(
-    tier: Tier,
-    scenario: ScenarioBase,
-    branch: str,
-    runs: list[ProbeRun],
-    reading: Reading,
-    across: dict[str, list[Violation]] | None = None,
-    expected: dict[str, Totals] | None = None,
-    baseline_violations: dict[str, list[Violation]] | None = None,
-) -> list[Result]:
-    """The verdicts of one branch's runs of one scenario: `run`'s judging, which `fuzz` shares.
-
-    `expected` replaces the oracle's totals (per run label) when a branch is
-    compared with another branch instead; violations that `baseline_violations`
-    holds too (same run, invariant and counter) are then not this branch's doing.
-    """
-    judged = [r for r in runs if r.role in JUDGED_ROLES]
-    if expected is None:
-        expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
-    violations = tier.invariants(scenario, judged)
-    for label, extra in (across or {}).items():
-        violations.setdefault(label, []).extend(extra)
-    if baseline_violations is not None:
-        violations = {label: _not_in(found, baseline_violations.get(label, [])) for label, found in violations.items()}
-    return judge(branch, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
-
-
-def _not_in(found: list[Violation], baseline: list[Violation]) -> list[Violation]:
-    shared = {(v.invariant, v.counter) for v in baseline}
-    return [v for v in found if (v.invariant, v.counter) not in shared]
+    """Verdicts of one tier's scenarios on every branch of the workspace, through the one door."""
+    setup = {b.name: b.error for b in workspace.branches}
+    return door.judge_tier(chosen.tier, chosen.scenarios, chosen.skipped, setup, tier_runs, reading, baseline)
 
 
 def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
@@ -483,6 +437,7 @@ def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[P
                     reused=run.reused,
                     launch=None if run.reused else run.launch,
                     launch_note=run.launch_note,
+                    outcome=run.outcome,
                 )
             )
     return found

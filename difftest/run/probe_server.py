@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import NONCE_ENV, Job
+from difftest.core.outcome import ProcessOutcome
+from difftest.probe.protocol import Job
 from difftest.run.delivery import check_lines
 from difftest.run.runner import (
     BranchRun,
@@ -142,6 +143,9 @@ class ProbeServer:
                 f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if the branch is just slow)"
             )
             self._last_death = result.error
+        code: int | None = 0
+        if ending == "timeout":
+            code = None
         elif ending == "eof":
             code = self._stop(grace_s=CLOSE_GRACE_S)
             result.log_tail = self._log_tail()
@@ -154,6 +158,12 @@ class ProbeServer:
         result.header = delivery.header
         result.runs = delivery.runs(result.error)
         result.duration_s = round(time.monotonic() - started, 4)
+        # A warm probe's "process" for one job is its answer: a trailer is a clean end of that job.
+        result.outcome = ProcessOutcome(
+            exit_code=code, timed_out=result.timed_out, trailer=delivery.trailer is not None and delivery.trusted,
+            started=delivery.header is not None and delivery.trusted, unreported=delivery.unreported(),
+            duration_s=result.duration_s,
+        )
         result.ended_at = time.time()
         return result, lines
 
@@ -200,7 +210,8 @@ class ProbeServer:
                 bufsize=0,
                 # As in `runner.run_probe`: not the caller's folder, whose difftest would shadow the env's probe.
                 cwd=self.work_dir,
-                env={**probe_environ(self.parallel), NONCE_ENV: self._nonce},
+                env=probe_environ(self.parallel),
+                nonce=self._nonce,
                 start_new_session=True,
             )
 

@@ -5,9 +5,13 @@ branch environment's content (its fingerprint: commit, patches, the overlay's
 own files by hash, the probe's digest, the base it overlays), the base's
 fingerprint, the job (protocol, probe entry, every scenario's planned runs and
 content, the run time limit), the scenario files' sha256, the probe time limit,
-the tier and this difftest's version. Verdicts are never cached: they are
-judged again from the runs on every use, so another `--reading` or baseline
-needs no re-run.
+the tier, this difftest's version and a digest of its own code that reads and
+plays runs (`code_digest`: the probe package, the record models and readers),
+and every variable of the caller's environment that reaches a probe
+(`run.probe_env.passed_environ`). Verdicts are never cached: the entry holds
+the runs and the process outcome, and they are judged again through the one
+door (`run.door`) on every use, so another `--reading` or baseline needs no
+re-run.
 
 An entry holds the probe's own job file and records file byte for byte, with
 the nonce the probe stamped them with. Reusing it writes both back where the
@@ -55,12 +59,14 @@ from difftest.core.evidence import ReusedProbe, atomic_write_text
 from difftest.core.records import ProbeRun
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.delivery import check_lines
+from difftest.core.outcome import ProcessOutcome, clean_outcome
 from difftest.run.heap import long_lived
+from difftest.run.probe_env import passed_environ
 from difftest.run.runner import BranchRun, probe_file_paths
 from difftest.run.validated import CopyDamaged, ReadRecords, copy_path, read_copy, write_copy
 
 #: Bump when an entry's shape or the key's material changes: older entries are then never found.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 CACHE_ENV = "DIFFTEST_RESULT_CACHE"
 #: Fingerprint keys that name the environment rather than describe its content.
 _NAMING_KEYS = ("name", "ref", "fingerprint_hash")
@@ -89,6 +95,22 @@ def cache_dir() -> Path | None:
     return folder.resolve()
 
 
+#: What the runs depend on of difftest's own code: the probe that plays them, the models and readers
+#: that check its records (paths relative to the package).
+_CODE = ("probe", "core/records.py", "core/outcome.py", "run/delivery.py", "run/validated.py", "run/result_cache.py")
+
+
+def code_digest() -> str:
+    """sha256 over difftest's own code that reads and plays runs (`_CODE`), file by file."""
+    package = Path(__file__).resolve().parent.parent
+    files: list[Path] = []
+    for part in _CODE:
+        found = package / part
+        files += sorted(found.rglob("*.py")) if found.is_dir() else [found]
+    digest = {f.relative_to(package).as_posix(): sha256_bytes(f.read_bytes()) for f in files if f.is_file()}
+    return canonical_hash(digest)
+
+
 def result_key(
     tier: str,
     job: Job,
@@ -108,12 +130,16 @@ def result_key(
         "base": canonical_hash(base_fingerprint),
         "scenarios": dict(sorted(scenario_sha256.items())),
         "probe_timeout_s": probe_timeout_s,
+        "code": code_digest(),
+        "environ": passed_environ(),
     }
     return sha256_bytes(json.dumps(material, sort_keys=True).encode())
 
 
 def cacheable(run: BranchRun) -> str | None:
     """Why `run` must not be stored, or None if it is a clean, repeatable measurement."""
+    if run.outcome is None or not run.outcome.clean:
+        return run.error or (run.outcome.fault() if run.outcome else "") or "the probe did not exit cleanly"
     if not run.exited_cleanly or run.error or run.timed_out:
         return run.error or "the probe did not exit cleanly"
     if run.header is None:
@@ -187,12 +213,14 @@ class ResultCache:
             nonce, measured_at = str(payload["nonce"]), str(payload["measured_at"])
             duration = float(payload["duration_s"])
             stored_job = json.loads(job_text)
+            outcome = ProcessOutcome.model_validate(payload["outcome"])
         except (KeyError, TypeError, ValueError) as exc:
             raise _Damaged(f"incomplete payload: {exc}") from None
         if stored_job != job:
             raise _Damaged("its job is not this job")
         records = self._records(path, sha256_bytes(raw), records_text, nonce, job, tier, f"{branch}: {tier}", log)
-        restored = BranchRun(branch=branch, tier=tier, header=records.header, runs=records.runs, exited_cleanly=True)
+        restored = BranchRun(branch=branch, tier=tier, header=records.header, runs=records.runs, exited_cleanly=True,
+                             outcome=outcome)
         why = cacheable(restored)
         if why:
             raise _Damaged(f"it holds a run that is never stored: {why}")
@@ -246,6 +274,7 @@ class ResultCache:
             "nonce": run.nonce,
             "duration_s": run.duration_s,
             "measured_at": datetime.fromtimestamp(run.ended_at or run.started_at, timezone.utc).isoformat(timespec="seconds"),
+            "outcome": (run.outcome or clean_outcome(run.duration_s)).model_dump(mode="json"),
         }
         entry = {"format": CACHE_FORMAT, "key": key, "payload": payload, "payload_sha256": _payload_hash(payload)}
         path = self._path(key)

@@ -27,14 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from difftest.core import paths
 from difftest.core.evidence import ReusedProbe
+from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeHeader, ProbeRun
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, Job
-from difftest.run.delivery import read_delivery
+from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, NONCE_FD_ENV, STACK_DUMP_SIGNAL, STUCK_PREFIX, Job
+from difftest.run import descendants
+from difftest.run.delivery import check_lines, read_delivery
 from difftest.run.launch import ForkServer, ProbeProcess, refusal, start_fork_server
+from difftest.run.probe_env import VLLM_IMPORT_DEFAULTS, VLLM_IMPORT_ENV, probe_environ
+
+__all__ = ["VLLM_IMPORT_DEFAULTS", "VLLM_IMPORT_ENV", "probe_environ"]
 
 #: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
 #: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
@@ -43,10 +47,10 @@ Progress = Callable[[str, int, int, str, str], None]
 
 _CAPTURE_TAIL = 40
 
-#: The environment vLLM 0.32's import gives torch (`vllm/env_override.py`): these it forces ...
-VLLM_IMPORT_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-#: ... and these it sets where they are not set.
-VLLM_IMPORT_DEFAULTS = {"TRITON_CACHE_AUTOTUNING": "1", "TILELANG_CLEANUP_TEMP_FILES": "1"}
+#: How long a probe may take to exit after its trailer (`timeouts.exit_s` overrides it).
+EXIT_S = 10.0
+#: How long a stuck probe gets to write its threads' stacks before it is killed.
+STACK_DUMP_S = 1.0
 
 
 class ProbesStopped(Exception):
@@ -131,11 +135,24 @@ def allow_probes() -> None:
     _LIVE.allow_again()
 
 
-def start_probe_process(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+def start_probe_process(*args: Any, nonce: str | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
     """`subprocess.Popen`, for a probe: killed with the others on an interrupt or at exit, told to die
-    with this host (`protocol.die_with_host`); raises ProbesStopped once difftest was interrupted."""
+    with this host (`protocol.die_with_host`); raises ProbesStopped once difftest was interrupted.
+    The `nonce` goes over a pipe (`protocol.take_nonce`), never into the environment, which a
+    process can read from `/proc/self/environ` all its life."""
     kwargs["env"] = {**kwargs.get("env", {}), HOST_PID_ENV: str(os.getpid())}
-    return _LIVE.start(*args, **kwargs)
+    kwargs["env"].pop(NONCE_ENV, None)
+    if nonce is None:
+        return _LIVE.start(*args, **kwargs)
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, nonce.encode("ascii"))
+        os.close(write_end)
+        kwargs["env"][NONCE_FD_ENV] = str(read_end)
+        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), read_end)
+        return _LIVE.start(*args, **kwargs)
+    finally:
+        os.close(read_end)
 
 
 def probe_process_ended(proc: subprocess.Popen[Any]) -> None:
@@ -178,42 +195,8 @@ class BranchRun:
     launch: Literal["fresh", "forked"] | None = "fresh"
     #: Why a probe asked to fork started fresh instead ("" when it did not have to).
     launch_note: str = ""
-
-
-def probe_environ(parallel: int = 1) -> dict[str, str]:
-    """The probe's environment: offline, in-process, caches inside difftest's home.
-
-    Probes running side by side share the cores instead of each starting one
-    torch thread per core (oversubscribed, three engines took longer together
-    than one after another). Fresh and forked probes get the same environment.
-    """
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", NONCE_ENV)}
-    threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
-    env.setdefault("OMP_NUM_THREADS", threads)
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind" if parallel > 1 else "auto")
-    # NumPy's (and OpenCV's) OpenBLAS would start a thread pool at import; the probes never multiply
-    # matrices with it, and a single-threaded process can be forked safely (`run.launch`).
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    # What vLLM's import sets for torch (`vllm/env_override.py`), set already: the same before and
-    # after that import, so libraries a fork server imports earlier read what a fresh probe's read.
-    env.update(VLLM_IMPORT_ENV)
-    for key, value in VLLM_IMPORT_DEFAULTS.items():
-        env.setdefault(key, value)
-    cache = paths.vllm_cache_dir()
-    env.update(
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_HOME=str(cache / "hf"),
-        VLLM_CACHE_ROOT=str(cache),
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-        VLLM_ENABLE_V1_MULTIPROCESSING="0",
-        VLLM_CPU_KVCACHE_SPACE="1",
-        TOKENIZERS_PARALLELISM="false",
-        # The base is shared by every branch: nothing may write bytecode into it.
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    return env
+    #: How the process ended (what the judging door weighs beside the records); None: never started.
+    outcome: ProcessOutcome | None = None
 
 
 def planned_count(job: Job) -> int:
@@ -237,10 +220,11 @@ def run_probe(
     parallel: int = 1,
     server: ForkServer | None = None,
     launch_note: str = "",
+    exit_s: float = EXIT_S,
 ) -> BranchRun:
     """Run `python -m difftest.probe` on one job, forked from `server` if one is given (a fresh
     interpreter otherwise, or if forking this branch is refused); never raises for the branch's own
-    failures."""
+    failures, nor for anything of its output the host cannot read (that is this branch's error)."""
     work_dir = work_dir.resolve()  # the probe runs in `work_dir`: paths it is given must not be relative
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path, out_path, log_path = probe_file_paths(work_dir, branch, tier)
@@ -256,54 +240,129 @@ def run_probe(
     if progress is not None:
         progress(branch, 0, expected, "", "")
     argv = ["-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)]
-    env = {**probe_environ(parallel), NONCE_ENV: nonce, HOST_PID_ENV: str(os.getpid())}
+    token = descendants.new_token()
+    env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid()), descendants.TOKEN_ENV: token}
     result.launch_note = launch_note
     stops = _LIVE.stops
     proc: ProbeProcess | None = None
-    if server is not None:
-        proc = _forked(server, python, argv, env, work_dir, log_path, result)
-    if proc is not None:
-        assert server is not None
-        _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
-        why_fresh = _why_again_fresh(proc, server, log_path, result.timed_out)
-        if why_fresh and _LIVE.stops == stops:  # never after an interrupt killed it
-            result.launch_note = why_fresh
-            out_path.unlink(missing_ok=True)
-            proc = None
-            # The fresh probe gets the whole time limit, and reports only its own memory.
-            started, result.timed_out, result.peak_rss_mb = time.monotonic(), False, None
-    if proc is None:
-        if _LIVE.stops != stops:  # a fork that failed because difftest was interrupted meanwhile
-            raise ProbesStopped("difftest was interrupted: no new probe is started")
-        result.launch = "fresh"
-        with open(log_path, "wb") as log:
-            proc = _LIVE.start(
-                [str(python), *argv],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                # Not the caller's folder: `-m` puts the working directory first on sys.path, and a
-                # difftest checkout there would shadow the environment's own copy of the probe.
-                cwd=work_dir,
-                env=env,
-                start_new_session=True,
-            )
-        _watch(proc, out_path, branch, expected, progress, timeout_s, started, result)
+    watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s, log_path)
+    try:
+        if server is not None:
+            proc = _forked(server, python, argv, {**env, NONCE_ENV: nonce}, work_dir, log_path, result)
+        if proc is not None:
+            assert server is not None
+            watch.follow(proc, started, result)
+            why_fresh = _why_again_fresh(proc, server, log_path, watch.timed_out or watch.exit_overdue)
+            if why_fresh and _LIVE.stops == stops:  # never after an interrupt killed it
+                result.launch_note = why_fresh
+                out_path.unlink(missing_ok=True)
+                proc = None
+                # The fresh probe gets the whole time limit, and reports only its own memory.
+                started, result.peak_rss_mb = time.monotonic(), None
+                watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s, log_path)
+        if proc is None:
+            if _LIVE.stops != stops:  # a fork that failed because difftest was interrupted meanwhile
+                raise ProbesStopped("difftest was interrupted: no new probe is started")
+            result.launch = "fresh"
+            with open(log_path, "wb") as log:
+                proc = start_probe_process(
+                    [str(python), *argv],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    # Not the caller's folder: `-m` puts the working directory first on sys.path, and a
+                    # difftest checkout there would shadow the environment's own copy of the probe.
+                    cwd=work_dir,
+                    env=env,
+                    start_new_session=True,
+                    nonce=nonce,
+                )
+            watch.follow(proc, started, result)
+    finally:
+        descendants.end_descendants(token)
+    assert proc is not None
     result.duration_s = round(time.monotonic() - started, 2)
     result.ended_at = time.time()
-    result.log_tail = _tail(log_path)
-    if result.timed_out:
+    try:
+        _read_output(result, proc, watch, python, job, tier, timeout_s, exit_s)
+    except Exception as exc:  # noqa: BLE001 - whatever the branch left behind costs this branch only
+        _unreadable(result, job, tier, f"{type(exc).__name__}: {exc}", proc.returncode)
+    return result
+
+
+def _read_output(result: BranchRun, proc: ProbeProcess, watch: "_Watch", python: Path, job: Job, tier: str,
+                 timeout_s: float, exit_s: float) -> None:
+    """The probe's records, checked, and the outcome of its process."""
+    assert result.records_path is not None and result.log_path is not None
+    result.log_tail = _tail(result.log_path)
+    stuck = _stuck(result.log_path)
+    result.timed_out = watch.timed_out
+    if watch.exit_overdue:
+        result.error = (f"the probe did not exit within {exit_s:g} s after its last run"
+                        + (f": {stuck}" if stuck else ""))
+    elif watch.timed_out:
         result.error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
     elif proc.returncode != 0:
         result.error = f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
-    result.exited_cleanly = proc.returncode == 0 and not result.timed_out
-    delivery = read_delivery(out_path, nonce, job, tier, exited_cleanly=result.exited_cleanly)
+    result.exited_cleanly = proc.returncode == 0 and not watch.timed_out and not watch.exit_overdue
+    delivery = read_delivery(result.records_path, result.nonce, job, tier, exited_cleanly=result.exited_cleanly)
     foreign = foreign_code(delivery.header, python)
     if foreign:
         delivery.untrusted.append(foreign)
     result.header = delivery.header
-    result.runs = delivery.runs(result.error)
-    return result
+    result.runs = delivery.runs(None if watch.exit_overdue else result.error)
+    result.outcome = ProcessOutcome(
+        exit_code=proc.returncode,
+        timed_out=watch.timed_out,
+        trailer=delivery.trailer is not None and delivery.trusted,
+        exit_overdue=watch.exit_overdue,
+        stuck=stuck,
+        started=delivery.header is not None and delivery.trusted,
+        unreported=delivery.unreported(),
+        duration_s=result.duration_s,
+    )
+
+
+def _unreadable(result: BranchRun, job: Job, tier: str, why: str, exit_code: int | None) -> None:
+    """Everything of this probe is `error`: difftest could not read what it left (truncated, removed,
+    replaced by something that is not a file)."""
+    reason = f"difftest could not read this probe's output: {why}"
+    result.error = reason
+    result.header = None
+    result.runs = check_lines([], "", job, tier, exited_cleanly=False).runs(reason)
+    result.outcome = ProcessOutcome(exit_code=exit_code, host_error=why, duration_s=result.duration_s)
+
+
+def _stuck(log_path: Path) -> str:
+    """What the probe said kept it running (threads it waited for at exit; the first frames of the
+    stack dump it wrote when asked), in one short line; "" when it said nothing."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line[len(STUCK_PREFIX):] for line in lines if line.startswith(STUCK_PREFIX)]
+    frames = _innermost_frames(lines)
+    parts = [*said[-1:], *([f"stack: {frames}"] if frames else [])]
+    return clean("; ".join(parts))[:600]
+
+
+def _innermost_frames(lines: list[str]) -> str:
+    """The innermost frame of each thread in a faulthandler dump ("file:line in function", the stuck
+    main thread first), from the last dump in the log."""
+    starts = [i for i, line in enumerate(lines) if line.startswith(("Thread 0x", "Current thread 0x"))]
+    if not starts:
+        return ""
+    first = starts[0]
+    for i in range(len(starts) - 1, 0, -1):  # the last dump: its threads follow each other without a gap
+        if starts[i] - starts[i - 1] > 200:
+            first = starts[i]
+            break
+    frames = []
+    for i in (j for j in starts if j >= first):
+        frame = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if frame.startswith("File "):
+            frames.append(f"{lines[i].split(' (most')[0].strip()}: {frame}")
+    return " | ".join(frames[:4])
 
 
 def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, str], work_dir: Path,
@@ -322,35 +381,99 @@ def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, st
     return proc
 
 
-def _why_again_fresh(proc: ProbeProcess, server: ForkServer, log_path: Path, timed_out: bool) -> str:
+def _why_again_fresh(proc: ProbeProcess, server: ForkServer, log_path: Path, killed: bool) -> str:
     """Why a forked probe's branch is probed again in a fresh interpreter ("" when it is not): it
     would import a shared library from elsewhere, or the server failed under it."""
     refused = refusal(proc.returncode, _tail(log_path))
     if refused:
         return refused
-    if proc.returncode != 0 and not timed_out and not server.usable:
+    if proc.returncode != 0 and not killed and not server.usable:
         return server.failure or "the fork server ended while this probe ran"
     return ""
 
 
-def _watch(proc: ProbeProcess, out_path: Path, branch: str, expected: int, progress: Progress | None,
-           timeout_s: float, started: float, result: BranchRun) -> None:
-    """Wait for the probe, killing its group past the time limit; progress and peak memory as it goes."""
-    try:
-        seen = 0
-        while proc.poll() is None:
-            if time.monotonic() - started > timeout_s:
+class _Watch:
+    """Waits for one probe: progress and peak memory as it goes; its records followed as they grow, so
+    that once the trailer is written the probe gets `exit_s` to exit, not the rest of `probe_s`. A
+    probe that overstays either limit is asked for its threads' stacks, then its group is killed."""
+
+    def __init__(self, out_path: Path, branch: str, expected: int, progress: Progress | None,
+                 timeout_s: float, exit_s: float, log_path: Path) -> None:
+        self.out_path, self.branch, self.expected, self.progress = out_path, branch, expected, progress
+        self.timeout_s, self.exit_s, self.log_path = timeout_s, exit_s, log_path
+        self.timed_out = False
+        self.exit_overdue = False
+        self._offset = 0
+        self._partial = b""
+        self._runs = 0
+        self._last: dict[str, Any] = {}
+        self._trailer_at: float | None = None
+
+    def follow(self, proc: ProbeProcess, started: float, result: BranchRun) -> None:
+        try:
+            while proc.poll() is None:
+                now = time.monotonic()
+                if self._trailer_at is not None and now - self._trailer_at > self.exit_s:
+                    self.exit_overdue = True
+                    _dump_then_kill(proc)
+                    break
+                if now - started > self.timeout_s:
+                    self.timed_out = True
+                    _dump_then_kill(proc)
+                    break
+                self._read_new()
+                result.peak_rss_mb = _peak_rss_mb(proc.pid) or result.peak_rss_mb
+                time.sleep(0.2)
+            self._read_new()
+        finally:
+            if proc.poll() is None:
                 kill_group(proc)
-                result.timed_out = True
-                break
-            seen = _report_progress(out_path, branch, seen, expected, progress)
-            result.peak_rss_mb = _peak_rss_mb(proc.pid) or result.peak_rss_mb
-            time.sleep(0.2)
-        _report_progress(out_path, branch, seen, expected, progress)
-    finally:
-        if proc.poll() is None:
-            kill_group(proc)
-        _LIVE.ended(proc)
+            else:
+                kill_group(proc, wait=False)  # what of its group is left: no child outlives the probe
+            _LIVE.ended(proc)
+
+    def _read_new(self) -> None:
+        """Count the run records written since the last look (tolerating a file that shrinks or goes)."""
+        try:
+            with open(self.out_path, "rb") as stream:
+                size = os.fstat(stream.fileno()).st_size
+                if size < self._offset:  # truncated or replaced: count again from the start
+                    self._offset, self._partial, self._runs = 0, b"", 0
+                stream.seek(self._offset)
+                chunk = stream.read()
+        except OSError:
+            return
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        before = self._runs
+        for line in lines:
+            if b'"kind": "trailer"' in line and self._trailer_at is None:
+                self._trailer_at = time.monotonic()
+            elif b'"kind": "run"' in line:
+                self._runs += 1
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = {}
+                self._last = record if isinstance(record, dict) else {}
+        if self.progress is not None and self._runs != before:
+            self.progress(self.branch, self._runs, self.expected, clean(str(self._last.get("scenario", ""))),
+                          clean(str(self._last.get("label", ""))))
+
+
+def _dump_then_kill(proc: ProbeProcess) -> None:
+    """Ask the probe for its threads' stacks (`protocol.dump_stacks_on_signal`), then kill its group."""
+    try:
+        os.kill(proc.pid, STACK_DUMP_SIGNAL)
+    except OSError:
+        pass
+    else:
+        deadline = time.monotonic() + STACK_DUMP_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    kill_group(proc)
 
 
 def foreign_code(header: ProbeHeader | None, python: Path) -> str | None:
@@ -376,6 +499,7 @@ def run_branches(
     progress: Progress | None = None,
     fork: bool = False,
     log: Callable[[str], None] = lambda _m: None,
+    exit_s: float = EXIT_S,
 ) -> dict[str, BranchRun]:
     """Probe every (branch, interpreter) concurrently; results keyed by branch name.
 
@@ -396,7 +520,7 @@ def run_branches(
     try:
         futures = {
             name: pool.submit(
-                run_probe, name, python, job, tier, work_dir, timeout_s, progress, parallel, server, note,
+                run_probe, name, python, job, tier, work_dir, timeout_s, progress, parallel, server, note, exit_s,
             )
             for name, python in targets
         }
@@ -440,20 +564,6 @@ def kill_group(proc: ProbeProcess, wait: bool = True) -> None:
             pass
     if wait:
         proc.wait()
-
-
-def _report_progress(out_path: Path, branch: str, seen: int, total: int, progress: Progress | None) -> int:
-    if progress is None or not out_path.exists():
-        return seen
-    lines = out_path.read_text(errors="replace").splitlines()
-    runs = [line for line in lines if '"kind": "run"' in line]
-    if len(runs) != seen:
-        try:
-            last = json.loads(runs[-1])
-        except ValueError:
-            last = {}
-        progress(branch, len(runs), total, clean(str(last.get("scenario", ""))), clean(str(last.get("label", ""))))
-    return len(runs)
 
 
 def _peak_rss_mb(pid: int) -> float | None:

@@ -50,13 +50,16 @@ def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int
     raise AssertionError("the planted hang never started")
 
 
-@pytest.mark.parametrize("signum, code, launch", [
-    (signal.SIGINT, 130, ["main", "hang"]), (signal.SIGTERM, 130, ["main", "hang"]),
-    (signal.SIGKILL, -signal.SIGKILL, ["main", "hang"]),
-    # Two branches: their probes are forked from the fork server (the default). One: it starts fresh.
-    (signal.SIGINT, 130, ["--no-fork", "hang"]), (signal.SIGKILL, -signal.SIGKILL, ["hang"]),
+@pytest.mark.parametrize("signum, code, launch, ignored", [
+    (signal.SIGINT, 130, ["main", "hang"], False), (signal.SIGTERM, 130, ["main", "hang"], False),
+    (signal.SIGKILL, -signal.SIGKILL, ["main", "hang"], False),
+    # Two branches: their probes are forked from the fork server (the default). --no-fork: fresh.
+    (signal.SIGINT, 130, ["--no-fork", "hang"], False), (signal.SIGKILL, -signal.SIGKILL, ["hang"], False),
+    # Started the way a non-interactive shell starts `difftest run ... &`: SIGINT inherited ignored.
+    # The hang named alone: the baseline (main) is measured beside it all the same.
+    (signal.SIGINT, 130, ["hang"], True),
 ])
-def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, code, launch):
+def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, code, launch, ignored):
     marker = tmp_path / "probe.pid"
     hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
     config = faulty_config(tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang))
@@ -68,6 +71,7 @@ def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, co
     process = subprocess.Popen(
         [str(DIFFTEST), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out), *launch],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
     )
     probe = wait_for(marker, process)
     assert alive(probe)
@@ -82,7 +86,7 @@ def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, co
     if signum != signal.SIGKILL:
         # main's probe may still be running when the hang starts: it is stopped too.
         assert re.search(r"interrupted; [12] running probe\(s\) stopped", err), err
-        assert ("fork server ready" in err) == ("main" in launch), err
+        assert ("fork server ready" in err) == ("--no-fork" not in launch), err
     # Cleared when the run started, and nothing half-measured was written after it.
     assert not (out / "report.md").exists() and not (out / "evidence.json").exists()
     deadline = time.monotonic() + 5  # the kernel delivers the parent-death signal asynchronously

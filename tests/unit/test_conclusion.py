@@ -9,9 +9,15 @@ was written for the shipped branches instead of derived would fail here.
 from __future__ import annotations
 
 from difftest.core.evidence import ScenarioEvidence
-from difftest.core.records import Difference, Result
+from difftest.core.records import Difference, Reading, Result, StepRecord, Totals
 from difftest.core.verdicts import counter_differences, unmeasured
 from difftest.reports.conclusion import conclude
+from difftest.tiers.common.accounting import RULES
+from difftest.tiers.engine import oracle as engine_oracle
+from difftest.tiers.engine.scenario import EngineScenario
+from difftest.tiers.scheduler import oracle
+from difftest.tiers.scheduler.scenario import Scenario
+from difftest.tiers.scheduler.tier import SchedulerTier
 from tests.factories import make_evidence, make_expected, make_result, make_run, make_totals, make_violation
 
 ORDERS = {"order:p,g,q": ["p", "g", "q"], "order:p,q,g": ["p", "q", "g"], "order:g,p,q": ["g", "p", "q"]}
@@ -83,17 +89,16 @@ def test_diverge_on_truncation_is_called_an_overcount_and_says_why() -> None:
     )
 
 
-def test_diverge_on_rows_gives_the_reading_and_folds_the_emitted_count_that_follows() -> None:
+def test_diverge_on_rows_states_the_rule_and_folds_the_emitted_count_that_follows() -> None:
+    """No scenario facts here (made-up scenarios): the rule, never a reading nobody can check (issue 19, item 13)."""
     extra_row = dict(num_drafts=5, num_emitted_tokens=12, mean_acceptance_length=2.4)
     results = [diverging("fix-a", "all-invalid", **extra_row), diverging("fix-a", "mixed", **extra_row)]
-    (standing,) = conclude(evidence(results, reading="strict")).standings
-    assert standing.headline == (
-        "diverges in 2/2 runs, on num_drafts: +1 in all-invalid and mixed; "
-        "strict reading: a request whose drafts are all grammar-invalid makes no row"
-    )
-    assert standing.also == []  # the emitted +1 follows from the extra row: not a finding of its own
-    (lenient,) = conclude(evidence(results, reading="lenient")).standings
-    assert lenient.headline.endswith("lenient reading: a request whose drafts are all grammar-invalid makes a row with 0 draft tokens")
+    for reading in ("strict", "lenient"):
+        (standing,) = conclude(evidence(results, reading=reading)).standings
+        assert standing.headline == (
+            "diverges in 2/2 runs, on num_drafts: +1 in all-invalid and mixed; the oracle: " + RULES["num_drafts"]
+        )
+        assert standing.also == []  # the emitted +1 follows from the extra row: not a finding of its own
 
 
 def test_extra_rows_with_draft_tokens_are_not_a_question_of_the_reading() -> None:
@@ -139,7 +144,7 @@ def test_a_broken_branch_that_also_diverges_says_both() -> None:
     ]
     (standing,) = conclude(evidence(results)).standings
     assert standing.verdict == "broken" and standing.counts == {"broken": 1, "error": 0, "diverge": 1, "pass": 0}
-    assert standing.also == ["also diverges in 1/2 runs, on num_drafts: +1 in s2; strict reading: a request whose drafts are all grammar-invalid makes no row"]
+    assert standing.also == ["also diverges in 1/2 runs, on num_drafts: +1 in s2; the oracle: " + RULES["num_drafts"]]
 
 
 def test_differences_are_read_from_the_results_not_recomputed() -> None:
@@ -158,3 +163,142 @@ def test_many_broken_runs_are_named_up_to_a_limit() -> None:
     ]
     (standing,) = conclude(evidence(results)).standings
     assert standing.headline.endswith("order:5 loses a; and 4 more runs")
+
+
+# -- issue 19, item 12: a branch with nothing measured is never ranked closest ------------------
+
+
+def test_a_branch_with_nothing_measured_is_never_ranked_closest() -> None:
+    hang = unmeasured("f-hang", "s1", "scheduler", "", ["order:a", "order:b", "order:c", "order:d"], "timeout", "strict")
+    broken = make_result("broken", branch="racy", scenario="s1")
+    verdict = conclude(evidence([broken, *hang])).verdict
+    assert "closest" not in verdict and "f-hang" not in verdict
+    assert verdict == "every measured branch is broken somewhere; fewest broken runs: racy"
+    partly = [make_result("pass", branch="half", scenario="s1"), *unmeasured("half", "s2", "scheduler", "", ["order:a"], "boom", "strict")]
+    assert conclude(evidence([*partly, *hang])).verdict == "closest to the oracle: half (nothing broken; 1/2 could not be measured)"
+
+
+def test_when_no_branch_has_a_measured_run_nothing_is_ranked() -> None:
+    results = [
+        *unmeasured("f-hang", "s1", "scheduler", "", ["order:a", "order:b"], "timeout", "strict"),
+        *unmeasured("main", "s1", "scheduler", "", ["order:a", "order:b"], "ImportError: no vllm", "strict"),
+    ]
+    verdict = conclude(evidence(results)).verdict
+    assert "closest" not in verdict
+    assert verdict == "nothing was measured: no run of f-hang or main could be measured"
+
+
+# -- issue 19, item 13: the reading is the reason only where the scenario has an all-invalid request --
+
+#: A request whose every draft the choice grammar rejects (async: -1 padded): the readings differ on it.
+ALL_INVALID = {
+    "name": "yes-or-no", "statement": "every draft of the grammar request is rejected", "k": 3, "draft_path": "async",
+    "requests": [{
+        "id": "g", "prompt": "ok?", "max_tokens": 10, "grammar": {"choice": ["yes", "no"]}, "target": "yes<eos>",
+        "drafter": {"kind": "scripted", "steps": ["zzz", "zzz", "zzz"], "then": "perfect"},
+    }],
+}
+#: No grammar at all: EOS is the bonus token. The readings agree on every run.
+NO_GRAMMAR = {
+    "name": "bonus-end", "statement": "EOS is the bonus token", "k": 3, "orders": "all",
+    "requests": [
+        {"id": "e", "prompt": "hi", "max_tokens": 20, "target": "xabc<eos>", "drafter": {"kind": "scripted", "steps": ["abc"]}},
+        {"id": "p", "prompt": "go", "max_tokens": 9, "target": "abcdefghij",
+         "drafter": {"kind": "scripted", "steps": [], "then": "perfect"}},
+    ],
+}
+#: A grammar, but only the last draft of each step is invalid: no request is ALL invalid, the readings agree.
+PARTLY_INVALID = {
+    "name": "spell", "statement": "the last draft of each step is rejected", "k": 3, "draft_path": "async",
+    "requests": [{
+        "id": "g", "prompt": "spell", "max_tokens": 20, "grammar": {"choice": ["abcdef"]}, "target": "abcdef<eos>",
+        "drafter": {"kind": "scripted", "steps": ["bcz", "efz"], "then": "perfect"},
+    }],
+}
+
+
+def scenario_of(raw: dict) -> Scenario:
+    """The scenario as the tier's loader validates it (the very object a run is made from)."""
+    return SchedulerTier().parse_scenario(raw, f"<{raw['name']}>")
+
+
+def counted(scenario: Scenario, label: str, reading: Reading, measured: Totals, branch: str = "fix-a") -> Result:
+    """The result of a branch that measured `measured` on one planned run, judged by the real oracle."""
+    run = next(r for r in scenario.runs() if r["label"] == label)
+    expected = oracle.expected_totals(scenario, run["order"], reading)
+    return make_result(
+        "diverge", branch=branch, scenario=scenario.name, label=label, reading=reading, measured=measured,
+        expected=expected, differences=counter_differences(measured, expected),
+    )
+
+
+def one_more_row(totals: Totals) -> Totals:
+    """What a branch counting one more row (with no draft token, emitting one token) reports."""
+    rows, emitted = totals.num_drafts + 1, totals.num_emitted_tokens + 1
+    return totals.model_copy(update={"num_drafts": rows, "num_emitted_tokens": emitted, "mean_acceptance_length": emitted / rows})
+
+
+def test_an_extra_row_where_no_request_is_all_grammar_invalid_gives_no_reading() -> None:
+    """The excess `num_drafts` in a scenario without an all-invalid request is not the reading's."""
+    for raw in (NO_GRAMMAR, PARTLY_INVALID):
+        scenario = scenario_of(raw)
+        label = scenario.runs()[0]["label"]
+        result = counted(scenario, label, "strict", one_more_row(oracle.expected_totals(scenario, scenario.runs()[0]["order"])))
+        for facts in ({}, {"scenarios": {scenario.name: scenario}}):
+            (standing,) = conclude(evidence([result]), **facts).standings
+            assert standing.headline.startswith(f"diverges in 1/1 runs, on num_drafts: +1 in {scenario.name}"), standing.headline
+            assert "reading" not in standing.headline and "grammar-invalid makes" not in standing.headline
+
+
+def test_the_reading_is_the_reason_only_where_the_scenario_has_an_all_invalid_request() -> None:
+    scenario = scenario_of(ALL_INVALID)
+    (run,) = scenario.runs()
+    lenient = oracle.expected_totals(scenario, run["order"], "lenient")
+    strict = oracle.expected_totals(scenario, run["order"], "strict")
+    assert lenient.num_drafts > strict.num_drafts  # the fact the reason rests on
+    facts = {scenario.name: scenario}
+    # A branch that counts the all-invalid rows, judged strictly: the strict reading is why it differs.
+    too_many = counted(scenario, run["label"], "strict", lenient)
+    (standing,) = conclude(evidence([too_many], reading="strict"), scenarios=facts).standings
+    assert standing.headline == (
+        f"diverges in 1/1 runs, on num_drafts: +{lenient.num_drafts - strict.num_drafts} in yes-or-no; "
+        "strict reading: a request whose drafts are all grammar-invalid makes no row"
+    )
+    assert standing.also == []  # the emitted count that follows the rows is not a finding of its own
+    # The reverse, judged leniently.
+    too_few = counted(scenario, run["label"], "lenient", strict)
+    (standing,) = conclude(evidence([too_few], reading="lenient"), scenarios=facts).standings
+    assert standing.headline.endswith("lenient reading: a request whose drafts are all grammar-invalid makes a row with 0 draft tokens")
+    # Without the scenario the conclusion cannot know: it states the rule, not a reason.
+    (blind,) = conclude(evidence([too_many], reading="strict")).standings
+    assert "reading" not in blind.headline and blind.headline.endswith("; the oracle: " + RULES["num_drafts"])
+    # A row count the other reading does not explain (one more still) is not the reading's either.
+    beyond = counted(scenario, run["label"], "strict", one_more_row(lenient))
+    (standing,) = conclude(evidence([beyond], reading="strict"), scenarios=facts).standings
+    assert "reading" not in standing.headline
+
+
+def test_the_reading_is_read_from_a_recorded_run_with_its_steps() -> None:
+    """The engine tier's oracle reads the run's steps (stripped from the evidence): given the recorded
+    run, a step whose scheduled drafts were all invalidated is the fact."""
+    steps = [
+        StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
+        StepRecord(step=1, scheduled=["g"], drafts={"g": [1, 2, 3]}, invalid={"g": 3}, sampled={"g": [6]}, emitted={"g": [6]}),
+        StepRecord(step=2, scheduled=["g"], drafts={"g": [7, 8, 9]}, sampled={"g": [7, 8]}, emitted={"g": [7, 8]}),
+    ]
+    run = make_run("order:g", scenario="eng", tier="engine", steps=steps)
+    strict = engine_oracle.expected_totals(3, run, "strict")
+    lenient = engine_oracle.expected_totals(3, run, "lenient")
+    assert lenient.num_drafts == strict.num_drafts + 1
+    result = make_result(
+        "diverge", branch="b", scenario="eng", tier="engine", label="order:g", measured=lenient, expected=strict,
+        differences=counter_differences(lenient, strict),
+    )
+    scenario = EngineScenario.model_validate(
+        {"name": "eng", "statement": "a structured request", "k": 3, "requests": [{"id": "g", "prompt": "ok?", "max_tokens": 8}]}
+    )
+    found = evidence([result])
+    (stepless,) = conclude(found, scenarios={"eng": scenario}).standings  # the evidence keeps no steps
+    assert "reading" not in stepless.headline
+    (standing,) = conclude(found, scenarios={"eng": scenario}, recorded={("b", "eng", "order:g"): run}).standings
+    assert standing.headline.endswith("strict reading: a request whose drafts are all grammar-invalid makes no row")

@@ -150,7 +150,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "8" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "9" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
         assert key in record
@@ -283,13 +283,14 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "9"}', "schema version '9'"),
+        ('{"schema_version": "10"}', "schema version '10'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
         ('{"schema_version": "5"}', "invalid evidence file"),
         ('{"schema_version": "6"}', "invalid evidence file"),
         ('{"schema_version": "8"}', "invalid evidence file"),
+        ('{"schema_version": "9"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -10,6 +10,7 @@ import pytest
 from difftest.core.records import Failure, ProbeHeader
 from difftest.core.errors import ConfigError
 from difftest.run.result_cache import CACHE_ENV, ResultCache, cache_dir, cacheable, open_cache, result_key
+from difftest.core.outcome import clean_outcome
 from difftest.run.runner import BranchRun
 from tests.factories import make_run
 
@@ -22,7 +23,8 @@ BASE = {"key": "b", "wheel_hash": "w" * 64}
 
 
 def _clean(**overrides: Any) -> BranchRun:
-    fields: dict[str, Any] = dict(branch="main", tier="scheduler", header=HEADER, runs=[make_run()], exited_cleanly=True)
+    fields: dict[str, Any] = dict(branch="main", tier="scheduler", header=HEADER, runs=[make_run()], exited_cleanly=True,
+                                  outcome=clean_outcome(12.0))
     return BranchRun(**{**fields, **overrides})
 
 

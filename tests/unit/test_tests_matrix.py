@@ -73,7 +73,12 @@ def test_html_shows_the_matrix_escaped() -> None:
     page = render_html(matrix_evidence())
     assert "Tests of X on the code of Y" in page and "1 regression" in page
     assert "<script>x" not in page and "&lt;script&gt;" in page and "<b>evil" not in page
-    assert "<th>oracle</th>" not in page, "a tier without counters shows no counter table"
+    # A counter table printed as escaped text would hide from the check below: every table is markup.
+    assert "&lt;table" not in page and "&lt;th&gt;" not in page, "a table printed as text"
+    assert "<th>counter</th>" not in page and "<th>oracle</th>" not in page, "a tier without counters shows no counter table"
+    assert "the other 1 run(s)" not in page and "Values of run" not in page, "nor a word about one"
+    # Verdict grid, branches, the cross matrix, the two sources' matrices and EVIL's violation.
+    assert page.count("<table") == 6
 
 
 def test_terminal_shows_the_matrix() -> None:

@@ -20,6 +20,7 @@ import difftest.run.result_cache as result_cache
 from difftest.probe.protocol import PROTOCOL_VERSION, CallInfo, Job, RecordWriter
 from difftest.run.delivery import read_delivery
 from difftest.run.result_cache import ResultCache
+from difftest.core.outcome import clean_outcome
 from difftest.run.runner import BranchRun
 from difftest.run.validated import CopyDamaged, ReadRecords, copy_path, read_copy, write_copy
 from tests.factories import TIER, make_step, make_totals
@@ -62,7 +63,7 @@ def _measured(folder: Path) -> BranchRun:
     records_path.write_text(stream.getvalue())
     delivery = read_delivery(records_path, NONCE, JOB, TIER, exited_cleanly=True)
     return BranchRun(branch="main", tier=TIER, header=delivery.header, runs=delivery.runs(None), exited_cleanly=True,
-                     job_path=job_path, records_path=records_path, nonce=NONCE, duration_s=12.0, ended_at=1.7e9)
+                     outcome=clean_outcome(12.0), job_path=job_path, records_path=records_path, nonce=NONCE, duration_s=12.0, ended_at=1.7e9)
 
 
 @pytest.fixture

@@ -1,0 +1,115 @@
+"""No descendant of a probe outlives it: processes that branch code starts are found and ended.
+
+A probe runs in its own session, and the host kills that process group after
+every exit. A child that left the group (`setsid`, a daemon's double fork) is
+found another way: every probe gets a token of its own in its environment
+(`TOKEN_ENV`), which its children inherit, and once the probe has ended the
+host ends every process whose environment holds it. difftest also makes
+itself a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so an orphan is
+re-parented to difftest rather than to init, and whatever is still its child
+when the command ends is ended then (`end_orphans`).
+
+Out of reach: a descendant that both clears its environment and leaves the
+probe's process group, while difftest keeps running (it is ended when the
+command ends, as an orphan of difftest's), or one started through another
+service (systemd, a container runtime, `at`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+#: Every probe's processes carry this variable, with a value of their own probe's.
+TOKEN_ENV = "DIFFTEST_PROBE_TOKEN"
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def new_token() -> str:
+    """A token for one probe: this host's pid and a random part."""
+    return f"{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants are re-parented to this process (Linux); False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        return
+    try:  # re-parented to this subreaper: reap it, or it stays a zombie until difftest ends
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def end_descendants(token: str, passes: int = 3) -> list[int]:
+    """SIGKILL every process that carries `token` (a probe's descendants, once the probe has ended);
+    a few passes, for any that forked while it was looked for. Their pids."""
+    needle = f"{TOKEN_ENV}={token}".encode()
+    ended: list[int] = []
+    me = os.getpid()
+    for _ in range(passes):
+        found = [pid for pid in _pids() if pid != me and _carries(pid, needle)]
+        if not found:
+            break
+        for pid in found:
+            _kill(pid)
+        ended += found
+    return ended
+
+
+def end_orphans(every_child: bool) -> list[int]:
+    """SIGKILL the orphans re-parented to this process (`become_subreaper`) when a command ends: its
+    children that carry one of its probes' tokens, or with `every_child` all of its children (the
+    command line's own process, where nothing else of its can still be running then)."""
+    me = os.getpid()
+    ours = f"{TOKEN_ENV}={me}-".encode()
+    found = [pid for pid in _pids() if _parent(pid) == me and (every_child or _carries_prefix(pid, ours))]
+    for pid in found:
+        _kill(pid)
+    return found
+
+
+def _carries_prefix(pid: int, prefix: bytes) -> bool:
+    try:
+        return any(entry.startswith(prefix) for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+    except OSError:
+        return False

@@ -1,0 +1,137 @@
+"""The fault kit: hostile branch patches, each with the contract difftest must keep against it.
+
+Each `Fault` is a real patch on the fixture repository (vLLM 0.32.0's sources),
+written by `patch(tmp, repo)`, and `expect` names the verdicts its runs must
+read next to `main`. `tests/faults/test_fault_kit.py` runs every fault through
+every path a verdict can come by (fresh probes, forked probes, a result cache
+written then reused, shards merged) and checks the same contract on each:
+the verdicts, the exit code, main intact, every report whole, no process left.
+A new path to a verdict is not done until it is in that matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.e2e.cli_helpers import INIT_MARKER, METRICS, SCHEDULER
+from tests.patching import insert_after, prepend
+
+#: The environment variable the `env-count` fault's counting reads (vLLM's prefix: it reaches probes).
+SKEW_ENV = "VLLM_DIFFTEST_FAULT_SKEW"
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    #: What the branch does, in a sentence (the issue's words).
+    does: str
+    #: (tmp folder, fixture repo) -> the patch file.
+    patch: Callable[[Path, object], Path]
+    #: The verdicts every run of the branch must read.
+    expect: frozenset[str]
+    #: Text that must appear in every run's reason (error or first violation).
+    says: str = ""
+
+
+def _pid_file(tmp: Path, name: str) -> Path:
+    return tmp / f"{name}.pids"
+
+
+#: Starts a non-daemon thread when the stats module is imported: the probe cannot exit.
+EXIT_HANG = (
+    "import threading as _threading, time as _time\n"
+    "def _flush_forever():\n"
+    "    while True:\n"
+    "        _time.sleep(1)\n"
+    "_threading.Thread(target=_flush_forever, name='stats-flusher').start()\n"
+)
+#: Truncates the probe's own records file as the process exits.
+TRUNCATE = (
+    "import atexit as _atexit, sys as _sys\n"
+    "def _truncate():\n"
+    "    if '--out' in _sys.argv:\n"
+    "        open(_sys.argv[_sys.argv.index('--out') + 1], 'w').close()\n"
+    "_atexit.register(_truncate)\n"
+)
+#: Exits 1 after every record and the trailer are written.
+EXIT_ONE = (
+    "import atexit as _atexit, os as _os\n"
+    "_atexit.register(lambda: _os._exit(1))\n"
+)
+
+
+def _orphan(tmp: Path) -> str:
+    """Starts a child that leaves the probe's session and sleeps; its pid goes to a file the test reads."""
+    pids = _pid_file(tmp, "orphan")
+    return (
+        "import subprocess as _subprocess\n"
+        "_child = _subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"open({str(pids)!r}, 'a').write(f'{{_child.pid}}\\n')\n"
+    )
+
+
+def _environ_reader(tmp: Path) -> str:
+    """Copies what the probe's own process shows of its environment where the test can read it."""
+    seen = tmp / "environ-seen.txt"
+    return (
+        "import os as _os\n"
+        f"with open({str(seen)!r}, 'ab') as _seen:\n"
+        "    _seen.write(open('/proc/self/environ', 'rb').read() + b'\\n')\n"
+        "    _seen.write(repr(dict(_os.environ)).encode() + b'\\n')\n"
+    )
+
+
+#: Counts one accepted token too many whenever SKEW_ENV is set.
+ENV_COUNT = (
+    "        import os as _os\n"
+    f"        if _os.environ.get({SKEW_ENV!r}):\n"
+    "            num_accepted_tokens += 1\n"
+)
+ENV_COUNT_MARKER = "        self.num_accepted_tokens += num_accepted_tokens\n"
+
+FAULTS = (
+    Fault("exit-hang", "starts a non-daemon thread at import of metrics.py: the probe never exits",
+          lambda tmp, repo: prepend(tmp / "exit-hang.patch", repo, METRICS, EXIT_HANG),
+          frozenset({"broken"}), says="'stats-flusher'"),
+    Fault("sched-hang", "schedule() never returns",
+          lambda tmp, repo: insert_after(tmp / "sched-hang.patch", repo, SCHEDULER, "        self.current_step += 1\n",
+                                         "        import time as _time\n        _time.sleep(3600)\n"),
+          frozenset({"broken"}), says="did not finish"),
+    Fault("truncate", "truncates its own records file at exit",
+          lambda tmp, repo: prepend(tmp / "truncate.patch", repo, METRICS, TRUNCATE),
+          frozenset({"error"})),
+    Fault("exit-one", "exits 1 after its last run",
+          lambda tmp, repo: prepend(tmp / "exit-one.patch", repo, METRICS, EXIT_ONE),
+          frozenset({"broken"}), says="exited with code 1"),
+    Fault("orphan", "starts a child that leaves the probe's session",
+          lambda tmp, repo: insert_after(tmp / "orphan.patch", repo, SCHEDULER, INIT_MARKER,
+                                         "".join("        " + line + "\n" for line in _orphan(tmp).splitlines())),
+          frozenset({"pass"})),
+    Fault("environ", "reads its own process's environment, looking for the nonce",
+          lambda tmp, repo: prepend(tmp / "environ.patch", repo, METRICS, _environ_reader(tmp)),
+          frozenset({"pass"})),
+    Fault("env-count", f"counts an accepted token too many when {SKEW_ENV} is set (it is not, here)",
+          lambda tmp, repo: _env_count_patch(tmp, repo),
+          frozenset({"pass"})),
+)
+
+
+def _env_count_patch(tmp: Path, repo: object) -> Path:
+    from difftest.build.refs import read_blob
+    from tests.patching import make_patch
+
+    old = read_blob(repo, "v0.32.0", METRICS).decode()
+    assert ENV_COUNT_MARKER in old, "SpecDecodingStats no longer adds num_accepted_tokens this way"
+    return make_patch(tmp / "env-count.patch", METRICS, old, old.replace(ENV_COUNT_MARKER, ENV_COUNT + ENV_COUNT_MARKER, 1))
+
+
+def orphan_pids(tmp: Path) -> list[int]:
+    path = _pid_file(tmp, "orphan")
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def environ_seen(tmp: Path) -> str:
+    path = tmp / "environ-seen.txt"
+    return path.read_bytes().decode("utf-8", "replace") if path.exists() else ""
