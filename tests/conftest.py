@@ -9,7 +9,6 @@ vLLM's import once per machine state, not once per test.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from difftest.core import paths
 from difftest.core.config import Config, load_config
 from difftest.core.records import ProbeRun
 from difftest.run.pipeline import make_job
+from difftest.run.result_cache import result_key
 from difftest.run.runner import allow_probes, run_probe
 from tests.factories import ROOT, link_base_into
 
@@ -95,8 +95,11 @@ def shipped_scenarios(shipped_config) -> Callable[[str], list]:
     return load
 
 
-#: Probe output kept between sessions (keyed by environment and job), behind one lock per tier.
-_PROBE_CACHE = "test-probe-cache-v2"
+#: Probe output kept between sessions, keyed as the result cache keys runs (`result_key`), behind one
+#: lock per tier. v3: keyed on difftest's own code and the environment passed to probes too.
+_PROBE_CACHE = "test-probe-cache-v3"
+#: The probe time limit of those runs (`timeouts.probe_s`).
+PROBE_S = 900
 
 
 @pytest.fixture(scope="session")
@@ -104,31 +107,40 @@ def probe_runs(workspace, shipped_scenarios) -> Callable[[str, str], list[ProbeR
     """probe_runs(tier, branch) -> one ProbeRun per planned run of every shipped scenario of the tier.
 
     Runs the real probe in the branch's environment once per machine state: the
-    validated runs are cached on disk under the environment's key and the job's
-    hash. The lock is per tier: engine probes never overlap (an engine wants the
-    machine's cores), scheduler probes of different branches wait on each other
-    only across xdist workers.
+    validated runs are cached on disk under the key the result cache would give
+    them (`run.result_cache.result_key`): the branch environment's content, the
+    base's fingerprint, the job, the scenario files, difftest's version, protocol
+    and own code that plays and reads runs (`code_digest`), and the variables that
+    reach a probe (`run.probe_env.passed_environ`). So runs an older difftest, or
+    another environment, made are never taken for this one's. The lock is per
+    tier: engine probes never overlap (an engine wants the machine's cores),
+    scheduler probes of different branches wait on each other only across xdist
+    workers.
     """
-    memo: dict[tuple[str, str], list[ProbeRun]] = {}
+    memo: dict[str, list[ProbeRun]] = {}
     root = paths.difftest_home() / _PROBE_CACHE
     root.mkdir(parents=True, exist_ok=True)
 
     def runs(tier_name: str, branch: str) -> list[ProbeRun]:
-        if (tier_name, branch) in memo:
-            return memo[(tier_name, branch)]
         tier = tiers.get(tier_name)
         env = workspace.branch(branch).env
         assert env is not None, workspace.branch(branch).error
-        job = make_job(tier, shipped_scenarios(tier_name), run_timeout_s=120)
-        job_hash = hashlib.sha256(json.dumps({**job, "work_dir": ""}, sort_keys=True).encode()).hexdigest()[:16]
-        cache = root / f"{env.fingerprint['key']}-{tier_name}-{job_hash}"
+        scenarios = shipped_scenarios(tier_name)
+        job = make_job(tier, scenarios, run_timeout_s=120)
+        # Not where the models are built (a test's own DIFFTEST_HOME): the runs do not depend on it.
+        keyed_job = {**job, "work_dir": ""}
+        key = result_key(tier_name, keyed_job, env.fingerprint, workspace.base.fingerprint,
+                         {s.name: s.sha256 for s in scenarios}, PROBE_S)
+        if key in memo:  # keyed on every call: a variable a test sets reaches the probe, so it changes the key
+            return memo[key]
+        cache = root / f"{branch}-{tier_name}-{key[:16]}"
         done = cache / "runs.json"
         with FileLock(str(root / f"{tier_name}.lock")):
             if not done.exists():
-                delivered = run_probe(branch, env.python, job, tier_name, cache, 900)
+                delivered = run_probe(branch, env.python, job, tier_name, cache, PROBE_S)
                 assert delivered.error is None, delivered.error
                 done.write_text(json.dumps([r.model_dump(mode="json") for r in delivered.runs]))
-        memo[(tier_name, branch)] = [ProbeRun.model_validate(r) for r in json.loads(done.read_text())]
-        return memo[(tier_name, branch)]
+        memo[key] = [ProbeRun.model_validate(r) for r in json.loads(done.read_text())]
+        return memo[key]
 
     return runs

@@ -10,12 +10,12 @@ from rich.console import Console
 
 from difftest import tiers
 from difftest.core.config import DEFAULT_CONFIG, Config
-from difftest.core.errors import ConfigError
 from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun
 from difftest.reports import write_reports
 from difftest.reports.trace import traces_for
-from difftest.run.pipeline import CompareRequest, Comparison, select_scenarios
+from difftest.run.pipeline import CompareRequest, Comparison
+from difftest.run.rejudge import recorded_scenarios  # noqa: F401 - show and verify import it from here
 from difftest.tiers.common.scenario import ScenarioBase
 
 Log = Callable[[str], None]
@@ -139,20 +139,3 @@ def write_evidence_reports(
     failing = [r for r in evidence.results if r.verdict != "pass"]
     traces = traces_for(failing, recorded, scenarios, evidence.reading)
     return write_reports(evidence, out, traces, extra, scenarios, recorded)
-
-
-def recorded_scenarios(config: Config, recorded: Evidence, names: list[str] | None = None) -> dict[str, ScenarioBase]:
-    """The config's scenarios the evidence names (`names`: some of them), each the very file the evidence
-    was made from (its sha256), or ConfigError naming the first that is missing or changed."""
-    wanted = names if names is not None else list(recorded.scenarios)
-    tier_names = list(dict.fromkeys(recorded.scenarios[n].tier for n in wanted))
-    found = {s.name: s for group in select_scenarios(config, tier_names or None, None) for s in group.scenarios}
-    for name in wanted:
-        then, now = recorded.scenarios[name], found.get(name)
-        if now is None or now.sha256 != then.sha256:
-            raise ConfigError(
-                f"scenario {name!r} ({then.file}) is missing or its file changed "
-                f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
-                "use the scenario files (and the branches.yaml, -c) the evidence was produced with",
-            )
-    return {name: found[name] for name in wanted}

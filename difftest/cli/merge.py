@@ -1,9 +1,12 @@
 """`difftest merge EVIDENCE... --out DIR`: the shards of `run --shard I/N` joined into one comparison.
 
-Checks that the files are the shards of one comparison (`core.shards`),
-copies each shard's probe files under `DIR/probe/shard-I/` (checked against
-the hashes their evidence holds, as `show` checks them), and writes the reports
-and the evidence a single run writes.
+Checks that the files are the shards of one comparison this difftest wrote
+(`core.shards`), judges every shard again from its probe files (`run.rejudge`:
+the records and jobs checked against the hashes their evidence holds, the
+scenarios against the config's files; the shards' own verdicts are never
+read), copies each shard's probe files under `DIR/probe/shard-I/`, and writes
+the reports and the evidence a single run writes. Nothing is written into
+`DIR` until every shard has been checked and judged.
 """
 
 from __future__ import annotations
@@ -13,17 +16,22 @@ import shutil
 import sys
 from pathlib import Path
 
-from difftest.cli.base import Command, Log, add_config, recorded_scenarios, stdout_console
+from difftest.build.envs.fingerprint import sha256_file
+from difftest.cli.base import (
+    Command,
+    Log,
+    add_config,
+    stdout_console,
+    write_evidence_reports,
+)
 from difftest.core.config import Config
 from difftest.core.errors import DifftestError
-from difftest.core.evidence import Evidence, ProbeFiles, read_evidence
-from difftest.core.records import ProbeRun
-from difftest.core.shards import check_shards, merge_shards
+from difftest.core.evidence import ProbeFiles, read_evidence, written_version
+from difftest.core.shards import Shard, check_shards, merge_shards
 from difftest.core.verdicts import exit_code
-from difftest.reports import locked_out, prepare_out, write_reports
+from difftest.reports import locked_out, prepare_out
 from difftest.reports.terminal import render_terminal
-from difftest.reports.trace import traces_for
-from difftest.run.recorded import recorded_runs
+from difftest.run.rejudge import Rejudged, rejudge
 
 
 class MergeCommand(Command):
@@ -42,16 +50,15 @@ class MergeCommand(Command):
         if any(p.resolve().parent == out.resolve() for p in paths):
             raise DifftestError(f"--out {args.out!r} holds a shard being merged", "pass --out another folder")
         with locked_out(out):  # the whole command: nobody else writes into `out` meanwhile (`locked_out`)
-            parts = [(str(p), read_evidence(p)) for p in paths]
-            check_shards(parts)
-            folders = {e.shard.index: p.parent for p, (_n, e) in zip(paths, parts) if e.shard}
-            # Every shard's step records, checked against its own evidence before anything is written.
-            recorded = {
-                (b, run.scenario, run.label): run
-                for (_n, e), p in zip(parts, paths)
-                for b, t in {(f.branch, f.tier) for f in e.probes}
-                for run in recorded_runs(e, p.parent, b, t)
-            }
+            shards = [Shard(str(p), read_evidence(p), written_version(p)) for p in paths]
+            check_shards(shards)
+            folders = {s.evidence.shard.index: p.parent for p, s in zip(paths, shards) if s.evidence.shard}
+            # Every shard judged again from its own files, before anything is written.
+            judged: dict[int, Rejudged] = {}
+            for shard in shards:
+                assert shard.evidence.shard is not None
+                index = shard.evidence.shard.index
+                judged[index] = rejudge(config, shard.evidence, folders[index], shard.name, shard.evidence.shard.order)
             prepare_out(out)
 
             def moved(index: int, files: ProbeFiles) -> ProbeFiles:
@@ -61,17 +68,19 @@ class MergeCommand(Command):
                 for key in ("job", "records"):
                     source = folders[index] / getattr(files, key)
                     shutil.copyfile(source, target / source.name)
+                    if sha256_file(target / source.name) != getattr(files, f"{key}_sha256"):
+                        raise DifftestError(  # it changed after it was judged: the merge would cite other bytes
+                            f"{source} changed while it was being merged", "merge again once nothing writes the shards",
+                        )
                     renamed[key] = (target / source.name).relative_to(out).as_posix()
                 return files.model_copy(update=renamed)
 
-            merged = merge_shards(parts, moved).model_copy(update={"command": sys.argv[:]})
-            write_merged(config, merged, out, recorded)
-            render_terminal(merged, stdout_console())
-            log(f"merged {len(parts)} shard(s) into {out}")
+            merged = merge_shards(
+                shards, moved, {i: j.results for i, j in judged.items()}, {i: j.runs for i, j in judged.items()}
+            ).model_copy(update={"command": sys.argv[:]})
+            scenarios = {name: s for j in judged.values() for name, s in j.scenarios.items()}
+            recorded = {key: run for j in judged.values() for key, run in j.recorded.items()}
+            write_evidence_reports(merged, out, scenarios, recorded)
+            render_terminal(merged, stdout_console(), scenarios=scenarios, recorded=recorded)
+            log(f"merged {len(shards)} shard(s) into {out}, every verdict judged again from their runs")
             return exit_code(merged.results)
-
-
-def write_merged(config: Config, merged: Evidence, out: Path, recorded: dict[tuple[str, str, str], ProbeRun]) -> None:
-    scenarios = recorded_scenarios(config, merged, [n for n, s in merged.scenarios.items() if not s.skipped])
-    failing = [r for r in merged.results if r.verdict != "pass"]
-    write_reports(merged, out, traces_for(failing, recorded, scenarios, merged.reading))

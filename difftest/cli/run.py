@@ -13,8 +13,8 @@ from difftest.cli.base import (
     add_cache_option,
     add_compare_options,
     add_format,
-    comparison_facts,
     compare_request,
+    comparison_facts,
     stdout_console,
     write_comparison_reports,
 )

@@ -28,6 +28,8 @@ class ProcessOutcome(BaseModel):
     exit_overdue: bool = False
     #: What kept it from finishing, as it said before it was killed (threads still running, their stacks).
     stuck: str = ""
+    #: The last line it printed, when it exited non-zero on its own (a crash's exception, say).
+    last_line: str = ""
     #: Why difftest could not read what this probe wrote (its own failure, never the branch's verdict).
     host_error: str | None = None
     #: The probe's session started (vLLM imported, header written): runs it did not report were cut by it.
@@ -54,10 +56,11 @@ class ProcessOutcome(BaseModel):
             return f"was killed at the probe time limit{stuck}"
         if self.exit_code is None:
             return "never started"
+        said = f" ({self.last_line})" if self.last_line else ""
         if self.exit_code < 0:
-            return f"was killed by signal {-self.exit_code}"
+            return f"was killed by signal {-self.exit_code}{said}"
         if self.exit_code != 0:
-            return f"exited with code {self.exit_code}"
+            return f"exited with code {self.exit_code}{said}"
         if not self.trailer:
             return "exited without its trailer"
         return ""

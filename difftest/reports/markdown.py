@@ -32,11 +32,11 @@ from difftest.reports.views import (
     ScenarioView,
     branch_names,
     branch_origin,
+    launch_note,
+    reuse_note,
     scenario_names,
     scenario_views,
     severity,
-    launch_note,
-    reuse_note,
     shard_note,
     timestamp,
 )
@@ -84,7 +84,7 @@ def render_markdown(
     return text.rstrip("\n") + "\n"
 
 
-def _count(blocks: list["_Block"]) -> dict[str, int]:
+def _count(blocks: list[_Block]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for block in blocks:
         counts[block.first.verdict] = counts.get(block.first.verdict, 0) + 1 + len(block.others)
@@ -96,12 +96,16 @@ def _header(evidence: Evidence) -> list[str]:
     return [
         f"## {ICONS[code]} difftest: speculative-decoding stats",
         "",
-        f"Oracle reading: **{md_escape(evidence.reading)}** ({md_escape(READINGS.get(evidence.reading, ''))}) · "
-        f"base {md_escape(evidence.base.requirement)} · difftest {md_escape(evidence.difftest_version)} · "
-        f"{timestamp(evidence)}",
+        (
+            f"Oracle reading: **{md_escape(evidence.reading)}** ({md_escape(READINGS.get(evidence.reading, ''))}) · "
+            f"base {md_escape(evidence.base.requirement)} · difftest {md_escape(evidence.difftest_version)} · "
+            f"{timestamp(evidence)}"
+        ),
         "",
-        "Reproduce: `difftest verify evidence.json` (with the branches.yaml that produced it; "
-        "it rebuilds the same commits and re-runs every scenario).",
+        (
+            "Reproduce: `difftest verify evidence.json` (with the branches.yaml that produced it; "
+            "it rebuilds the same commits and re-runs every scenario)."
+        ),
         "",
         *([md_escape(note), ""] if (note := reuse_note(evidence)) else []),
         *([md_escape(note), ""] if (note := launch_note(evidence)) else []),
@@ -171,8 +175,10 @@ class _Block:
     def render(self) -> str:
         r = self.first
         lines = [
-            f"#### {ICONS[r.verdict]} {md_escape(r.scenario)} · {md_escape(r.branch)} · "
-            f"run {md_escape(r.label)}: {VERDICT_WORDS[r.verdict]}",
+            (
+                f"#### {ICONS[r.verdict]} {md_escape(r.scenario)} · {md_escape(r.branch)} · "
+                f"run {md_escape(r.label)}: {VERDICT_WORDS[r.verdict]}"
+            ),
             "",
         ]
         if r.statement:

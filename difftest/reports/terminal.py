@@ -26,18 +26,18 @@ from rich.text import Text
 from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun, Result
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
-from difftest.reports.tests_matrix import terminal_renderables
 from difftest.reports.conclusion import Conclusion, RunKey, conclude
 from difftest.reports.fit import fit
+from difftest.reports.tests_matrix import terminal_renderables
 from difftest.reports.views import (
     VERDICT_WORDS,
     Cell,
     ScenarioView,
     branch_names,
     emitted_source,
-    scenario_views,
     launch_note,
     reuse_note,
+    scenario_views,
     shard_note,
     timestamp,
     views_from,

@@ -83,11 +83,13 @@ def _kill(pid: int) -> None:
 def end_descendants(token: str, passes: int = 3) -> list[int]:
     """SIGKILL every process that carries `token` (a probe's descendants, once the probe has ended);
     a few passes, for any that forked while it was looked for. Their pids."""
+    if not token:
+        return []
     needle = f"{TOKEN_ENV}={token}".encode()
     ended: list[int] = []
     me = os.getpid()
     for _ in range(passes):
-        found = [pid for pid in _pids() if pid != me and _carries(pid, needle)]
+        found = [pid for pid in _pids() if pid != me and pid not in ended and _running(pid) and _carries(pid, needle)]
         if not found:
             break
         for pid in found:
@@ -96,16 +98,32 @@ def end_descendants(token: str, passes: int = 3) -> list[int]:
     return ended
 
 
+def _running(pid: int) -> bool:
+    """Not a zombie (a killed process waiting for its parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def end_orphans(every_child: bool) -> list[int]:
-    """SIGKILL the orphans re-parented to this process (`become_subreaper`) when a command ends: its
-    children that carry one of its probes' tokens, or with `every_child` all of its children (the
-    command line's own process, where nothing else of its can still be running then)."""
+    """SIGKILL the orphans re-parented to this process (`become_subreaper`) when a command ends, and reap
+    those that already ended: its children that carry one of its probes' tokens, or with `every_child`
+    all of its children (the command line's own process, where nothing else of its still runs then)."""
     me = os.getpid()
     ours = f"{TOKEN_ENV}={me}-".encode()
-    found = [pid for pid in _pids() if _parent(pid) == me and (every_child or _carries_prefix(pid, ours))]
+    children = [pid for pid in _pids() if _parent(pid) == me]
+    found = [pid for pid in children if _running(pid) and (every_child or _carries_prefix(pid, ours))]
     for pid in found:
         _kill(pid)
+    for pid in children:  # orphans that ended on their own wait for this subreaper to reap them
+        if not _running(pid):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
     return found
+
 
 
 def _carries_prefix(pid: int, prefix: bytes) -> bool:

@@ -143,7 +143,7 @@ def compare(
                 with progress(chosen.tier.name, names) as callback:
                     suites[chosen.tier.name] = measure_suites(
                         workspace, chosen.tier, scenario, request.out / chosen.tier.name, reading, callback, log,
-                        baseline=baseline,
+                        baseline=baseline, cache=cache,
                     )
                 judged = suites[chosen.tier.name].results
         else:

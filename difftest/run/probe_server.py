@@ -37,6 +37,7 @@ from typing import IO, Any
 
 from difftest.core.verdicts import one_line
 from difftest.core.outcome import ProcessOutcome
+from difftest.run import descendants
 from difftest.probe.protocol import Job
 from difftest.run.delivery import check_lines
 from difftest.run.runner import (
@@ -89,6 +90,7 @@ class ProbeServer:
         self.starts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._nonce = ""
+        self._token = ""
         self._buffer = bytearray()
         self._log_offset = 0
         self._answered = 0
@@ -197,6 +199,7 @@ class ProbeServer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         self._nonce = secrets.token_hex(16)
+        self._token = descendants.new_token()
         self._buffer = bytearray()
         self._answered = 0
         with open(self.log_path, "ab") as log:
@@ -210,7 +213,7 @@ class ProbeServer:
                 bufsize=0,
                 # As in `runner.run_probe`: not the caller's folder, whose difftest would shadow the env's probe.
                 cwd=self.work_dir,
-                env=probe_environ(self.parallel),
+                env={**probe_environ(self.parallel), descendants.TOKEN_ENV: self._token},
                 nonce=self._nonce,
                 start_new_session=True,
             )
@@ -227,7 +230,9 @@ class ProbeServer:
         if proc.poll() is None:
             kill_group(proc, wait=False)
         code = proc.wait()
+        kill_group(proc, wait=False)  # what is left of its group
         probe_process_ended(proc)
+        descendants.end_descendants(self._token)  # and what left the group
         for stream in (proc.stdin, proc.stdout):
             _close_quietly(stream)
         return code

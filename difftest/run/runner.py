@@ -317,6 +317,7 @@ def _read_output(result: BranchRun, proc: ProbeProcess, watch: "_Watch", python:
         trailer=delivery.trailer is not None and delivery.trusted,
         exit_overdue=watch.exit_overdue,
         stuck=stuck,
+        last_line=one_line(result.log_tail) if proc.returncode != 0 and result.log_tail else "",
         started=delivery.header is not None and delivery.trusted,
         unreported=delivery.unreported(),
         duration_s=result.duration_s,

@@ -37,7 +37,11 @@ from difftest.core.evidence import TestSourceEvidence
 from difftest.core.records import Reading, Result, TestRecord
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan, SuiteSession
 from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, INHERIT_PATH_ENV, OUT_ENV
-from difftest.run.runner import Progress, probe_environ
+from difftest.run import descendants
+from difftest.run.probe_env import probe_environ
+from difftest.run.result_cache import ResultCache
+from difftest.run.runner import Progress, kill_group, probe_process_ended, start_probe_process
+from difftest.run.suite_cache import load_session, session_key, store_session
 from difftest.run.suite_results import read_session
 from difftest.tiers.base import Tier
 from difftest.tiers.common.scenario import ScenarioIdentity
@@ -60,6 +64,8 @@ class SessionRun:
     returncode: int | None = None
     error: str | None = None
     duration_s: float = 0.0
+    #: The result cache key its files were reused under (None: it ran now).
+    reused_key: str | None = None
 
 
 @dataclass
@@ -83,9 +89,11 @@ def measure_suites(
     extra_args: list[str] | None = None,
     inherit_controller_path: bool = False,
     baseline: str | None = None,
+    cache: ResultCache | None = None,
 ) -> SuiteMeasurement:
     """Plan, run and judge every test session of one suite scenario across the workspace's branches,
-    against `baseline` (default: the config's, if compared, else the first branch).
+    against `baseline` (default: the config's, if compared, else the first branch); a session whose
+    files for this very work are in the result cache is read from there (`run.suite_cache`).
 
     `extra_args` and `inherit_controller_path` are for difftest's own tests (see `run_session`)."""
     names = [b.name for b in workspace.branches]
@@ -116,7 +124,8 @@ def measure_suites(
     if not built:
         return SuiteMeasurement(tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0], [], sources)
     envs = {b.name: b.env for b in built}
-    python_path = [site_dir(suite_packages(workspace.base, tier.suite_requirements(scenario), log))]
+    requirements = tier.suite_requirements(scenario)
+    python_path = [site_dir(suite_packages(workspace.base, requirements, log))]
     hub = hub_cache()
     workers = [(b.name, b.env.python, b.env.path) for b in built]  # type: ignore[union-attr]
     outcomes: list[RawOutcome] = []
@@ -129,11 +138,26 @@ def measure_suites(
         # The controller imports the tree's conftest.py: the tree's own branch's code, else the baseline's.
         controller = (envs.get(session.origin) or envs.get(baseline) or built[0].env).python  # type: ignore[union-attr]
         log(f"tests: session {session.name} ({len(workers)} branches) from {root.name}: {' '.join(session.args)}")
-        run = run_session(
-            session, root, controller, workers, python_path, hub, tier.plugin, work_dir / session.name,
-            workspace.config.timeouts.run_s, workspace.config.timeouts.suite_s, progress, extra_args or [],
-            inherit_controller_path,
-        )
+        limits = {"run_s": workspace.config.timeouts.run_s, "suite_s": workspace.config.timeouts.suite_s}
+        key = session_key(
+            session, [(b.name, b.env.fingerprint) for b in built],  # type: ignore[union-attr]
+            next(b.env.fingerprint for b in built if b.env is not None and b.env.python == controller),
+            workspace.base.fingerprint, list(requirements), limits,
+        ) if not extra_args and not inherit_controller_path else None
+        reused = load_session(cache, key, work_dir / session.name, log) if key else None
+        if reused is not None:
+            run = SessionRun(session.name, work_dir / session.name, root, [], reused["returncode"], None,
+                             reused["duration_s"], reused_key=key)
+            log(f"tests: session {session.name} reused from the result cache (measured {reused['measured_at']}, "
+                f"key {str(key)[:12]}; --no-cache runs it again)")
+        else:
+            run = run_session(
+                session, root, controller, workers, python_path, hub, tier.plugin, work_dir / session.name,
+                workspace.config.timeouts.run_s, workspace.config.timeouts.suite_s, progress, extra_args or [],
+                inherit_controller_path,
+            )
+            if key:
+                store_session(cache, key, run.out, run.returncode, run.error, run.duration_s, log)
         runs.append(run)
         found, problems = read_session(session, run.out, {name: path for name, _, path in workers}, run.error)
         outcomes += found
@@ -219,11 +243,13 @@ def run_session(
     command = session_command(session, root, controller, workers, plugin, out, run_timeout_s, extra_args)
     run = SessionRun(session.name, out, root, command)
     started = time.monotonic()
+    token = descendants.new_token()
     with open(out / "pytest.log", "wb") as log:
-        proc = subprocess.Popen(
+        # Through the probes' registry: killed with them on Ctrl-C, SIGTERM or exit (`runner._LIVE`).
+        proc = start_probe_process(
             command, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**session_environ(session, python_path, hub, out, len(workers)),
-                 **({INHERIT_PATH_ENV: "1"} if inherit_controller_path else {})},
+                 **({INHERIT_PATH_ENV: "1"} if inherit_controller_path else {}), descendants.TOKEN_ENV: token},
             start_new_session=True,
         )
         seen: dict[str, int] = {}
@@ -236,8 +262,11 @@ def run_session(
                 seen = _report_progress(out, seen, progress, session.name)
                 time.sleep(0.5)
         except BaseException:
-            _stop(proc)  # Ctrl-C or an error here: the session runs in its own process group, end it too
+            kill_group(proc)  # Ctrl-C or an error here: no grace, the user is waiting
             raise
+        finally:
+            probe_process_ended(proc)
+            descendants.end_descendants(token)
         _report_progress(out, seen, progress, session.name)
     run.returncode = proc.returncode
     run.duration_s = round(time.monotonic() - started, 2)

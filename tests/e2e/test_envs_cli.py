@@ -53,11 +53,13 @@ def test_a_corrupted_environment_is_listed_as_corrupt_and_rebuilt(home_with_base
     assert code == 0
     assert "scheduler.py was changed after the environment was built): rebuilding it" in log.getvalue()
     assert {r["verdict"] for r in by_branch(tmp_path / "out", "pr-56137-style")} == {"pass"}  # as main, it would diverge
-    # `envs --build` rebuilds the other two, saying why.
+    # main, the baseline, is measured beside the named branch (to judge crashes and hangs against): rebuilt too.
+    assert "overlay/vllm/version.py is missing): rebuilding it" in log.getvalue()
+    # `envs --build` rebuilds the last one, saying why.
     assert run_cli("envs", "--build", "-c", SHIPPED) == 0
     captured = capsys.readouterr()
-    assert "overlay/vllm/version.py is missing): rebuilding it" in captured.err
     assert "overlay/vllm/planted.py is not the base's file (replaced or added after the build)): rebuilding it" in captured.err
+
     assert "corrupt" not in captured.out
 
 

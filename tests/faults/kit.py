@@ -124,7 +124,8 @@ def _env_count_patch(tmp: Path, repo: object) -> Path:
 
     old = read_blob(repo, "v0.32.0", METRICS).decode()
     assert ENV_COUNT_MARKER in old, "SpecDecodingStats no longer adds num_accepted_tokens this way"
-    return make_patch(tmp / "env-count.patch", METRICS, old, old.replace(ENV_COUNT_MARKER, ENV_COUNT + ENV_COUNT_MARKER, 1))
+    new = old.replace(ENV_COUNT_MARKER, ENV_COUNT + ENV_COUNT_MARKER, 1)
+    return make_patch(tmp / "env-count.patch", METRICS, old, new)
 
 
 def orphan_pids(tmp: Path) -> list[int]:

@@ -179,14 +179,16 @@ def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios
 
     watcher = threading.Thread(target=stop_the_server)
     watcher.start()
-    started = time.monotonic()
     delivered = run_branches(targets, job, TIER.name, tmp_path, 300, 2, fork=True)
     watcher.join()
     assert stopped, "the server was never stopped"
-    assert time.monotonic() - started < 200
     for name, _ in targets:
         run = delivered[name]
-        assert run.launch == "fresh" and "fork server failed" in run.launch_note, run.launch_note
+        # The stuck server was found out as stuck (a probe whose end it never reported, a fork it never
+        # answered), not sat out: a probe waited for until its time limit reads timed out, and is not
+        # started again. How soon it is found out is a speed, shown in bench/, not asserted here.
+        assert run.launch == "fresh" and "the fork server failed: it did not" in run.launch_note, run.launch_note
+        assert not run.timed_out and run.outcome is not None and run.outcome.clean
         assert run.error is None and {r.status for r in run.runs} == {"ok"}
     assert not _server_pids()
 

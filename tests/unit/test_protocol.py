@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 import types
 from collections.abc import Callable
@@ -18,7 +19,14 @@ from typing import Any
 import pytest
 
 from difftest.probe import protocol
-from difftest.probe.protocol import CallInfo, DidNotFinish, RecordWriter, RunTimeout, describe_failure, step_record
+from difftest.probe.protocol import (
+    CallInfo,
+    DidNotFinish,
+    RecordWriter,
+    RunTimeout,
+    describe_failure,
+    step_record,
+)
 
 RESULT: protocol.RunResult = {"steps": [], "totals": {"num_drafts": 1}, "outputs": {"a": [1]}, "finish_reasons": {}, "notes": {}}
 
@@ -46,10 +54,14 @@ def raise_here() -> protocol.RunResult:
     raise ValueError("bad value\nsecond line of the message")
 
 
-def test_a_call_that_returns_is_ok() -> None:
+def test_a_call_that_returns_is_ok_and_takes_what_its_clock_says(monkeypatch) -> None:
+    """The duration is the clock's reading after the call less the one before (a stand-in clock: what
+    is checked is what is recorded, not how fast the call was)."""
+    ticks = iter([100.0, 100.25])
+    monkeypatch.setattr(protocol, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))  # this module's clock only
     call = CallInfo.from_call(lambda: RESULT, limit_s=5)
     assert (call.result, call.failure, call.status) == (RESULT, None, "ok")
-    assert 0 <= call.duration_s < 5
+    assert call.duration_s == 0.25
 
 
 def test_a_call_that_raises_is_an_error_summarised_in_one_line() -> None:
@@ -75,12 +87,41 @@ def test_summary_is_type_and_message() -> None:
 
 
 def test_a_call_past_its_time_limit_is_a_timeout() -> None:
-    started = time.perf_counter()
-    call = CallInfo.from_call(lambda: time.sleep(5), limit_s=0.05)  # type: ignore[arg-type, return-value]
-    assert time.perf_counter() - started < 2
-    assert call.status == "timeout"
+    finished: list[bool] = []
+
+    def slow() -> protocol.RunResult:
+        time.sleep(5)
+        finished.append(True)
+        return RESULT
+
+    call = CallInfo.from_call(slow, limit_s=0.05)
+    assert not finished, "the call was interrupted at its limit, not waited for and then called late"
+    assert call.status == "timeout" and call.result is None
     assert call.failure is not None and call.failure["kind"] == "timeout" and call.failure["type"] == "RunTimeout"
     assert "0.05 s" in call.failure["summary"]
+
+
+def test_the_nonce_is_read_from_its_pipe_and_leaves_no_trace(monkeypatch) -> None:
+    """A fresh probe's nonce comes over a pipe (`NONCE_FD_ENV` names its fd): after `take_nonce` neither
+    variable is left for branch code to read, and the pipe is closed."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"s3cret-nonce\n")
+    finally:
+        os.close(write_end)
+    monkeypatch.setenv(protocol.NONCE_FD_ENV, str(read_end))
+    monkeypatch.setenv(protocol.NONCE_ENV, "stale-nonce")
+    assert protocol.take_nonce() == "s3cret-nonce"
+    assert protocol.NONCE_FD_ENV not in os.environ and protocol.NONCE_ENV not in os.environ
+    with pytest.raises(OSError):
+        os.fstat(read_end)  # closed by take_nonce (and so not leaked to what the probe starts)
+
+
+def test_a_forked_probes_nonce_is_taken_from_the_environment_and_removed(monkeypatch) -> None:
+    monkeypatch.delenv(protocol.NONCE_FD_ENV, raising=False)
+    monkeypatch.setenv(protocol.NONCE_ENV, "forked-nonce")
+    assert protocol.take_nonce() == "forked-nonce"
+    assert protocol.NONCE_ENV not in os.environ
 
 
 def test_the_time_limit_is_lifted_after_the_call() -> None:

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
-from difftest.core.evidence import BranchEvidence, Evidence, ScenarioEvidence, read_evidence
-from difftest.core.records import Result, Totals, Verdict
-from difftest.core.verdicts import judge, unmeasured
+from difftest.core.evidence import (
+    BranchEvidence,
+    Evidence,
+    ScenarioEvidence,
+    read_evidence,
+)
+from difftest.core.records import Result, StepRecord, Totals, Verdict
+from difftest.core.verdicts import counter_differences, judge, unmeasured
 from difftest.reports import write_reports
 from difftest.reports.format import fenced, md_escape, printable, xml_text
 from difftest.reports.html import render_html
@@ -25,6 +31,8 @@ from difftest.reports.junit import render_junit
 from difftest.reports.markdown import MAX_CHARS, render_markdown
 from difftest.reports.terminal import render_terminal
 from difftest.reports.views import reasons_for, scenario_views, verdict_cell
+from difftest.tiers.engine import oracle as engine_oracle
+from difftest.tiers.engine.scenario import EngineScenario
 from tests.factories import (
     make_evidence,
     make_expected,
@@ -333,3 +341,61 @@ def test_a_shards_reports_say_which_slice_they_hold() -> None:
     evidence = make_evidence(shard=ShardEvidence(index=2, count=3, order=["a", "b", "c"]))
     assert "Shard 2 of 3" in render_markdown(evidence) and "difftest merge" in render_markdown(evidence)
     assert "Shard" not in render_markdown(make_evidence())
+
+
+# -- the conclusion's reasons: every renderer passes the scenarios and recorded runs on --------------
+
+#: What the conclusion says when the facts show the strict reading is why a row count differs.
+STRICT_REASON = "strict reading: a request whose drafts are all grammar-invalid makes no row"
+
+
+def _reading_case() -> tuple[Evidence, dict, dict]:
+    """An engine-tier branch that counts the row of an all-invalidated step: its steps (stripped from the
+    evidence) and its scenario are the facts the reading is the reason by (`conclusion.conclude`)."""
+    steps = [
+        StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
+        StepRecord(step=1, scheduled=["g"], drafts={"g": [1, 2, 3]}, invalid={"g": 3}, sampled={"g": [6]}, emitted={"g": [6]}),
+        StepRecord(step=2, scheduled=["g"], drafts={"g": [7, 8, 9]}, sampled={"g": [7, 8]}, emitted={"g": [7, 8]}),
+    ]
+    run = make_run("order:g", scenario="eng", tier="engine", steps=steps)
+    strict, lenient = (engine_oracle.expected_totals(3, run, r) for r in ("strict", "lenient"))
+    result = make_result("diverge", branch="b", scenario="eng", tier="engine", label="order:g", measured=lenient,
+                         expected=strict, differences=counter_differences(lenient, strict))
+    scenario = EngineScenario.model_validate(
+        {"name": "eng", "statement": "a structured request", "k": 3, "requests": [{"id": "g", "prompt": "ok?", "max_tokens": 8}]}
+    )
+    evidence = make_evidence(
+        results=[result], runs={"b": [run.model_copy(update={"steps": []})]}, branches={},
+        scenarios={"eng": ScenarioEvidence(file="engine/eng.yaml", sha256="0" * 64, seed=0, tier="engine")},
+    )
+    return evidence, {"eng": scenario}, {("b", "eng", "order:g"): run}
+
+
+def test_every_report_gives_the_reading_as_the_reason_only_with_the_facts(tmp_path: Path) -> None:
+    evidence, scenarios, recorded = _reading_case()
+
+    def terminal(**facts: dict) -> str:
+        console = Console(record=True, width=400)
+        render_terminal(evidence, console, **facts)
+        return console.export_text()
+
+    def written(name: str) -> Callable[..., str]:
+        def read(**facts: dict) -> str:
+            out = tmp_path / "-".join(facts)
+            write_reports(evidence, out, **facts)
+            return (out / name).read_text()
+
+        return read
+
+    renderers = {
+        "markdown": lambda **facts: render_markdown(evidence, **facts),
+        "html": lambda **facts: render_html(evidence, None, **facts),
+        "terminal": terminal,
+        "write_reports: report.md": written("report.md"),
+        "write_reports: report.html": written("report.html"),
+    }
+    for name, render in renderers.items():
+        assert STRICT_REASON in render(scenarios=scenarios, recorded=recorded), name
+        # Without the steps (the evidence keeps none) or without the scenario, no reason is named.
+        assert STRICT_REASON not in render(scenarios=scenarios), name
+        assert STRICT_REASON not in render(recorded=recorded), name

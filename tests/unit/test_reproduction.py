@@ -41,3 +41,20 @@ def test_a_file_without_violation_requests_is_not_held_against_a_rerun_that_name
 def test_a_current_file_with_edited_violation_requests_differs(tmp_path: Path) -> None:
     path = _written_as(tmp_path, "4", ["edited"])
     assert evidence_differences(read_evidence(path), _broken(["a"]), written_version(path))
+
+
+def test_a_rerun_differing_only_in_one_verdict_is_reported() -> None:
+    """Same totals, violations and runs; only the verdict was edited (by hand, or by another judge)."""
+    recorded = make_evidence(results=[make_result("pass"), make_result("pass", label="order:b")])
+    rerun = make_evidence(results=[make_result("pass"), make_result("diverge", label="order:b")])
+    assert evidence_differences(recorded, rerun) == ["main/eos/order:b: verdicts differ: pass -> diverge"]
+
+
+def test_a_result_the_rerun_lacks_and_one_the_evidence_lacks_are_reported() -> None:
+    both = [make_result("pass"), make_result("pass", label="order:b")]
+    assert evidence_differences(make_evidence(results=both), make_evidence(results=both[:1])) == [
+        "main/eos/order:b: not re-run"
+    ]
+    assert evidence_differences(make_evidence(results=both[:1]), make_evidence(results=both)) == [
+        "main/eos/order:b: not in the evidence"
+    ]

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from difftest.core.records import Failure, ProbeHeader
 from difftest.core.errors import ConfigError
-from difftest.run.result_cache import CACHE_ENV, ResultCache, cache_dir, cacheable, open_cache, result_key
-from difftest.core.outcome import clean_outcome
+from difftest.core.outcome import ProcessOutcome, clean_outcome
+from difftest.core.records import Failure, ProbeHeader
+from difftest.probe.protocol import CallInfo, RecordWriter
+from difftest.run import result_cache
+from difftest.run.result_cache import (
+    CACHE_ENV,
+    CACHE_FORMAT,
+    ResultCache,
+    _payload_hash,
+    cache_dir,
+    cacheable,
+    open_cache,
+    result_key,
+)
 from difftest.run.runner import BranchRun
-from tests.factories import make_run
+from tests.factories import make_run, make_step, make_totals
 
 HEADER = ProbeHeader(kind="header", nonce="n" * 32, protocol=3, python="3.12.3", import_s=9.0, setup_s=0.1)
 JOB: dict[str, Any] = {"protocol": 3, "entry": "scheduler", "work_dir": "/models", "run_timeout_s": 60.0,
@@ -120,3 +133,123 @@ def test_probe_files_that_cannot_be_read_cost_the_reuse_not_the_run(tmp_path, da
     assert ResultCache(tmp_path / "cache").store("ab" + "0" * 62, run, said.append) is False
     assert len(said) == 1 and "runs not cached: cannot read its probe files" in said[0]
     assert not list((tmp_path / "cache").rglob("*.json"))
+
+
+# -- what else the key depends on: difftest itself and the environment a probe is given ---------
+
+
+def test_the_key_changes_with_difftests_version(monkeypatch) -> None:
+    before = _key()
+    monkeypatch.setattr(result_cache, "__version__", result_cache.__version__ + ".post1")
+    assert _key() != before
+
+
+def test_the_key_changes_with_the_protocol_version(monkeypatch) -> None:
+    before = _key()
+    monkeypatch.setattr(result_cache, "PROTOCOL_VERSION", result_cache.PROTOCOL_VERSION + 1)
+    assert _key() != before
+
+
+def test_the_key_changes_with_difftests_own_code(monkeypatch) -> None:
+    before = _key()
+    monkeypatch.setattr(result_cache, "code_digest", lambda: "c" * 64)
+    assert _key() != before
+
+
+def test_the_key_changes_with_a_variable_that_reaches_the_probe_and_no_other(monkeypatch) -> None:
+    """`VLLM_*` reaches the probe (`run.probe_env.passed_environ`), so its runs may depend on it; an
+    unrelated variable never reaches it, and must not cost a re-run."""
+    for name in ("VLLM_DIFFTEST_SOMETHING", "SOME_UNRELATED_VAR"):
+        monkeypatch.delenv(name, raising=False)
+    before = _key()
+    monkeypatch.setenv("SOME_UNRELATED_VAR", "1")
+    assert _key() == before
+    monkeypatch.setenv("VLLM_DIFFTEST_SOMETHING", "1")
+    changed = _key()
+    assert changed != before
+    monkeypatch.setenv("VLLM_DIFFTEST_SOMETHING", "2")
+    assert _key() not in (before, changed)
+
+
+# -- only a clean measurement is stored, and only one is taken back ---------------------------
+
+NONCE = "n" * 32
+#: A failure of the probe's own code: it may not repeat, so such a run is never stored.
+PROBE_FAILURE = {"kind": "exception", "type": "ValueError", "summary": "ValueError: x", "where": "difftest/probe/x.py:1",
+                 "origin": "probe", "traceback": "Traceback (most recent call last):\nValueError: x\n"}
+
+
+def records_text(failure: dict[str, Any] | None = None) -> str:
+    """What a probe writes for JOB (its own `RecordWriter`): its one run measured, or failing with `failure`."""
+    stream = io.StringIO()
+    writer = RecordWriter(stream, NONCE)
+    writer.header({"vllm": "0.32.0"}, import_s=1.0, setup_s=0.5)
+    scenario = JOB["scenarios"][0]
+    result = {"steps": [make_step().model_dump()], "totals": make_totals().model_dump(), "outputs": {"a": [1, 2, 3, 4]},
+              "finish_reasons": {"a": "stop"}, "notes": {}}
+    call = CallInfo(None, failure, 0.25) if failure else CallInfo(result, None, 0.25)  # type: ignore[arg-type]
+    writer.run(scenario, scenario["runs"][0], call)
+    writer.trailer()
+    return stream.getvalue()
+
+
+def probe_files(folder: Path, records: str) -> dict[str, Any]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(json.dumps(JOB))
+    (folder / "runs.jsonl").write_text(records)
+    return {"job_path": folder / "job.json", "records_path": folder / "runs.jsonl", "nonce": NONCE}
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["the process exited with code 1", "a run failed in the probe's own code"],
+)
+def test_a_run_that_is_not_cacheable_is_never_stored(tmp_path, why) -> None:
+    """Its probe files are there and read back; only `cacheable` keeps them out of the cache."""
+    if why.startswith("the process"):
+        files = probe_files(tmp_path / "probe", records_text())
+        run = _clean(exited_cleanly=False, error="probe exited with code 1: boom",
+                     outcome=ProcessOutcome(exit_code=1, trailer=True, started=True, duration_s=12.0), **files)
+    else:
+        files = probe_files(tmp_path / "probe", records_text(PROBE_FAILURE))
+        run = _clean(runs=[_failed("exception", "probe")], **files)
+    assert cacheable(run) is not None
+    said: list[str] = []
+    assert ResultCache(tmp_path / "cache").store("ab" + "0" * 62, run, said.append) is False
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()], "neither an entry nor its validated copy"
+    assert len(said) == 1 and "runs not cached" in said[0]
+
+
+def write_entry(cache: ResultCache, key: str, records: str, outcome: ProcessOutcome) -> Path:
+    """An entry as `store` writes one, by hand: whatever it holds, its payload's sha256 is right."""
+    payload = {"job": json.dumps(JOB), "records": records, "nonce": NONCE, "duration_s": 12.0,
+               "measured_at": "2025-01-01T00:00:00+00:00", "outcome": outcome.model_dump(mode="json")}
+    entry = {"format": CACHE_FORMAT, "key": key, "payload": payload, "payload_sha256": _payload_hash(payload)}
+    path = cache.folder / key[:2] / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entry, sort_keys=True))
+    return path
+
+
+def test_a_hand_written_clean_entry_is_reused(tmp_path) -> None:
+    """The control for the next test: an entry written this way is taken back when what it holds is clean."""
+    cache, key = ResultCache(tmp_path / "cache"), "cd" + "0" * 62
+    write_entry(cache, key, records_text(), clean_outcome(12.0))
+    restored = cache.load(key, JOB, "main", "scheduler", tmp_path / "work", lambda _m: None)  # type: ignore[arg-type]
+    assert restored is not None and restored.reused is not None and [r.status for r in restored.runs] == ["ok"]
+    assert cacheable(restored) is None
+
+
+@pytest.mark.parametrize("holds", ["a probe that exited with code 1", "a run that failed in the probe's own code"])
+def test_an_entry_holding_a_run_that_is_never_stored_is_refused_as_damaged(tmp_path, holds) -> None:
+    """Its hash is right and its records validate: only `cacheable`, applied again on reading, refuses it."""
+    cache, key = ResultCache(tmp_path / "cache"), "cd" + "0" * 62
+    if holds.startswith("a probe"):
+        path = write_entry(cache, key, records_text(), ProcessOutcome(exit_code=1, trailer=True, started=True))
+    else:
+        path = write_entry(cache, key, records_text(PROBE_FAILURE), clean_outcome(12.0))
+    said: list[str] = []
+    assert cache.load(key, JOB, "main", "scheduler", tmp_path / "work", said.append) is None  # type: ignore[arg-type]
+    assert len(said) == 1 and "is damaged (it holds a run that is never stored" in said[0], said
+    assert not path.exists(), "deleted, so that the next run measures it again"
+    assert not list(cache.folder.rglob("*.json")), "its validated copy too"

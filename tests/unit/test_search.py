@@ -14,6 +14,7 @@ import time
 import pytest
 from hypothesis import strategies as st
 
+from difftest.run import search as search_module
 from difftest.run.search import search
 
 LISTS = st.lists(st.integers(0, 100), max_size=8)
@@ -63,12 +64,35 @@ def test_nothing_to_find_runs_one_round_of_all_examples() -> None:
     assert len(calls) == 50
 
 
-def test_the_time_limit_ends_a_round_that_found_nothing() -> None:
-    started = time.monotonic()
-    result = search(LISTS, lambda _v: time.sleep(0.01) or {}, seed_value=0, examples=None, deadline_s=0.3)
-    assert result.stopped == "time" and result.found == []
-    assert 0.3 <= time.monotonic() - started < 3
-    assert 5 < result.calls < 100
+class Clock:
+    """The search's clock (`time.monotonic` in `difftest.run.search`), moved on only by `examine`: where
+    the search stops is then a fact about the search, not about how fast this machine is."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_time_limit_ends_a_round_that_found_nothing(monkeypatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(search_module, "time", clock)
+    examined: list[list[int]] = []
+
+    def examine(values: list[int]) -> dict[str, str]:
+        examined.append(values)
+        # A hang guard only: a search that ignored its deadline would otherwise run 10**9 examples.
+        assert len(examined) < 1000, "the deadline never ended the search"
+        clock.now += 0.25  # each example takes a quarter of a second
+        return {}
+
+    result = search(LISTS, examine, seed_value=0, examples=None, deadline_s=1.0)
+    assert result.stopped == "time" and result.found == [] and result.rounds == 1
+    # Examples start at 0, 0.25, 0.5, 0.75 and 1.0 s (not past the deadline yet), so five are examined;
+    # the sixth starts at 1.25 s, past it, and ends the round before `examine` sees it.
+    assert len(examined) == 5 and result.calls == 6
+    assert result.elapsed_s == 1.25
 
 
 def test_a_round_that_found_something_still_shrinks_it_after_the_deadline() -> None:
