@@ -152,7 +152,7 @@ def _setup_error(evidence: Evidence, branch: str, tier_name: str) -> str:
     error = evidence.branches[branch].fingerprint.get("error")
     if error:
         return str(error)
-    return f"its {tier_name} probe left no records (it did not start: the shard's own report says why)"
+    return f"its {tier_name} probe wrote no records (it ended before its first; the report of the run that measured it says why)"
 
 
 def _branch_order(evidence: Evidence) -> list[str]:

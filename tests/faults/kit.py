@@ -99,7 +99,12 @@ FAULTS = (
           lambda tmp, repo: insert_after(tmp / "sched-hang.patch", repo, SCHEDULER, "        self.current_step += 1\n",
                                          "        import time as _time\n        _time.sleep(3600)\n"),
           frozenset({"broken"}), says="did not finish"),
+    Fault("sched-crash", "raises inside schedule() on every step",
+          lambda tmp, repo: insert_after(tmp / "sched-crash.patch", repo, SCHEDULER, "        self.current_step += 1\n",
+                                         '        raise RuntimeError("difftest fault kit: planted crash")\n'),
+          frozenset({"broken"}), says="crashed in vLLM: RuntimeError: difftest fault kit: planted crash"),
     Fault("truncate", "truncates its own records file at exit",
+
           lambda tmp, repo: prepend(tmp / "truncate.patch", repo, METRICS, TRUNCATE),
           frozenset({"error"})),
     Fault("exit-one", "exits 1 after its last run",

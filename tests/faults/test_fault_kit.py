@@ -147,9 +147,12 @@ def test_a_probe_that_hangs_at_exit_is_killed_at_exit_s_not_probe_s(path_run):
     """The outcome the door judged is in the evidence: killed for overstaying its exit, not timed out."""
     path, _code, out, _log, _tmp = path_run
     evidence = json.loads((out / "evidence.json").read_text())
-    (probe,) = [p for p in evidence["probes"] if p["branch"] == "exit-hang"]
-    assert probe["outcome"]["exit_overdue"] and not probe["outcome"]["timed_out"], path
-    assert "stats-flusher" in probe["outcome"]["stuck"]
+    probes = [p for p in evidence["probes"] if p["branch"] == "exit-hang"]
+    assert len(probes) == (2 if path == "merged" else 1)  # one per shard
+    for probe in probes:
+        assert probe["outcome"]["exit_overdue"] and not probe["outcome"]["timed_out"], path
+        assert "stats-flusher" in probe["outcome"]["stuck"]
+
 
 
 def test_a_counting_switch_in_the_environment_is_part_of_the_cache_key(tmp_path, fixture_repo, monkeypatch):
@@ -169,3 +172,36 @@ def test_a_counting_switch_in_the_environment_is_part_of_the_cache_key(tmp_path,
     monkeypatch.setenv("DIFFTEST_FAULT_UNRELATED", "1")
     code, log = _run(config, tmp_path / "third")
     assert code == 0 and "env-count: scheduler tier reused from the result cache" in log
+
+
+#: The faults that apply to `fuzz`'s warm probes (one process answers job after job on a pipe and leaves
+#: with `os._exit` once its input ends: a hang at exit, an exit code after the last job or a records file
+#: do not exist there).
+FUZZED = ("sched-crash", "orphan", "environ")
+
+
+def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, fixture_repo):
+    faults = [f for f in FAULTS if f.name in FUZZED]
+    branches = [shipped_branch("main")] + [
+        {"name": f.name, "ref": "main", "patches": [str(f.patch(tmp_path, fixture_repo))]} for f in faults
+    ]
+    (tmp_path / "no-scenarios").mkdir()
+    config = write_config(tmp_path, branches, timeouts=TIMEOUTS, scenarios_dir=str(tmp_path / "no-scenarios"))
+    out = tmp_path / "out"
+    with capture_stderr() as err:
+        code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", "3", "--out", out)
+    report = json.loads((out / "fuzz.json").read_text())
+    kinds = {(o["kind"]["branch"], o["kind"]["verdict"]) for f in report["findings"] for o in f["observations"]}
+    assert code == 1, err.getvalue()
+    # schedule() raises where main completes the same example: broken, as `run` judges it; the branches
+    # that change no counting find what main finds (its own #56101 divergence), nothing more.
+    assert ("sched-crash", "broken") in kinds
+    mains = {verdict for branch, verdict in kinds if branch == "main"}
+    assert {v for b, v in kinds if b == "orphan"} == {v for b, v in kinds if b == "environ"} == mains
+
+    left = [pid for pid in orphan_pids(tmp_path) if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert orphan_pids(tmp_path) and not left
+    seen = environ_seen(tmp_path)
+    assert seen and "DIFFTEST_PROBE_NONCE=" not in seen and "'DIFFTEST_PROBE_NONCE'" not in seen
