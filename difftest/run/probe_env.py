@@ -9,7 +9,7 @@ nor changes a cache key.
 
 What passes through (`PASS_THROUGH`, `PASS_THROUGH_PREFIXES`): the basics a
 process needs (`PATH`, `HOME`, locale, time zone, temp folder), vLLM's,
-torch's, OpenMP's and CUDA's switches, and any names listed in
+torch's, OpenMP's, the BLAS libraries' and CUDA's switches, and any names listed in
 `DIFFTEST_PASS_ENV` (comma-separated). difftest's own settings (offline,
 in-process engine, caches in its home, threads per probe) are set on top.
 """
@@ -25,10 +25,10 @@ from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, NONCE_FD_ENV
 PASS_THROUGH = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "LD_LIBRARY_PATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+    "LD_LIBRARY_PATH",
 })
 #: Prefixes of names passed through.
-PASS_THROUGH_PREFIXES = ("LC_", "VLLM_", "TORCH", "PYTORCH_", "OMP_", "KMP_", "MKL_", "CUDA_", "NCCL_")
+PASS_THROUGH_PREFIXES = ("LC_", "VLLM_", "TORCH", "PYTORCH_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "NCCL_")
 #: Extra names the user passes through (comma-separated).
 PASS_ENV = "DIFFTEST_PASS_ENV"
 #: Never passed through: the host's channel to its probes, and Python's own path settings.

@@ -22,6 +22,7 @@ import pytest
 
 from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config
 from tests.patching import prepend
+from tests.processes import alive
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +34,6 @@ DIFFTEST = Path(sys.executable).parent / "difftest"
 EXIT_WAIT_S = 30
 
 
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper does not count)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int:

@@ -23,6 +23,7 @@ import pytest
 from tests.e2e.cli_helpers import CONTROL, capture_stderr, run_cli
 from tests.factories import shipped_branch, write_config
 from tests.faults.kit import FAULTS, SKEW_ENV, environ_seen, orphan_pids
+from tests.processes import alive
 
 pytestmark = pytest.mark.slow
 
@@ -92,12 +93,6 @@ def _reason(result: dict) -> str:
     return " ".join(v["detail"] for v in result["violations"])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.xdist_group("fault-kit")
@@ -126,7 +121,7 @@ def test_no_process_a_branch_started_is_left(path_run):
     path, _code, _out, _log, tmp = path_run
     pids = orphan_pids(tmp)
     assert pids, "the orphan fault never started its child"
-    left = [pid for pid in pids if _alive(pid)]
+    left = [pid for pid in pids if alive(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"{path}: the branch's children {left} outlived its probe"
@@ -199,7 +194,7 @@ def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, f
     mains = {verdict for branch, verdict in kinds if branch == "main"}
     assert {v for b, v in kinds if b == "orphan"} == {v for b, v in kinds if b == "environ"} == mains
 
-    left = [pid for pid in orphan_pids(tmp_path) if _alive(pid)]
+    left = [pid for pid in orphan_pids(tmp_path) if alive(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert orphan_pids(tmp_path) and not left

@@ -19,14 +19,7 @@ from difftest.probe.protocol import NONCE_ENV, NONCE_FD_ENV, STUCK_PREFIX
 from difftest.run import descendants
 from difftest.run.probe_env import PASS_ENV, passed_environ, probe_environ
 from difftest.run.runner import _stuck, _Watch
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+from tests.processes import alive
 
 
 def test_only_allow_listed_variables_reach_a_probe(monkeypatch):
@@ -56,7 +49,7 @@ def test_every_process_carrying_a_probes_token_is_ended_even_outside_its_session
             time.sleep(0.01)
         assert descendants.end_descendants(token) == [child.pid]
         child.wait(timeout=30)
-        assert not _alive(child.pid) and _alive(other.pid)
+        assert not alive(child.pid) and alive(other.pid)
         assert descendants.end_descendants("") == []
     finally:
         for proc in (child, other):
