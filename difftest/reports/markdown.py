@@ -33,6 +33,7 @@ from difftest.reports.views import (
     branch_names,
     branch_origin,
     launch_note,
+    reference_note,
     reuse_note,
     scenario_names,
     scenario_views,
@@ -110,6 +111,7 @@ def _header(evidence: Evidence) -> list[str]:
         *([md_escape(note), ""] if (note := reuse_note(evidence)) else []),
         *([md_escape(note), ""] if (note := launch_note(evidence)) else []),
         *([md_escape(shard), ""] if (shard := shard_note(evidence)) else []),
+        *([md_escape(ref), ""] if (ref := reference_note(evidence)) else []),
     ]
 
 

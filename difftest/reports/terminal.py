@@ -36,6 +36,7 @@ from difftest.reports.views import (
     branch_names,
     emitted_source,
     launch_note,
+    reference_note,
     reuse_note,
     scenario_views,
     shard_note,
@@ -105,7 +106,7 @@ def _header(evidence: Evidence) -> Text:
     text.append(evidence.reading, style="bold")
     text.append("  ")
     text.append(timestamp(evidence), style="dim")
-    for note in (reuse_note(evidence), launch_note(evidence), shard_note(evidence)):
+    for note in (reuse_note(evidence), launch_note(evidence), shard_note(evidence), reference_note(evidence)):
         if note:
             text.append("\n" + note, style="dim")
     return text

@@ -132,6 +132,15 @@ def launch_note(evidence: Evidence) -> str | None:
             f"(same results, slower): {'; '.join(reasons)}.")
 
 
+def reference_note(evidence: Evidence) -> str | None:
+    """When the baseline was not named: that it was measured all the same, and why its results are absent."""
+    if not evidence.reference_branches:
+        return None
+    names = ", ".join(evidence.reference_branches)
+    return (f"Judged against {names}, the baseline: measured beside the named branches so that their crashes "
+            f"and hangs read as they would beside it; its own results are not reported (name it to see them).")
+
+
 def shard_note(evidence: Evidence) -> str | None:
     """For a shard's partial evidence: which slice it holds (None for a whole run or a merge)."""
     if evidence.shard is None:

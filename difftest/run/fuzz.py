@@ -38,7 +38,7 @@ from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.door import JUDGED_ROLES, judge_runs, judge_scenario
 from difftest.run.pipeline import TierScenarios, make_evidence, make_job
 from difftest.run.probe_server import ProbeServer, ServerLimits
-from difftest.run.runner import BranchRun
+from difftest.run.runner import BranchRun, stop_all_probes
 from difftest.run.search import Found, SearchResult, search
 from difftest.tiers.base import Tier
 from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
@@ -117,6 +117,9 @@ def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progr
             for name, python in ready.items()
         }
         prober = Prober(servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers)))))
+        # Unwound first (last in): on Ctrl-C or SIGTERM the warm probes are killed before the pool
+        # waits for its threads, which would otherwise wait on a stuck probe for up to `probe_s`.
+        stack.push(_stop_probes_on_error)
         for name, why in prober.warm_up(tier).items():
             report.unmeasured[name] = why
             log(f"{name}: cannot be fuzzed: {why}")
@@ -181,6 +184,14 @@ def _baseline(config: Config, workspace: Workspace) -> str:
 
 
 # -- probing ------------------------------------------------------------------------
+
+
+def _stop_probes_on_error(exc_type: type[BaseException] | None, _exc: object, _tb: object) -> bool:
+    """On an interrupt (Ctrl-C, SIGTERM: not an ordinary error), every probe is killed at once, as
+    `run`'s are; the command line then says how many and exits 130."""
+    if exc_type is not None and not issubclass(exc_type, Exception):
+        stop_all_probes()
+    return False
 
 
 class Prober:

@@ -90,3 +90,33 @@ def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, co
     while alive(probe) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(probe), f"probe {probe} outlived difftest"
+
+
+@pytest.mark.parametrize("command", ["tests-tier", "fuzz"])
+def test_ctrl_c_stops_the_tests_tier_and_fuzz_at_once(tmp_path, fixture_repo, command):
+    """The tests tier's pytest session and fuzz's warm probes are stopped as the probe tiers' are: the
+    branch's worker (or warm probe) hangs importing its code, SIGINT ends difftest with 130 and it."""
+    marker = tmp_path / "probe.pid"
+    hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
+    target = "vllm/v1/metrics/stats.py" if command == "tests-tier" else SCHEDULER
+    patch = prepend(tmp_path / "hang.patch", fixture_repo, target, hang)
+    extra = {"tests": {"select": ["tests/v1/metrics/test_stats.py"]}} if command == "tests-tier" else {
+        "scenarios_dir": str(tmp_path)}
+    config = faulty_config(tmp_path, "hang", patch, **extra)
+    out = tmp_path / "out"
+    argv = (["run", "-c", str(config), "--tier", "tests", "--out", str(out)] if command == "tests-tier"
+            else ["fuzz", "-c", str(config), "--examples", "2", "--out", str(out)])
+    process = subprocess.Popen([str(DIFFTEST), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    probe = wait_for(marker, process)
+    process.send_signal(signal.SIGINT)
+    try:
+        _, err = process.communicate(timeout=EXIT_WAIT_S)  # a hang guard only, as above
+    except subprocess.TimeoutExpired:
+        process.kill()
+        os.kill(probe, signal.SIGKILL)
+        raise AssertionError(f"difftest hung: it had not exited {EXIT_WAIT_S} s after SIGINT") from None
+    assert process.returncode == 130, err
+    deadline = time.monotonic() + 5  # the kernel delivers the parent-death signal asynchronously
+    while alive(probe) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(probe), f"{command}: process {probe} of the hanging branch outlived difftest"

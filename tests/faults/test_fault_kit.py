@@ -200,3 +200,23 @@ def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, f
     assert orphan_pids(tmp_path) and not left
     seen = environ_seen(tmp_path)
     assert seen and "DIFFTEST_PROBE_NONCE=" not in seen and "'DIFFTEST_PROBE_NONCE'" not in seen
+
+
+def test_a_branch_named_alone_is_still_judged_against_the_baseline(tmp_path, fixture_repo):
+    """`run ... sched-crash`: main is measured as the reference (not reported), so the crash reads broken
+    as it does beside main, never "could not measure" nor "closest to the oracle" (defects 2 and 12)."""
+    (crash,) = [f for f in FAULTS if f.name == "sched-crash"]
+    config = write_config(tmp_path, [shipped_branch("main"),
+                                     {"name": crash.name, "ref": "main", "patches": [str(crash.patch(tmp_path, fixture_repo))]}],
+                          timeouts=TIMEOUTS)
+    out = tmp_path / "out"
+    code, log = _run(config, out, crash.name)
+    assert code == 1, log
+    evidence = json.loads((out / "evidence.json").read_text())
+    assert evidence["reference_branches"] == ["main"] and "baseline main is measured too" in log
+    assert {r["branch"] for r in evidence["results"]} == {crash.name}
+    assert {r["verdict"] for r in evidence["results"]} == {"broken"}
+    assert {p["branch"] for p in evidence["probes"]} == {"main", crash.name}  # what the judgement rests on
+    report = (out / "report.md").read_text()
+    assert "closest to the oracle" not in report and "| main |" not in report
+    assert "Judged against main, the baseline: measured beside the named branches" in report
