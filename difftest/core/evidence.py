@@ -188,6 +188,9 @@ class Evidence(BaseModel):
     #: Branches measured only to judge the named ones against (the baseline when it was not named):
     #: their runs and probes are kept, their results are not reported.
     reference_branches: list[str] = Field(default_factory=list)
+    #: sha256 of the caller's variables that reached the probes (`run.probe_env.passed_environ`): shards
+    #: measured under other ones are not one comparison. None in files written before it was recorded.
+    probe_environ_sha256: str | None = None
     base: BaseEvidence
     branches: dict[str, BranchEvidence] = Field(default_factory=dict)
     scenarios: dict[str, ScenarioEvidence] = Field(default_factory=dict)

@@ -10,6 +10,7 @@ edited file is caught wherever it was edited.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Set as AbstractSet
 from typing import Any, TypeVar
 
@@ -68,6 +69,8 @@ def _result_differences(recorded: list[Result], rerun: list[Result], ignored: Ab
             if name == "violations" and ignored:
                 now = [{k: v for k, v in violation.items() if k not in ignored} for violation in now]
                 then = [{k: v for k, v in violation.items() if k not in ignored} for violation in then]
+            if name == "violations":  # how long something took is part of a reason, never reproducible
+                now, then = _untimed(now), _untimed(then)
             if then != now:
                 out.append(f"{_label(name)} differ: {_short(then)} -> {_short(now)}")
         return out
@@ -75,7 +78,20 @@ def _result_differences(recorded: list[Result], rerun: list[Result], ignored: Ab
     return _keyed({result_key(r): r for r in recorded}, {result_key(r): r for r in rerun}, "", changes)
 
 
-def _run_differences(recorded: dict[str, list[ProbeRun]], rerun: dict[str, list[ProbeRun]]) -> list[str]:
+#: A duration in a violation's detail ("... completes this run in 0.49 s", "exits cleanly, in 7.5 s").
+_DURATION = re.compile(r"\bin \d+(?:\.\d+)? s\b")
+
+
+def _untimed(violations: Any) -> Any:
+    """Violations with the durations in their details blanked: a re-run takes other times."""
+    if not isinstance(violations, list):
+        return violations
+    return [{**v, "detail": _DURATION.sub("in … s", str(v.get("detail", "")))} if isinstance(v, dict) else v
+            for v in violations]
+
+
+def _run_differences(
+recorded: dict[str, list[ProbeRun]], rerun: dict[str, list[ProbeRun]]) -> list[str]:
     """The raw runs' status and totals, per branch (runs of branches not re-run are reported above)."""
 
     def changes(old: ProbeRun, new: ProbeRun) -> list[str]:

@@ -46,6 +46,7 @@ _SAME: dict[str, Callable[[Shard], object]] = {
     "oracle reading": lambda s: s.evidence.reading,
     "baseline": lambda s: s.evidence.baseline,
     "reference branches": lambda s: sorted(s.evidence.reference_branches),
+    "probe environment (the variables that reach the probes)": lambda s: s.evidence.probe_environ_sha256,
     "shard count": lambda s: s.evidence.shard.count if s.evidence.shard else None,
     "scenario selection": lambda s: s.evidence.shard.order if s.evidence.shard else None,
 }

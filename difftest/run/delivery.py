@@ -16,6 +16,7 @@ a branch writes can crash or corrupt a report.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from difftest.core.records import ProbeHeader, ProbeRun, Trailer
 from difftest.core.text import loads_clean
 from difftest.core.values import quote
 from difftest.probe.protocol import Job, PlannedRun
+from difftest.run.probe_files import read_probe_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -76,7 +78,7 @@ class Delivery:
 
 def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: bool) -> Delivery:
     """Check every line of `path` (a probe's RUNS.jsonl) against the job's plan."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+    lines = read_probe_text(path).splitlines() if os.path.lexists(path) else []
     return check_lines(lines, nonce, job, tier, exited_cleanly)
 
 

@@ -69,15 +69,22 @@ def _parent(pid: int) -> int | None:
     return None
 
 
-def _kill(pid: int) -> None:
+def _kill(pid: int, wait: bool = False) -> None:
+    """SIGKILL `pid`; reap it if it is this process's child (`wait`: once it has died, so that its own
+    children are re-parented here before the next look)."""
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         return
+    _reap(pid, wait)
+
+
+def _reap(pid: int, wait: bool) -> None:
     try:  # re-parented to this subreaper: reap it, or it stays a zombie until difftest ends
-        os.waitpid(pid, os.WNOHANG)
+        os.waitpid(pid, 0 if wait else os.WNOHANG)
     except ChildProcessError:
         pass
+
 
 
 def end_descendants(token: str, passes: int = 3) -> list[int]:
@@ -106,23 +113,25 @@ def _running(pid: int) -> bool:
         return False
 
 
-def end_orphans(every_child: bool) -> list[int]:
+def end_orphans(every_child: bool, passes: int = 20) -> list[int]:
     """SIGKILL the orphans re-parented to this process (`become_subreaper`) when a command ends, and reap
     those that already ended: its children that carry one of its probes' tokens, or with `every_child`
     all of its children (the command line's own process, where nothing else of its still runs then)."""
     me = os.getpid()
     ours = f"{TOKEN_ENV}={me}-".encode()
-    children = [pid for pid in _pids() if _parent(pid) == me]
-    found = [pid for pid in children if _running(pid) and (every_child or _carries_prefix(pid, ours))]
-    for pid in found:
-        _kill(pid)
-    for pid in children:  # orphans that ended on their own wait for this subreaper to reap them
-        if not _running(pid):
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-    return found
+    ended: list[int] = []
+    for _ in range(passes):  # each orphan ended re-parents its own children here: look again
+        children = [pid for pid in _pids() if _parent(pid) == me]
+        found = [pid for pid in children if _running(pid) and (every_child or _carries_prefix(pid, ours))]
+        for pid in found:
+            _kill(pid, wait=True)
+        for pid in children:  # orphans that ended on their own wait for this subreaper to reap them
+            if pid not in found and not _running(pid):
+                _reap(pid, wait=False)
+        ended += found
+        if not found:
+            break
+    return ended
 
 
 

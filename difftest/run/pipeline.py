@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from difftest import tiers
-from difftest.build.envs.fingerprint import sha256_file
+from difftest.build.envs.fingerprint import canonical_hash, sha256_file
 from difftest.build.refs import TransplantInfo
-from difftest.build.workspace import Workspace, prepare
+from difftest.build.workspace import Workspace, branch_spec, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import (
@@ -41,6 +41,7 @@ from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run import door
 from difftest.run.capacity import available_memory_mb, probes_at_once
+from difftest.run.probe_env import passed_environ
 from difftest.run.result_cache import ResultCache, open_cache, result_key
 from difftest.run.runner import BranchRun, Progress, run_branches
 from difftest.run.suite import SuiteMeasurement, measure_suites
@@ -166,7 +167,8 @@ def compare(
     results = [r for r in results if r.branch not in reference]
     evidence = make_evidence(workspace, selected, delivered, results, reading, request.out, suites)
     shard = ShardEvidence(index=request.shard[0], count=request.shard[1], order=order) if request.shard else None
-    evidence = evidence.model_copy(update={"baseline": baseline, "shard": shard, "reference_branches": reference})
+    evidence = evidence.model_copy(update={"baseline": baseline, "shard": shard, "reference_branches": reference,
+                                           "probe_environ_sha256": canonical_hash(passed_environ())})
     return Comparison(workspace, evidence, delivered, selected, suites)
 
 
@@ -195,9 +197,12 @@ def with_baseline(config: Config, names: list[str] | None, wanted: str | None) -
     """The branches to prepare, and those among them measured only as the reference: naming branches
     still measures the baseline, so a crash or a hang is judged the same whichever branches are named."""
     baseline = wanted or config.baseline
-    if names is None or not baseline or baseline in names or config.branch(baseline) is None:
+    if names is None or not baseline or config.branch(baseline) is None:
+        return names, []
+    if baseline in {branch_spec(config, name).name for name in names}:  # named, or a ref that resolves to it
         return names, []
     return [*names, baseline], [baseline]
+
 
 
 def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
@@ -313,7 +318,7 @@ def measure_tier(
     probe_s = workspace.config.timeouts.probe_s
     keys = {
         b.name: result_key(tier.name, job, b.env.fingerprint, workspace.base.fingerprint,  # type: ignore[union-attr]
-                           {s.name: s.sha256 for s in scenarios}, probe_s)
+                           {s.name: s.sha256 for s in scenarios}, probe_s, workspace.config.timeouts.exit_s)
         for b in branches
     }
     reused: dict[str, BranchRun] = {}
@@ -422,7 +427,8 @@ def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[P
     found = []
     for tier, per_branch in delivered.items():
         for name, run in per_branch.items():
-            if run.job_path is None or run.records_path is None or not run.records_path.is_file():
+            if (run.job_path is None or run.records_path is None or not run.records_path.is_file()
+                    or not run.job_path.is_file()):  # a FIFO in their place is not read
                 continue
             found.append(
                 ProbeFiles(

@@ -56,14 +56,21 @@ from difftest.build.envs.fingerprint import canonical_hash, sha256_bytes
 from difftest.core import paths
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import ReusedProbe, atomic_write_text
+from difftest.core.outcome import ProcessOutcome, clean_outcome
 from difftest.core.records import ProbeRun
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.delivery import check_lines
-from difftest.core.outcome import ProcessOutcome, clean_outcome
 from difftest.run.heap import long_lived
 from difftest.run.probe_env import passed_environ
+from difftest.run.probe_files import read_probe_file
 from difftest.run.runner import BranchRun, probe_file_paths
-from difftest.run.validated import CopyDamaged, ReadRecords, copy_path, read_copy, write_copy
+from difftest.run.validated import (
+    CopyDamaged,
+    ReadRecords,
+    copy_path,
+    read_copy,
+    write_copy,
+)
 
 #: Bump when an entry's shape or the key's material changes: older entries are then never found.
 CACHE_FORMAT = 2
@@ -97,7 +104,8 @@ def cache_dir() -> Path | None:
 
 #: What the runs depend on of difftest's own code: the probe that plays them, the models and readers
 #: that check its records (paths relative to the package).
-_CODE = ("probe", "core/records.py", "core/outcome.py", "run/delivery.py", "run/validated.py", "run/result_cache.py")
+_CODE = ("probe", "core/records.py", "core/outcome.py", "run/delivery.py", "run/validated.py", "run/result_cache.py",
+         "run/probe_env.py", "run/probe_files.py", "run/runner.py", "run/launch.py")
 
 
 def code_digest() -> str:
@@ -118,6 +126,7 @@ def result_key(
     base_fingerprint: dict[str, Any],
     scenario_sha256: dict[str, str],
     probe_timeout_s: float,
+    exit_timeout_s: float = 10.0,
 ) -> str:
     """sha256 of everything one branch's probe output for `job` depends on."""
     material = {
@@ -130,6 +139,8 @@ def result_key(
         "base": canonical_hash(base_fingerprint),
         "scenarios": dict(sorted(scenario_sha256.items())),
         "probe_timeout_s": probe_timeout_s,
+        "exit_timeout_s": exit_timeout_s,
+
         "code": code_digest(),
         "environ": passed_environ(),
     }
@@ -263,8 +274,8 @@ class ResultCache:
             log(f"{run.branch}: {run.tier} runs not cached ({why or 'no probe files'}): the next run measures them again")
             return False
         try:
-            job_text = run.job_path.read_text(encoding="utf-8")
-            records_text = run.records_path.read_text(encoding="utf-8")
+            job_text = read_probe_file(run.job_path).decode("utf-8")
+            records_text = read_probe_file(run.records_path).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:  # the runs were judged; only their reuse is lost
             log(f"{run.branch}: {run.tier} runs not cached: cannot read its probe files ({exc})")
             return False

@@ -32,11 +32,19 @@ from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeHeader, ProbeRun
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, NONCE_FD_ENV, STACK_DUMP_SIGNAL, STUCK_PREFIX, Job
+from difftest.probe.protocol import (
+    HOST_PID_ENV,
+    NONCE_ENV,
+    NONCE_FD_ENV,
+    STACK_DUMP_SIGNAL,
+    STUCK_PREFIX,
+    Job,
+)
 from difftest.run import descendants
 from difftest.run.delivery import check_lines, read_delivery
 from difftest.run.launch import ForkServer, ProbeProcess, refusal, start_fork_server
 from difftest.run.probe_env import VLLM_IMPORT_DEFAULTS, VLLM_IMPORT_ENV, probe_environ
+from difftest.run.probe_files import open_probe_file, read_probe_text
 
 __all__ = ["VLLM_IMPORT_DEFAULTS", "VLLM_IMPORT_ENV", "probe_environ"]
 
@@ -338,7 +346,7 @@ def _stuck(log_path: Path) -> str:
     """What the probe said kept it running (threads it waited for at exit; the first frames of the
     stack dump it wrote when asked), in one short line; "" when it said nothing."""
     try:
-        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_probe_text(log_path).splitlines()
     except OSError:
         return ""
     said = [line[len(STUCK_PREFIX):] for line in lines if line.startswith(STUCK_PREFIX)]
@@ -435,15 +443,20 @@ class _Watch:
 
     def _read_new(self) -> None:
         """Count the run records written since the last look (tolerating a file that shrinks or goes)."""
-        try:
-            with open(self.out_path, "rb") as stream:
-                size = os.fstat(stream.fileno()).st_size
-                if size < self._offset:  # truncated or replaced: count again from the start
-                    self._offset, self._partial, self._runs = 0, b"", 0
-                stream.seek(self._offset)
-                chunk = stream.read()
+        try:  # never a blocking open: the branch may have put a FIFO there (`run.probe_files`)
+            fd = open_probe_file(self.out_path)
         except OSError:
             return
+        try:
+            size = os.fstat(fd).st_size
+            if size < self._offset:  # truncated or replaced: count again from the start
+                self._offset, self._partial, self._runs = 0, b"", 0
+            os.lseek(fd, self._offset, os.SEEK_SET)
+            chunk = os.read(fd, min(size - self._offset, 1 << 24)) if size > self._offset else b""
+        except OSError:
+            return
+        finally:
+            os.close(fd)
         self._offset += len(chunk)
         data = self._partial + chunk
         lines = data.split(b"\n")
@@ -580,7 +593,8 @@ def _peak_rss_mb(pid: int) -> float | None:
 
 
 def _tail(path: Path) -> str:
-    if not path.exists():
+    try:
+        lines = read_probe_text(path).splitlines()
+    except OSError:  # gone, or replaced by something that is not a file
         return ""
-    lines = path.read_text(errors="replace").splitlines()
     return clean("\n".join(lines[-_CAPTURE_TAIL:]))

@@ -55,6 +55,16 @@ TRUNCATE = (
     "        open(_sys.argv[_sys.argv.index('--out') + 1], 'w').close()\n"
     "_atexit.register(_truncate)\n"
 )
+#: Replaces its records file with a FIFO (a blocking open of it would hang the host) when the first
+#: scheduler is built.
+FIFO = (
+    "        import os as _os, sys as _sys\n"
+    "        if '--out' in _sys.argv and not getattr(_sys, '_difftest_fifo', False):\n"
+    "            _sys._difftest_fifo = True\n"
+    "            _out = _sys.argv[_sys.argv.index('--out') + 1]\n"
+    "            _os.unlink(_out)\n"
+    "            _os.mkfifo(_out)\n"
+)
 #: Exits 1 after every record and the trailer are written.
 EXIT_ONE = (
     "import atexit as _atexit, os as _os\n"
@@ -107,6 +117,9 @@ FAULTS = (
 
           lambda tmp, repo: prepend(tmp / "truncate.patch", repo, METRICS, TRUNCATE),
           frozenset({"error"})),
+    Fault("fifo", "replaces its own records file with a FIFO",
+          lambda tmp, repo: insert_after(tmp / "fifo.patch", repo, SCHEDULER, INIT_MARKER, FIFO),
+          frozenset({"error"})),
     Fault("exit-one", "exits 1 after its last run",
           lambda tmp, repo: prepend(tmp / "exit-one.patch", repo, METRICS, EXIT_ONE),
           frozenset({"broken"}), says="exited with code 1"),
@@ -133,7 +146,24 @@ def _env_count_patch(tmp: Path, repo: object) -> Path:
     return make_patch(tmp / "env-count.patch", METRICS, old, new)
 
 
+def deep_orphan(tmp: Path) -> str:
+    """Starts, through a shell that leaves the session and clears the environment, a grandchild that
+    sleeps (no token, no group of the probe's: only the subreaper can find it); its pid to a file."""
+    pids = _pid_file(tmp, "deep-orphan")
+    shell = f"setsid env -i /bin/sh -c 'sleep 777 & echo $! >> {pids}; wait' </dev/null >/dev/null 2>&1 &"
+    return (
+        "        import subprocess as _subprocess\n"
+        f"        _subprocess.Popen(['/bin/sh', '-c', {shell!r}], start_new_session=True)\n"
+    )
+
+
+def deep_orphan_pids(tmp: Path) -> list[int]:
+    path = _pid_file(tmp, "deep-orphan")
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
 def orphan_pids(tmp: Path) -> list[int]:
+
     path = _pid_file(tmp, "orphan")
     return [int(line) for line in path.read_text().split()] if path.exists() else []
 

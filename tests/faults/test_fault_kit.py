@@ -16,13 +16,29 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli_helpers import CONTROL, capture_stderr, run_cli
+from tests.e2e.cli_helpers import (
+    CONTROL,
+    INIT_MARKER,
+    SCHEDULER,
+    capture_stderr,
+    run_cli,
+)
 from tests.factories import shipped_branch, write_config
-from tests.faults.kit import FAULTS, SKEW_ENV, environ_seen, orphan_pids
+from tests.faults.kit import (
+    FAULTS,
+    SKEW_ENV,
+    deep_orphan,
+    deep_orphan_pids,
+    environ_seen,
+    orphan_pids,
+)
+from tests.patching import insert_after
 from tests.processes import alive
 
 pytestmark = pytest.mark.slow
@@ -220,3 +236,21 @@ def test_a_branch_named_alone_is_still_judged_against_the_baseline(tmp_path, fix
     report = (out / "report.md").read_text()
     assert "closest to the oracle" not in report and "| main |" not in report
     assert "Judged against main, the baseline: measured beside the named branches" in report
+
+
+def test_an_orphan_that_cleared_its_environment_and_left_the_group_ends_with_difftest(tmp_path, fixture_repo):
+    """Only the subreaper can find it: difftest, the console script, ends it (and its children) on exit."""
+    patch = insert_after(tmp_path / "deep.patch", fixture_repo, SCHEDULER, INIT_MARKER, deep_orphan(tmp_path))
+    config = write_config(tmp_path, [shipped_branch("main"), {"name": "deep", "ref": "main", "patches": [str(patch)]}],
+                          timeouts=TIMEOUTS)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "difftest"), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL,
+         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900,  # a hang guard only
+    )
+    assert done.returncode == 0, done.stderr
+    pids = deep_orphan_pids(tmp_path)
+    assert pids, "the fault never started its grandchild"
+    left = [pid for pid in pids if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{left} outlived difftest"

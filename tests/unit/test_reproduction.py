@@ -7,7 +7,7 @@ from pathlib import Path
 
 from difftest.core.evidence import evidence_json, read_evidence, written_version
 from difftest.core.reproduction import evidence_differences
-from tests.factories import make_evidence, make_result, make_violation
+from tests.factories import LABEL, make_evidence, make_result, make_violation
 
 
 def _broken(requests: list[str]):
@@ -58,3 +58,17 @@ def test_a_result_the_rerun_lacks_and_one_the_evidence_lacks_are_reported() -> N
     assert evidence_differences(make_evidence(results=both[:1]), make_evidence(results=both)) == [
         "main/eos/order:b: not in the evidence"
     ]
+
+
+def test_durations_in_a_violations_detail_are_not_held_against_a_rerun() -> None:
+    """"main completes this run in 0.49 s" re-runs as "in 0.52 s": the same judgement (review F5)."""
+    from difftest.core.records import Violation
+    from difftest.core.reproduction import _result_differences
+
+    def broken(detail: str):
+        return make_result("broken", violations=[Violation(invariant="completes-as-on-baseline", label=LABEL,
+                                                           detail=detail)])
+
+    then = broken("did not finish: RunTimeout (main completes this run in 0.49 s)")
+    assert _result_differences([then], [broken("did not finish: RunTimeout (main completes this run in 0.52 s)")]) == []
+    assert _result_differences([then], [broken("crashed in vLLM: ValueError (main completes this run in 0.49 s)")])

@@ -76,6 +76,7 @@ def _key(**changes: Any) -> str:
 def test_the_key_changes_with_everything_the_runs_depend_on() -> None:
     changed = [
         _key(tier="engine"),
+        _key(exit_timeout_s=3.0),
         _key(job={**JOB, "run_timeout_s": 30.0}),
         _key(env_fingerprint={**ENV, "manifest": {"own": {"overlay/x.py": "2" * 64}}}),
         _key(env_fingerprint={**ENV, "sha": "b" * 40}),

@@ -68,6 +68,8 @@ DIFFERENT: dict[str, Callable[[Evidence], dict[str, Any]]] = {
     "oracle reading": lambda e: {"reading": "lenient" if e.reading == "strict" else "strict"},
     "baseline": lambda e: {"baseline": "fix"},
     "reference branches": lambda e: {"reference_branches": [BRANCH]},
+    # A VLLM_* switch set for one shard only (review F7): its branches measured other code paths.
+    "probe environment (the variables that reach the probes)": lambda e: {"probe_environ_sha256": "e" * 64},
     "difftest version": lambda e: {"difftest_version": "0.0.1"},
 }
 
