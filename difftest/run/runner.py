@@ -303,7 +303,8 @@ def _read_output(result: BranchRun, proc: ProbeProcess, watch: "_Watch", python:
     """The probe's records, checked, and the outcome of its process."""
     assert result.records_path is not None and result.log_path is not None
     result.log_tail = _tail(result.log_path)
-    stuck = _stuck(result.log_path)
+    # What it said it waited for counts only when it was killed for it (a pool thread that ends is no hang).
+    stuck = _stuck(result.log_path) if watch.exit_overdue or watch.timed_out else ""
     result.timed_out = watch.timed_out
     if watch.exit_overdue:
         result.error = (f"the probe did not exit within {exit_s:g} s after its last run"
