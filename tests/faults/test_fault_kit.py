@@ -66,8 +66,19 @@ def _run(config: Path, out: Path, *extra: str, select: str = CONTROL) -> tuple[i
 
 @pytest.fixture(scope="module", params=PATHS)
 def path_run(request, tmp_path_factory, fixture_repo, monkeypatch_module):
-    """(path, exit code, out folder, log, tmp folder) of one path's run of every fault beside main."""
+    """(path, exit code, out folder, log, tmp folder) of one path's run of every fault beside main; once
+    per path and process (pytest may set a parametrized module fixture up again when it reorders)."""
     path = request.param
+    if path not in _PATH_RUNS:
+        _PATH_RUNS[path] = _run_path(path, tmp_path_factory, fixture_repo, monkeypatch_module)
+    return _PATH_RUNS[path]
+
+
+#: Each path's run, by path name (see `path_run`).
+_PATH_RUNS: dict[str, tuple[str, int, Path, str, Path]] = {}
+
+
+def _run_path(path: str, tmp_path_factory, fixture_repo, monkeypatch_module) -> tuple[str, int, Path, str, Path]:
     tmp = tmp_path_factory.mktemp(f"faults-{path}")
     config = _config(tmp, fixture_repo)
     out = tmp / "out"
@@ -97,6 +108,14 @@ def monkeypatch_module():
     patcher = pytest.MonkeyPatch()
     yield patcher
     patcher.undo()
+
+
+def survivors(pids: list[int]) -> list[int]:
+    """The processes of `pids` still running, killed so that a failing test leaves none behind."""
+    left = [pid for pid in pids if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def _results(out: Path) -> list[dict]:
@@ -137,9 +156,7 @@ def test_no_process_a_branch_started_is_left(path_run):
     path, _code, _out, _log, tmp = path_run
     pids = orphan_pids(tmp)
     assert pids, "the orphan fault never started its child"
-    left = [pid for pid in pids if alive(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
+    left = survivors(pids)
     assert not left, f"{path}: the branch's children {left} outlived its probe"
 
 
@@ -210,10 +227,7 @@ def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, f
     mains = {verdict for branch, verdict in kinds if branch == "main"}
     assert {v for b, v in kinds if b == "orphan"} == {v for b, v in kinds if b == "environ"} == mains
 
-    left = [pid for pid in orphan_pids(tmp_path) if alive(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert orphan_pids(tmp_path) and not left
+    assert orphan_pids(tmp_path) and not survivors(orphan_pids(tmp_path))
     seen = environ_seen(tmp_path)
     assert seen and "DIFFTEST_PROBE_NONCE=" not in seen and "'DIFFTEST_PROBE_NONCE'" not in seen
 
@@ -250,7 +264,5 @@ def test_an_orphan_that_cleared_its_environment_and_left_the_group_ends_with_dif
     assert done.returncode == 0, done.stderr
     pids = deep_orphan_pids(tmp_path)
     assert pids, "the fault never started its grandchild"
-    left = [pid for pid in pids if alive(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
+    left = survivors(pids)
     assert not left, f"{left} outlived difftest"
