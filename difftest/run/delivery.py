@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeHeader, ProbeRun, Trailer
 from difftest.core.text import loads_clean
 from difftest.core.values import quote
@@ -56,6 +57,16 @@ class Delivery:
     @property
     def trusted(self) -> bool:
         return not self.untrusted
+
+    def outcome(self, **process: Any) -> ProcessOutcome:
+        """The process outcome: what the host saw of the process (`process`), and what these records
+        show of it (its session started, its trailer, the runs it never reported)."""
+        return ProcessOutcome(
+            trailer=self.trailer is not None and self.trusted,
+            started=self.header is not None and self.trusted,
+            unreported=self.unreported(),
+            **process,
+        )
 
     def runs(self, process_error: str | None) -> list[ProbeRun]:
         """One ProbeRun per planned run, in plan order."""

@@ -52,11 +52,12 @@ def _pids() -> list[int]:
         return []
 
 
-def _carries(pid: int, needle: bytes) -> bool:
+def _environ(pid: int) -> list[bytes]:
+    """The NAME=VALUE entries of a process's start environment ([] when it cannot be read)."""
     try:
-        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
-        return False
+        return []
 
 
 def _parent(pid: int) -> int | None:
@@ -96,7 +97,8 @@ def end_descendants(token: str, passes: int = 3) -> list[int]:
     ended: list[int] = []
     me = os.getpid()
     for _ in range(passes):
-        found = [pid for pid in _pids() if pid != me and pid not in ended and _running(pid) and _carries(pid, needle)]
+        found = [pid for pid in _pids()
+                 if pid != me and pid not in ended and _running(pid) and needle in _environ(pid)]
         if not found:
             break
         for pid in found:
@@ -122,7 +124,8 @@ def end_orphans(every_child: bool, passes: int = 20) -> list[int]:
     ended: list[int] = []
     for _ in range(passes):  # each orphan ended re-parents its own children here: look again
         children = [pid for pid in _pids() if _parent(pid) == me]
-        found = [pid for pid in children if _running(pid) and (every_child or _carries_prefix(pid, ours))]
+        found = [pid for pid in children
+                 if _running(pid) and (every_child or any(entry.startswith(ours) for entry in _environ(pid)))]
         for pid in found:
             _kill(pid, wait=True)
         for pid in children:  # orphans that ended on their own wait for this subreaper to reap them
@@ -134,9 +137,3 @@ def end_orphans(every_child: bool, passes: int = 20) -> list[int]:
     return ended
 
 
-
-def _carries_prefix(pid: int, prefix: bytes) -> bool:
-    try:
-        return any(entry.startswith(prefix) for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
-    except OSError:
-        return False

@@ -36,15 +36,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from difftest.core.verdicts import one_line
-from difftest.core.outcome import ProcessOutcome
-from difftest.run import descendants
 from difftest.probe.protocol import Job
+from difftest.run import descendants
 from difftest.run.delivery import check_lines
+from difftest.run.probe_env import probe_environ
 from difftest.run.runner import (
     BranchRun,
     kill_group,
     planned_count,
-    probe_environ,
     probe_process_ended,
     start_probe_process,
 )
@@ -161,11 +160,7 @@ class ProbeServer:
         result.runs = delivery.runs(result.error)
         result.duration_s = round(time.monotonic() - started, 4)
         # A warm probe's "process" for one job is its answer: a trailer is a clean end of that job.
-        result.outcome = ProcessOutcome(
-            exit_code=code, timed_out=result.timed_out, trailer=delivery.trailer is not None and delivery.trusted,
-            started=delivery.header is not None and delivery.trusted, unreported=delivery.unreported(),
-            duration_s=result.duration_s,
-        )
+        result.outcome = delivery.outcome(exit_code=code, timed_out=result.timed_out, duration_s=result.duration_s)
         result.ended_at = time.time()
         return result, lines
 

@@ -121,12 +121,7 @@ def derived_outcome(files: ProbeFiles, delivery: Delivery) -> ProcessOutcome:
     (it exited 0, not killed) and the records themselves (header, trailer, unreported runs), exactly as
     the runner derives them. A probe that did not exit cleanly is recorded only as that, so it reads as
     exit code 1, standing for "not 0, how is not known": an unclean end is never taken for a clean one."""
-    return ProcessOutcome(
-        exit_code=0 if files.exited_cleanly else 1,
-        trailer=delivery.trailer is not None and delivery.trusted,
-        started=delivery.header is not None and delivery.trusted,
-        unreported=delivery.unreported(),
-    )
+    return delivery.outcome(exit_code=0 if files.exited_cleanly else 1)
 
 
 def _check_outcome(outcome: ProcessOutcome, delivery: Delivery, records_path: Path) -> None:

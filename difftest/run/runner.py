@@ -43,10 +43,8 @@ from difftest.probe.protocol import (
 from difftest.run import descendants
 from difftest.run.delivery import check_lines, read_delivery
 from difftest.run.launch import ForkServer, ProbeProcess, refusal, start_fork_server
-from difftest.run.probe_env import VLLM_IMPORT_DEFAULTS, VLLM_IMPORT_ENV, probe_environ
+from difftest.run.probe_env import probe_environ
 from difftest.run.probe_files import open_probe_file, read_probe_text
-
-__all__ = ["VLLM_IMPORT_DEFAULTS", "VLLM_IMPORT_ENV", "probe_environ"]
 
 #: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
 #: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
@@ -253,7 +251,7 @@ def run_probe(
     result.launch_note = launch_note
     stops = _LIVE.stops
     proc: ProbeProcess | None = None
-    watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s, log_path)
+    watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
     try:
         if server is not None:
             proc = _forked(server, python, argv, {**env, NONCE_ENV: nonce}, work_dir, log_path, result)
@@ -267,7 +265,7 @@ def run_probe(
                 proc = None
                 # The fresh probe gets the whole time limit, and reports only its own memory.
                 started, result.peak_rss_mb = time.monotonic(), None
-                watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s, log_path)
+                watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
         if proc is None:
             if _LIVE.stops != stops:  # a fork that failed because difftest was interrupted meanwhile
                 raise ProbesStopped("difftest was interrupted: no new probe is started")
@@ -302,9 +300,10 @@ def _read_output(result: BranchRun, proc: ProbeProcess, watch: "_Watch", python:
                  timeout_s: float, exit_s: float) -> None:
     """The probe's records, checked, and the outcome of its process."""
     assert result.records_path is not None and result.log_path is not None
-    result.log_tail = _tail(result.log_path)
+    log = _log_lines(result.log_path)
+    result.log_tail = clean("\n".join(log[-_CAPTURE_TAIL:]))
     # What it said it waited for counts only when it was killed for it (a pool thread that ends is no hang).
-    stuck = _stuck(result.log_path) if watch.exit_overdue or watch.timed_out else ""
+    stuck = _stuck(log) if watch.exit_overdue or watch.timed_out else ""
     result.timed_out = watch.timed_out
     if watch.exit_overdue:
         result.error = (f"the probe did not exit within {exit_s:g} s after its last run"
@@ -320,15 +319,12 @@ def _read_output(result: BranchRun, proc: ProbeProcess, watch: "_Watch", python:
         delivery.untrusted.append(foreign)
     result.header = delivery.header
     result.runs = delivery.runs(None if watch.exit_overdue else result.error)
-    result.outcome = ProcessOutcome(
+    result.outcome = delivery.outcome(
         exit_code=proc.returncode,
         timed_out=watch.timed_out,
-        trailer=delivery.trailer is not None and delivery.trusted,
         exit_overdue=watch.exit_overdue,
         stuck=stuck,
         last_line=one_line(result.log_tail) if proc.returncode != 0 and result.log_tail else "",
-        started=delivery.header is not None and delivery.trusted,
-        unreported=delivery.unreported(),
         duration_s=result.duration_s,
     )
 
@@ -343,13 +339,9 @@ def _unreadable(result: BranchRun, job: Job, tier: str, why: str, exit_code: int
     result.outcome = ProcessOutcome(exit_code=exit_code, host_error=why, duration_s=result.duration_s)
 
 
-def _stuck(log_path: Path) -> str:
-    """What the probe said kept it running (threads it waited for at exit; the first frames of the
-    stack dump it wrote when asked), in one short line; "" when it said nothing."""
-    try:
-        lines = read_probe_text(log_path).splitlines()
-    except OSError:
-        return ""
+def _stuck(lines: list[str]) -> str:
+    """What the probe said in its log `lines` kept it running (threads it waited for at exit; the first
+    frames of the stack dump it wrote when asked), in one short line; "" when it said nothing."""
     said = [line[len(STUCK_PREFIX):] for line in lines if line.startswith(STUCK_PREFIX)]
     frames = _innermost_frames(lines)
     parts = [*said[-1:], *([f"stack: {frames}"] if frames else [])]
@@ -408,9 +400,9 @@ class _Watch:
     probe that overstays either limit is asked for its threads' stacks, then its group is killed."""
 
     def __init__(self, out_path: Path, branch: str, expected: int, progress: Progress | None,
-                 timeout_s: float, exit_s: float, log_path: Path) -> None:
+                 timeout_s: float, exit_s: float) -> None:
         self.out_path, self.branch, self.expected, self.progress = out_path, branch, expected, progress
-        self.timeout_s, self.exit_s, self.log_path = timeout_s, exit_s, log_path
+        self.timeout_s, self.exit_s = timeout_s, exit_s
         self.timed_out = False
         self.exit_overdue = False
         self._offset = 0
@@ -593,9 +585,12 @@ def _peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-def _tail(path: Path) -> str:
+def _log_lines(path: Path) -> list[str]:
     try:
-        lines = read_probe_text(path).splitlines()
+        return read_probe_text(path).splitlines()
     except OSError:  # gone, or replaced by something that is not a file
-        return ""
-    return clean("\n".join(lines[-_CAPTURE_TAIL:]))
+        return []
+
+
+def _tail(path: Path) -> str:
+    return clean("\n".join(_log_lines(path)[-_CAPTURE_TAIL:]))

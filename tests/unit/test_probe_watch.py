@@ -65,7 +65,7 @@ def test_records_are_followed_as_they_grow_and_a_truncated_file_costs_nothing(tm
     """A branch that truncates its records file must not crash the host (defect 5 of issue 19)."""
     out = tmp_path / "runs.jsonl"
     seen: list[tuple[int, str]] = []
-    watch = _Watch(out, "b", 3, lambda _b, n, _t, scenario, _l: seen.append((n, scenario)), 60, 5, tmp_path / "log")
+    watch = _Watch(out, "b", 3, lambda _b, n, _t, scenario, _l: seen.append((n, scenario)), 60, 5)
     watch._read_new()  # no file yet
     out.write_text(_record("header") + _record("run", scenario="s1", label="a"))
     watch._read_new()
@@ -91,7 +91,7 @@ def test_what_a_stuck_probe_said_is_kept_in_one_line(tmp_path):
         "Current thread 0x00007e (most recent call first):\n"
         '  File "/usr/lib/python3.11/threading.py", line 1590 in _shutdown\n'
     )
-    said = _stuck(log)
+    said = _stuck(log.read_text().splitlines())
     assert said.startswith("non-daemon thread 'stats-flusher' running vllm.v1.spec_decode.metrics._flush_forever")
     assert "metrics.py\", line 5 in _flush_forever" in said and "line 1590 in _shutdown" in said
 
