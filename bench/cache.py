@@ -48,8 +48,14 @@ def host_environ(cache: Path) -> dict[str, str]:
 def timed(args: list[str], cache: Path, out: Path) -> tuple[float, dict]:
     """Wall seconds of `difftest ARGS --out OUT` with this result cache, and its evidence."""
     started = time.perf_counter()
-    done = subprocess.run([*COMMAND, *args, "--out", str(out)], cwd=ROOT, env=host_environ(cache),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [*COMMAND, *args, "--out", str(out)],
+        cwd=ROOT,
+        env=host_environ(cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wall = time.perf_counter() - started
     if done.returncode not in (0, 1):
         sys.exit(f"difftest {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
@@ -63,8 +69,16 @@ def reused(evidence: dict) -> str:
 
 def judged(evidence: dict) -> list[tuple[str, ...]]:
     """Every result's verdict and measured totals (not how long the run took: a new measurement's own)."""
-    return sorted((r["branch"], r["scenario"], r["label"], r["verdict"], json.dumps(r["measured"], sort_keys=True))
-                  for r in evidence["results"])
+    return sorted(
+        (
+            r["branch"],
+            r["scenario"],
+            r["label"],
+            r["verdict"],
+            json.dumps(r["measured"], sort_keys=True),
+        )
+        for r in evidence["results"]
+    )
 
 
 def verdicts(evidence: dict) -> dict[str, Counter[str]]:
@@ -85,7 +99,10 @@ def measure(work: Path) -> tuple[dict[str, tuple[Timed, Timed]], Timed, Timed, l
     pairs = {}
     for number, (name, args) in enumerate(PAIRS):
         cache = work / f"cache-{number}"
-        pairs[name] = (timed(args, cache, work / f"first-{number}"), timed(args, cache, work / f"again-{number}"))
+        pairs[name] = (
+            timed(args, cache, work / f"first-{number}"),
+            timed(args, cache, work / f"again-{number}"),
+        )
         loads.append(load_average())
     after = timed(GATE, work / f"cache-{len(PAIRS) - 1}", work / "gate-after")
     cold = timed(GATE, work / "cold-cache", work / "gate-cold")
@@ -97,33 +114,55 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         # Untimed: builds or checks every environment and writes the host's bytecode, for all alike.
-        subprocess.run([*COMMAND, "envs", "--build"], cwd=ROOT, env=host_environ(work / "unused"),
-                       stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            [*COMMAND, "envs", "--build"],
+            cwd=ROOT,
+            env=host_environ(work / "unused"),
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
         pairs, (after_s, after), (cold_s, cold), loads = measure(work)
-    print("shipped branches.yaml, each command a fresh difftest process, each pair a result cache of its own; "
-          f"load average (1/5/15 min) at the start, after each pair, at the end: {' | '.join(loads)}")
+    print(
+        "shipped branches.yaml, each command a fresh difftest process, each pair a result cache of its own; "
+        f"load average (1/5/15 min) at the start, after each pair, at the end: {' | '.join(loads)}"
+    )
     for name, ((_s, first), _again) in pairs.items():
         branches = len(first["branches"])
         tiers = sorted({r["tier"] for r in first["results"]})
-        print(f"  {name}: {branches} branches, {' and '.join(tiers)} tier(s), "
-              f"{len(first['results']) // branches} results per branch")
+        print(
+            f"  {name}: {branches} branches, {' and '.join(tiers)} tier(s), "
+            f"{len(first['results']) // branches} results per branch"
+        )
     print(f"\n{'command':<40}{'wall s':>8}{'probes reused':>15}{'ratio':>8}")
     for name, ((first_s, first), (again_s, again)) in pairs.items():
         print(f"{name + ', empty cache':<40}{first_s:>8.1f}{reused(first):>15}{1.0:>8.2f}")
-        print(f"{'  the same again, unchanged':<40}{again_s:>8.1f}{reused(again):>15}{again_s / first_s:>8.2f}")
+        print(
+            f"{'  the same again, unchanged':<40}{again_s:>8.1f}{reused(again):>15}{again_s / first_s:>8.2f}"
+        )
     print(f"{'gate, empty cache (cold)':<40}{cold_s:>8.1f}{reused(cold):>15}{1.0:>8.2f}")
-    print(f"{'gate after the scheduler run':<40}{after_s:>8.1f}{reused(after):>15}{after_s / cold_s:>8.2f}")
+    print(
+        f"{'gate after the scheduler run':<40}{after_s:>8.1f}{reused(after):>15}{after_s / cold_s:>8.2f}"
+    )
     print()
     for name, ((first_s, first), (again_s, again)) in pairs.items():
         same = first["results"] == again["results"]
-        print(f"{name}: re-run / first run {again_s / first_s:.1%} of the wall time (target <= 10 %); "
-              f"results identical: {'yes' if same else 'NO'}")
-    print(f"gate after run / cold gate: {after_s / cold_s:.1%}; results identical: "
-          f"{'yes' if judged(cold) == judged(after) else 'NO'}")
+        print(
+            f"{name}: re-run / first run {again_s / first_s:.1%} of the wall time (target <= 10 %); "
+            f"results identical: {'yes' if same else 'NO'}"
+        )
+    print(
+        f"gate after run / cold gate: {after_s / cold_s:.1%}; results identical: "
+        f"{'yes' if judged(cold) == judged(after) else 'NO'}"
+    )
     for name, (_first, (_s, again)) in pairs.items():
         print(f"verdicts, {name} (pass / diverge / broken / error):")
         for branch, counts in verdicts(again).items():
-            print(f"  {branch:<22}" + "  ".join(f"{v} {counts.get(v, 0)}" for v in ("pass", "diverge", "broken", "error")))
+            print(
+                f"  {branch:<22}"
+                + "  ".join(
+                    f"{v} {counts.get(v, 0)}" for v in ("pass", "diverge", "broken", "error")
+                )
+            )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ def main() -> int:
     args = parser.parse_args()
     config = load_config(Path(args.config))
     tier = tiers.get("engine")
-    scenarios = [s for s in tier.load(config.scenarios_dir / tier.folder) if not args.k or args.k in s.name]
+    scenarios = [
+        s for s in tier.load(config.scenarios_dir / tier.folder) if not args.k or args.k in s.name
+    ]
     job = make_job(tier, scenarios, config.timeouts.run_s)
     started = time.perf_counter()
     workspace = prepare(config)
@@ -50,21 +52,36 @@ def main() -> int:
             info = result.header.info if result.header else {}
             import_s = result.header.import_s if result.header else None
             rows.append(
-                (branch.name, result.duration_s, import_s, info.get("model_build_s"), info.get("engine_load_s"),
-                 len(result.runs), sum(r.status != "ok" for r in result.runs), result.error)
+                (
+                    branch.name,
+                    result.duration_s,
+                    import_s,
+                    info.get("model_build_s"),
+                    info.get("engine_load_s"),
+                    len(result.runs),
+                    sum(r.status != "ok" for r in result.runs),
+                    result.error,
+                )
             )
             times: dict[str, float] = {}
             for run in result.runs:
                 times[run.scenario] = times.get(run.scenario, 0.0) + run.duration_s
             per_branch[branch.name] = times
-    print(f"\n{'branch':16} {'probe s':>8} {'import s':>9} {'model s':>8} {'load s':>7} {'runs':>5} {'errors':>6}")
+    print(
+        f"\n{'branch':16} {'probe s':>8} {'import s':>9} {'model s':>8} {'load s':>7} {'runs':>5} {'errors':>6}"
+    )
     for name, wall, imp, model, load, n, errors, err in rows:
-        print(f"{name:16} {wall:8.1f} {imp or 0:9.1f} {model or 0:8.1f} {load or 0:7.1f} {n:5d} {errors:6d}" + (f"  {err.splitlines()[0]}" if err else ""))
+        print(
+            f"{name:16} {wall:8.1f} {imp or 0:9.1f} {model or 0:8.1f} {load or 0:7.1f} {n:5d} {errors:6d}"
+            + (f"  {err.splitlines()[0]}" if err else "")
+        )
     names = list(per_branch)
     print(f"\n{'scenario (sum of its runs, s)':34}" + "".join(f"{n:>16}" for n in names))
     for s in scenarios:
         print(f"{s.name:34}" + "".join(f"{per_branch[n].get(s.name, 0.0):16.2f}" for n in names))
-    print(f"\nengine tier, {len(names)} branches, sequential: {sum(r[1] for r in rows):.1f} s (target: well under 180 s)")
+    print(
+        f"\nengine tier, {len(names)} branches, sequential: {sum(r[1] for r in rows):.1f} s (target: well under 180 s)"
+    )
     return 0
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest.core.config import load_config  # noqa: E402
 from difftest.build.envs.base import ensure_base  # noqa: E402
 from difftest.build.envs.branch import ensure_branch_env  # noqa: E402
 from difftest.build.envs.cache import own_bytes  # noqa: E402
@@ -31,6 +30,7 @@ from difftest.build.envs.sources import wheel_source_args  # noqa: E402
 from difftest.build.envs.uvtool import run_uv  # noqa: E402
 from difftest.build.refs import resolve_branch  # noqa: E402
 from difftest.build.workspace import open_source_repo  # noqa: E402
+from difftest.core.config import load_config  # noqa: E402
 
 IMPORT = "import vllm.v1.core.sched.scheduler"
 
@@ -43,7 +43,11 @@ def timed(fn):
 
 def import_s(python: Path) -> float:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _, seconds = timed(lambda: subprocess.run([str(python), "-c", IMPORT], check=True, env=env, capture_output=True))
+    _, seconds = timed(
+        lambda: subprocess.run(
+            [str(python), "-c", IMPORT], check=True, env=env, capture_output=True
+        )
+    )
     return seconds
 
 
@@ -68,12 +72,30 @@ def main() -> None:
         if not args.skip_naive:
             venv = Path(home) / "naive"
             started = time.perf_counter()
-            run_uv(["venv", "--quiet", "--python", str(base.python), str(venv)], what="create naive venv")
+            run_uv(
+                ["venv", "--quiet", "--python", str(base.python), str(venv)],
+                what="create naive venv",
+            )
             overrides = Path(home) / "ovr.txt"
-            overrides.write_text("".join(f'{n} ; python_version < "0"\n' for n in config.base.exclude))
-            run_uv(["pip", "install", "--python", str(venv / "bin" / "python"), "--link-mode", "copy",
-                    "--compile-bytecode", "--override", str(overrides), *wheel_source_args(config.base.torch),
-                    config.base.requirement], what="naive install")
+            overrides.write_text(
+                "".join(f'{n} ; python_version < "0"\n' for n in config.base.exclude)
+            )
+            run_uv(
+                [
+                    "pip",
+                    "install",
+                    "--python",
+                    str(venv / "bin" / "python"),
+                    "--link-mode",
+                    "copy",
+                    "--compile-bytecode",
+                    "--override",
+                    str(overrides),
+                    *wheel_source_args(config.base.torch),
+                    config.base.requirement,
+                ],
+                what="naive install",
+            )
             naive_s = time.perf_counter() - started
             naive_size = own_bytes(venv, shared_ok=True)
 
@@ -88,11 +110,17 @@ def main() -> None:
     worst_s = max(r[1] for r in rows)
     worst_mb = max(r[2] for r in rows) / 1e6
     print()
-    print(f"branch env, worst: {worst_s:.2f} s (target <= 2 s), {worst_mb:.2f} MB (target <= 20 MB)")
+    print(
+        f"branch env, worst: {worst_s:.2f} s (target <= 2 s), {worst_mb:.2f} MB (target <= 20 MB)"
+    )
     if naive_s is not None:
-        print(f"naive / branch env: time x{naive_s / worst_s:.0f}, size x{naive_size / 1e6 / max(worst_mb, 0.01):.0f}")
-    print(f"import of the scheduler: base {base_import:.1f} s, branch env {branch_import:.1f} s "
-          f"(ratio {branch_import / base_import:.2f})")
+        print(
+            f"naive / branch env: time x{naive_s / worst_s:.0f}, size x{naive_size / 1e6 / max(worst_mb, 0.01):.0f}"
+        )
+    print(
+        f"import of the scheduler: base {base_import:.1f} s, branch env {branch_import:.1f} s "
+        f"(ratio {branch_import / base_import:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -29,18 +29,21 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from difftest import tiers  # noqa: E402
+from difftest.build.envs.base import ensure_base  # noqa: E402
 from difftest.build.refs import read_blob  # noqa: E402
 from difftest.build.workspace import open_source_repo, prepare  # noqa: E402
-from difftest.build.envs.base import ensure_base  # noqa: E402
 from difftest.core.config import load_config  # noqa: E402
 from difftest.run.pipeline import make_job, probes_at_a_time  # noqa: E402
 from difftest.run.runner import BranchRun, run_branches, warm_fork_server  # noqa: E402
+
 
 def _make_patch():
     """tests/patching.py's `make_patch` (another top-level `tests` package may shadow this one's)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("difftest_test_patching", ROOT / "tests" / "patching.py")
+    spec = importlib.util.spec_from_file_location(
+        "difftest_test_patching", ROOT / "tests" / "patching.py"
+    )
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module.make_patch
@@ -55,7 +58,11 @@ TOUCHED = "vllm/v1/core/sched/scheduler.py"
 
 
 def load() -> str:
-    return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg()) + f" ({os.cpu_count()} cores)"
+    return (
+        "load average "
+        + " ".join(f"{v:.2f}" for v in os.getloadavg())
+        + f" ({os.cpu_count()} cores)"
+    )
 
 
 def eight_branch_config(folder: Path) -> Path:
@@ -69,8 +76,15 @@ def eight_branch_config(folder: Path) -> Path:
             branch["patches"] = [str((shipped.parent / p).resolve()) for p in branch["patches"]]
     source = read_blob(repo, "main", TOUCHED).decode()
     for index in range(max(COUNTS) - len(raw["branches"])):
-        patch = make_patch(folder / f"variant-{index}.patch", TOUCHED, source, source + f"# bench variant {index}\n")
-        raw["branches"].append({"name": f"main-variant-{index}", "ref": "main", "patches": [str(patch)]})
+        patch = make_patch(
+            folder / f"variant-{index}.patch",
+            TOUCHED,
+            source,
+            source + f"# bench variant {index}\n",
+        )
+        raw["branches"].append(
+            {"name": f"main-variant-{index}", "ref": "main", "patches": [str(patch)]}
+        )
     raw["scenarios_dir"] = str(config.scenarios_dir)
     path = folder / "branches.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -79,11 +93,18 @@ def eight_branch_config(folder: Path) -> Path:
 
 def comparable(runs: dict[str, BranchRun]) -> dict[str, list[str]]:
     """Every run, without its duration and vLLM's throughput line (what a clock decides)."""
-    return {name: [json.dumps(r.model_dump(exclude={"duration_s", "notes"}), sort_keys=True) for r in run.runs]
-            for name, run in runs.items()}
+    return {
+        name: [
+            json.dumps(r.model_dump(exclude={"duration_s", "notes"}), sort_keys=True)
+            for r in run.runs
+        ]
+        for name, run in runs.items()
+    }
 
 
-def measure(targets, job, work: Path, probe_s: float, fork: bool) -> tuple[float, dict[str, BranchRun]]:
+def measure(
+    targets, job, work: Path, probe_s: float, fork: bool
+) -> tuple[float, dict[str, BranchRun]]:
     jobs, _why = probes_at_a_time(TIER, len(targets), None)
     started = time.perf_counter()
     runs = run_branches(targets, job, TIER.name, work, probe_s, jobs, fork=fork)
@@ -121,24 +142,38 @@ def main() -> None:
                 fresh_import += [r.header.import_s for r in fresh.values() if r.header]
                 forked_import += [r.header.import_s for r in forked.values() if r.header]
             errors = [f"{n}: {r.error}" for n, r in {**fresh, **forked}.items() if r.error]
-            rows.append((count, fresh_s, fork_s, comparable(fresh) == comparable(forked), launched, errors))
+            rows.append(
+                (count, fresh_s, fork_s, comparable(fresh) == comparable(forked), launched, errors)
+            )
 
-    print(f"\nscheduler tier, {len(job['scenarios'])} scenarios, "
-          f"{sum(len(s['runs']) for s in job['scenarios'])} runs per branch\n")
-    print(f"fork server warm-up: {warm_up:.1f} s ({shared} shared libraries imported in {shared_s:.1f} s)")
+    print(
+        f"\nscheduler tier, {len(job['scenarios'])} scenarios, "
+        f"{sum(len(s['runs']) for s in job['scenarios'])} runs per branch\n"
+    )
+    print(
+        f"fork server warm-up: {warm_up:.1f} s ({shared} shared libraries imported in {shared_s:.1f} s)"
+    )
     fresh_med, forked_med = statistics.median(fresh_import), statistics.median(forked_import)
-    print(f"vLLM import of one probe alone: fresh {fresh_med:.2f} s, forked {forked_med:.2f} s "
-          f"-> {1 - forked_med / fresh_med:.0%} of it shared\n")
-    print(f"{'branches':>8} {'fresh s':>9} {'forked s':>9} {'forked/fresh':>13} {'same runs':>10}  launched")
+    print(
+        f"vLLM import of one probe alone: fresh {fresh_med:.2f} s, forked {forked_med:.2f} s "
+        f"-> {1 - forked_med / fresh_med:.0%} of it shared\n"
+    )
+    print(
+        f"{'branches':>8} {'fresh s':>9} {'forked s':>9} {'forked/fresh':>13} {'same runs':>10}  launched"
+    )
     for count, fresh_s, fork_s, same, launched, errors in rows:
-        print(f"{count:>8} {fresh_s:>9.1f} {fork_s:>9.1f} {fork_s / fresh_s:>13.2f} {str(same):>10}  "
-              f"{'/'.join(sorted(str(x) for x in launched))}")
+        print(
+            f"{count:>8} {fresh_s:>9.1f} {fork_s:>9.1f} {fork_s / fresh_s:>13.2f} {str(same):>10}  "
+            f"{'/'.join(sorted(str(x) for x in launched))}"
+        )
         for line in errors:
             print(f"         error: {line}")
     eight = next(r for r in rows if r[0] == 8)
     budget = warm_up + 3 * 8
-    print(f"\ntarget: 8 branches forked <= warm-up + 3 s per branch = {budget:.1f} s: measured {eight[2]:.1f} s "
-          f"({'met' if eight[2] <= budget else 'MISSED'})")
+    print(
+        f"\ntarget: 8 branches forked <= warm-up + 3 s per branch = {budget:.1f} s: measured {eight[2]:.1f} s "
+        f"({'met' if eight[2] <= budget else 'MISSED'})"
+    )
     print(load())
 
 

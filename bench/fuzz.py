@@ -34,7 +34,11 @@ from difftest.run.runner import run_probe  # noqa: E402
 
 
 def load() -> str:
-    return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg()) + f" ({os.cpu_count()} cores)"
+    return (
+        "load average "
+        + " ".join(f"{v:.2f}" for v in os.getloadavg())
+        + f" ({os.cpu_count()} cores)"
+    )
 
 
 def one_search(config, branches: list[str], examples: int, out: Path) -> dict:
@@ -61,7 +65,13 @@ def cold_probe_s(config, examples: int = 3) -> float:
     scenarios = []
 
     @seed(0)
-    @settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate],
+    )
     @given(tier.fuzz_strategy())
     def collect(raw: dict) -> None:
         scenarios.append(tier.parse_scenario({**raw, "name": f"cold-{len(scenarios)}"}, "bench"))
@@ -71,7 +81,14 @@ def cold_probe_s(config, examples: int = 3) -> float:
     with tempfile.TemporaryDirectory() as work:
         started = time.perf_counter()
         for scenario in scenarios:
-            run_probe("main", python, make_job(tier, [scenario], config.timeouts.run_s), tier.name, Path(work), 600)
+            run_probe(
+                "main",
+                python,
+                make_job(tier, [scenario], config.timeouts.run_s),
+                tier.name,
+                Path(work),
+                600,
+            )
         return (time.perf_counter() - started) / len(scenarios)
 
 
@@ -88,17 +105,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, group in enumerate([[n] for n in names] + [names]):
             rows.append(one_search(config, group, args.examples, Path(tmp) / str(i)))
-    print(f"\nseed 0, --examples {args.examples} per round; rates are per second of search, every branch of a row plays every example\n")
-    print(f"{'branches':<46}{'examples':>9}{'probed':>8}{'examples/s':>11}{'probed/s':>10}{'first finding s':>16}"
-          f"{'findings':>9}{'search s':>9}{'start-up s':>11}")
+    print(
+        f"\nseed 0, --examples {args.examples} per round; rates are per second of search, every branch of a row plays every example\n"
+    )
+    print(
+        f"{'branches':<46}{'examples':>9}{'probed':>8}{'examples/s':>11}{'probed/s':>10}{'first finding s':>16}"
+        f"{'findings':>9}{'search s':>9}{'start-up s':>11}"
+    )
     for r in rows:
         first = f"{r['first']:.1f}" if r["first"] is not None else "-"
-        print(f"{r['branches']:<46}{r['calls']:>9}{r['probed']:>8}{r['calls/s']:>11.1f}{r['probed/s']:>10.1f}{first:>16}"
-              f"{r['findings']:>9}{r['search']:>9.1f}{r['other']:>11.1f}")
+        print(
+            f"{r['branches']:<46}{r['calls']:>9}{r['probed']:>8}{r['calls/s']:>11.1f}{r['probed/s']:>10.1f}{first:>16}"
+            f"{r['findings']:>9}{r['search']:>9.1f}{r['other']:>11.1f}"
+        )
     if not args.skip_naive:
         cold = cold_probe_s(config)
         warm = 1 / rows[0]["probed/s"]
-        print(f"\n{names[0]}: a cold probe per example {cold:.1f} s; warm probe {warm * 1e3:.0f} ms per probed example (x{cold / warm:.0f})")
+        print(
+            f"\n{names[0]}: a cold probe per example {cold:.1f} s; warm probe {warm * 1e3:.0f} ms per probed example (x{cold / warm:.0f})"
+        )
     print(load())
 
 

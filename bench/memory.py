@@ -33,7 +33,9 @@ from difftest.run.runner import run_probe  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--branch", default="main")
-    parser.add_argument("--many", type=int, default=0, help="also run this many branches at once, by default")
+    parser.add_argument(
+        "--many", type=int, default=0, help="also run this many branches at once, by default"
+    )
     args = parser.parse_args()
     config = load_config(ROOT / "branches.yaml")
     workspace = prepare(config, [args.branch])
@@ -46,15 +48,24 @@ def main() -> None:
         scenarios = [s for s in scenarios if not tier.unavailable(s, workspace.base.fingerprint)]
         job = make_job(tier, scenarios, config.timeouts.run_s)
         with tempfile.TemporaryDirectory() as work:
-            run = run_probe(args.branch, env.python, job, tier.name, Path(work), config.timeouts.probe_s)
+            run = run_probe(
+                args.branch, env.python, job, tier.name, Path(work), config.timeouts.probe_s
+            )
         assert run.error is None, run.error
-        print(f"{tier.name:<11}{len(run.runs):>6}{run.duration_s:>9.1f}{run.peak_rss_mb or float('nan'):>13.0f}"
-              f"{tier.probe_memory_mb:>11}")
+        print(
+            f"{tier.name:<11}{len(run.runs):>6}{run.duration_s:>9.1f}{run.peak_rss_mb or float('nan'):>13.0f}"
+            f"{tier.probe_memory_mb:>11}"
+        )
     available = available_memory_mb()
     print(f"\nnow: {cores} cores, {available or float('nan'):,.0f} MB available")
-    print(f"{'branches':>9}" + "".join(f"{t.name + ' at once':>20}" for t in tiers.REGISTRY.values()))
+    print(
+        f"{'branches':>9}" + "".join(f"{t.name + ' at once':>20}" for t in tiers.REGISTRY.values())
+    )
     for branches in (3, 12, 40):
-        cells = [probes_at_once(t.default_jobs(branches, cores), t.probe_memory_mb, available) for t in tiers.REGISTRY.values()]
+        cells = [
+            probes_at_once(t.default_jobs(branches, cores), t.probe_memory_mb, available)
+            for t in tiers.REGISTRY.values()
+        ]
         print(f"{branches:>9}" + "".join(f"{c:>20}" for c in cells))
     if args.many:
         many_branches(config, args.many)
@@ -75,20 +86,31 @@ def many_branches(config, count: int) -> None:
         old = read_blob(repo, config.base_ref, "vllm/version.py").decode()
         branches = [BranchSpec(name="main", ref="main")]
         for n in range(1, count):
-            patch = make_patch(folder / f"v{n}.patch", "vllm/version.py", old, old + f"\n# variant {n}\n")
+            patch = make_patch(
+                folder / f"v{n}.patch", "vllm/version.py", old, old + f"\n# variant {n}\n"
+            )
             branches.append(BranchSpec(name=f"variant-{n}", ref="main", patches=[patch]))
         many = config.model_copy(update={"branches": branches})
         prepare(many)  # environments first: the figures below are the probes'
         started = time.perf_counter()
         logged: list[str] = []
-        comparison = compare(many, CompareRequest(tiers=["scheduler"], select="eos-on-bonus", out=folder / "out"), logged.append)
+        comparison = compare(
+            many,
+            CompareRequest(tiers=["scheduler"], select="eos-on-bonus", out=folder / "out"),
+            logged.append,
+        )
         wall = time.perf_counter() - started
     runs = list(comparison.delivered["scheduler"].values())
     overlap = max(sum(r.started_at <= t.started_at < r.ended_at for r in runs) for t in runs)
     verdicts = {r.verdict for r in comparison.evidence.results}
-    print(f"\n{count} branches, one scheduler scenario: " + next(line for line in logged if "at a time" in line))
-    print(f"  at most {overlap} probes overlapped; sum of their peaks {sum(r.peak_rss_mb or 0 for r in runs):,.0f} MB; "
-          f"largest {max(r.peak_rss_mb or 0 for r in runs):,.0f} MB; wall {wall:.0f} s; verdicts {sorted(verdicts)}")
+    print(
+        f"\n{count} branches, one scheduler scenario: "
+        + next(line for line in logged if "at a time" in line)
+    )
+    print(
+        f"  at most {overlap} probes overlapped; sum of their peaks {sum(r.peak_rss_mb or 0 for r in runs):,.0f} MB; "
+        f"largest {max(r.peak_rss_mb or 0 for r in runs):,.0f} MB; wall {wall:.0f} s; verdicts {sorted(verdicts)}"
+    )
 
 
 if __name__ == "__main__":

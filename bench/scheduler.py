@@ -41,7 +41,9 @@ def main() -> None:
     targets = [(b.name, b.env.python) for b in workspace.branches if b.env]
     with tempfile.TemporaryDirectory() as work:
         started = time.perf_counter()
-        runs = run_branches(targets, job, tier.name, Path(work), config.timeouts.probe_s, len(targets))
+        runs = run_branches(
+            targets, job, tier.name, Path(work), config.timeouts.probe_s, len(targets)
+        )
         all_wall = time.perf_counter() - started
         naive_s = None
         if not args.skip_naive:
@@ -49,11 +51,17 @@ def main() -> None:
             started = time.perf_counter()
             for scenario in scenarios:
                 single = make_job(tier, [scenario], config.timeouts.run_s)
-                run_probe(name, python, single, tier.name, Path(work) / "naive", config.timeouts.probe_s)
+                run_probe(
+                    name, python, single, tier.name, Path(work) / "naive", config.timeouts.probe_s
+                )
             naive_s = time.perf_counter() - started
 
-    print(f"{len(scenarios)} scenarios, {expected} runs per branch, {len(targets)} branches in parallel\n")
-    print(f"{'branch':<18}{'import s':>10}{'runs s':>10}{'process s':>11}{'median run ms':>15}{'worst run ms':>14}")
+    print(
+        f"{len(scenarios)} scenarios, {expected} runs per branch, {len(targets)} branches in parallel\n"
+    )
+    print(
+        f"{'branch':<18}{'import s':>10}{'runs s':>10}{'process s':>11}{'median run ms':>15}{'worst run ms':>14}"
+    )
     for name, delivered in runs.items():
         durations = [r.duration_s for r in delivered.runs]
         import_s = delivered.header.import_s if delivered.header else float("nan")
@@ -64,8 +72,10 @@ def main() -> None:
     print(f"\nall branches, wall: {all_wall:.1f} s")
     if naive_s is not None:
         one = runs[targets[0][0]].duration_s
-        print(f"{targets[0][0]}: one process for all scenarios {one:.1f} s; one process per scenario {naive_s:.1f} s "
-              f"(x{naive_s / one:.1f})")
+        print(
+            f"{targets[0][0]}: one process for all scenarios {one:.1f} s; one process per scenario {naive_s:.1f} s "
+            f"(x{naive_s / one:.1f})"
+        )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ def children_cpu() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-c", "--config", default=str(ROOT / "branches.yaml"))
-    parser.add_argument("--select", nargs="*", help="pytest paths (default: the tier's default selection)")
+    parser.add_argument(
+        "--select", nargs="*", help="pytest paths (default: the tier's default selection)"
+    )
     args = parser.parse_args()
     config = load_config(args.config)
     spec = TestsSpec(select=args.select) if args.select else (config.tests or TestsSpec())
@@ -56,44 +58,79 @@ def main() -> None:
         measured = measure_suites(workspace, tier, selection, Path(work) / "tier", "strict")
         tier_wall, tier_cpu = time.perf_counter() - started, children_cpu() - cpu
         (session,) = [s for s in measured.sessions if s.name == "shared"]
-        plan_session = session.command[session.command.index("--junitxml=" + str(session.out / "junit.xml")) + 1:]
-        tests_per_branch = len({r.test for r in measured.records if r.code == workspace.config.baseline})
+        plan_session = session.command[
+            session.command.index("--junitxml=" + str(session.out / "junit.xml")) + 1 :
+        ]
+        tests_per_branch = len(
+            {r.test for r in measured.records if r.code == workspace.config.baseline}
+        )
 
         # The same session arguments, branch after branch, without xdist and without the plugin.
         root = session.root
         deps = site_dir(suite_packages(workspace.base, spec.requirements))
-        env = {k: v for k, v in session_environ_for(plan_session, deps, Path(work)).items() if k != OUT_ENV}
+        env = {
+            k: v
+            for k, v in session_environ_for(plan_session, deps, Path(work)).items()
+            if k != OUT_ENV
+        }
         per_branch = {}
         cpu, started = children_cpu(), time.perf_counter()
         for branch in workspace.branches:
             one = time.perf_counter()
             subprocess.run(
-                [str(branch.env.python), "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(root),
-                 "-c", str(root / PYTEST_CONFIG), "-o", "addopts=", "-o", f"timeout={config.timeouts.run_s:g}",
-                 "-q", "--color=no", *plan_session],
-                cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                [
+                    str(branch.env.python),
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "--rootdir",
+                    str(root),
+                    "-c",
+                    str(root / PYTEST_CONFIG),
+                    "-o",
+                    "addopts=",
+                    "-o",
+                    f"timeout={config.timeouts.run_s:g}",
+                    "-q",
+                    "--color=no",
+                    *plan_session,
+                ],
+                cwd=root,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
             )
             per_branch[branch.name] = time.perf_counter() - one
         serial_wall, serial_cpu = time.perf_counter() - started, children_cpu() - cpu
     load_after = os.getloadavg()
 
     branches = len(workspace.branches)
-    print(f"{tests_per_branch} tests (selection + each branch's own), {branches} branches, {os.cpu_count()} cores")
+    print(
+        f"{tests_per_branch} tests (selection + each branch's own), {branches} branches, {os.cpu_count()} cores"
+    )
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}\n")
     print(f"{'how':<44}{'wall s':>9}{'CPU s':>9}")
-    print(f"{'tests tier: one xdist session, ' + str(branches) + ' workers':<44}{tier_wall:>9.1f}{tier_cpu:>9.1f}")
+    print(
+        f"{'tests tier: one xdist session, ' + str(branches) + ' workers':<44}{tier_wall:>9.1f}{tier_cpu:>9.1f}"
+    )
     for name, seconds in per_branch.items():
         print(f"{'  plain pytest, ' + name:<44}{seconds:>9.1f}")
     print(f"{'branch after branch (sum)':<44}{serial_wall:>9.1f}{serial_cpu:>9.1f}")
-    print(f"\nwall: the tier takes x{tier_wall / serial_wall:.2f} of branch after branch "
-          f"({serial_wall / tier_wall:.2f}x faster); CPU x{tier_cpu / serial_cpu:.2f} "
-          "(the controller's own interpreter is the extra cost)")
+    print(
+        f"\nwall: the tier takes x{tier_wall / serial_wall:.2f} of branch after branch "
+        f"({serial_wall / tier_wall:.2f}x faster); CPU x{tier_cpu / serial_cpu:.2f} "
+        "(the controller's own interpreter is the extra cost)"
+    )
 
 
 def session_environ_for(args: list[str], deps: Path, work: Path) -> dict[str, str]:
     from difftest.core.suites import SuiteSession
 
-    plan = SuiteSession(name="serial", sha="", grafts={}, args=args, allowed_grafts=[], owners={}, default_source="")
+    plan = SuiteSession(
+        name="serial", sha="", grafts={}, args=args, allowed_grafts=[], owners={}, default_source=""
+    )
     return session_environ(plan, [deps], hub_cache(), work / "serial", 1)
 
 

@@ -29,8 +29,14 @@ import pytest
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: Without the background-networking flags, a closed network refuses connections en masse.
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--allow-file-access-from-files",
 ]
 HARNESS = """<!DOCTYPE html><html><body style="margin:0">
@@ -68,7 +74,9 @@ window.addEventListener("load", function () {{
 
 def require_chromium() -> str:
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium; .ci/run installs it)")
+        pytest.skip(
+            "chromium is not installed (Debian: apt-get install -y chromium; .ci/run installs it)"
+        )
     return CHROMIUM
 
 
@@ -79,9 +87,18 @@ def measure(report: Path, width: int) -> dict:
     harness.write_text(HARNESS.format(src=report.name, width=width))
     with tempfile.TemporaryDirectory() as profile:
         done = subprocess.run(
-            [browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={max(width, 500) + 40},1000",
-             "--dump-dom", harness.as_uri()],
-            check=False, capture_output=True, text=True, timeout=120,
+            [
+                browser,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={max(width, 500) + 40},1000",
+                "--dump-dom",
+                harness.as_uri(),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     found = re.search(r'data-measured="([^"]*)"', done.stdout)
     assert found, f"chromium gave no measurement (exit {done.returncode}): {done.stderr[-2000:]}"
@@ -100,11 +117,22 @@ def screenshot(report: Path, width: int, height: int = 4000) -> Path:
     png = report.parent / f"{report.stem}-{width}.png"
     with tempfile.TemporaryDirectory() as profile:
         done = subprocess.run(
-            [browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-             f"--screenshot={png}", copy.as_uri()],
-            check=False, capture_output=True, text=True, timeout=120,
+            [
+                browser,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                f"--screenshot={png}",
+                copy.as_uri(),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
-    assert png.is_file(), f"chromium wrote no screenshot (exit {done.returncode}): {done.stderr[-2000:]}"
+    assert png.is_file(), (
+        f"chromium wrote no screenshot (exit {done.returncode}): {done.stderr[-2000:]}"
+    )
     return png
 
 

@@ -129,9 +129,17 @@ def probe_runs(workspace, shipped_scenarios) -> Callable[[str, str], list[ProbeR
         job = make_job(tier, scenarios, run_timeout_s=120)
         # Not where the models are built (a test's own DIFFTEST_HOME): the runs do not depend on it.
         keyed_job = {**job, "work_dir": ""}
-        key = result_key(tier_name, keyed_job, env.fingerprint, workspace.base.fingerprint,
-                         {s.name: s.sha256 for s in scenarios}, PROBE_S)
-        if key in memo:  # keyed on every call: a variable a test sets reaches the probe, so it changes the key
+        key = result_key(
+            tier_name,
+            keyed_job,
+            env.fingerprint,
+            workspace.base.fingerprint,
+            {s.name: s.sha256 for s in scenarios},
+            PROBE_S,
+        )
+        if (
+            key in memo
+        ):  # keyed on every call: a variable a test sets reaches the probe, so it changes the key
             return memo[key]
         cache = root / f"{branch}-{tier_name}-{key[:16]}"
         done = cache / "runs.json"

@@ -30,7 +30,16 @@ from difftest.core.evidence import (
     TestSourceEvidence,
     TransplantEvidence,
 )
-from difftest.core.records import ProbeRun, Result, RunRole, StepRecord, TestRecord, Totals, Verdict, Violation
+from difftest.core.records import (
+    ProbeRun,
+    Result,
+    RunRole,
+    StepRecord,
+    TestRecord,
+    Totals,
+    Verdict,
+    Violation,
+)
 
 # -- the repository ------------------------------------------------------------
 
@@ -178,7 +187,9 @@ def make_result(verdict: Verdict = "pass", **overrides: Any) -> Result:
         reading=READING,
         measured=None if verdict == "error" else make_totals(),
         expected=make_expected(),
-        violations=[make_violation(label=overrides.get("label", LABEL))] if verdict == "broken" else [],
+        violations=[make_violation(label=overrides.get("label", LABEL))]
+        if verdict == "broken"
+        else [],
         error=ERROR_TEXT if verdict == "error" else None,
         statement=STATEMENT,
     )
@@ -206,14 +217,23 @@ def make_evidence(**overrides: Any) -> Evidence:
         command=["difftest", "run", "--reading", READING],
         reading=READING,
         base=BaseEvidence(
-            requirement=BASE_REQUIREMENT, python="3.11", platform="linux-x86_64", fingerprint={"torch": "2.8.0+cpu"}
+            requirement=BASE_REQUIREMENT,
+            python="3.11",
+            platform="linux-x86_64",
+            fingerprint={"torch": "2.8.0+cpu"},
         ),
         branches={
-            BRANCH: BranchEvidence(ref=BRANCH, sha="a" * 40, ref_sha="b" * 40, patches={"fix.patch": "f" * 64})
+            BRANCH: BranchEvidence(
+                ref=BRANCH, sha="a" * 40, ref_sha="b" * 40, patches={"fix.patch": "f" * 64}
+            )
         },
         scenarios={
             SCENARIO: ScenarioEvidence(
-                file=f"{TIER}/{SCENARIO}.yaml", sha256="0" * 64, seed=7, tier=TIER, statement=STATEMENT
+                file=f"{TIER}/{SCENARIO}.yaml",
+                sha256="0" * 64,
+                seed=7,
+                tier=TIER,
+                statement=STATEMENT,
             )
         },
         results=[make_result()],
@@ -230,31 +250,52 @@ TEST_SOURCE = "from:pr-56137-style"
 def make_test_record(**overrides: Any) -> TestRecord:
     """One test of a PR's source that passes on main's code (the baseline)."""
     fields: dict[str, Any] = dict(
-        source=TEST_SOURCE, code=BRANCH, test=TEST_ID, outcome="passed", judgement="pass", duration_s=0.4
+        source=TEST_SOURCE,
+        code=BRANCH,
+        test=TEST_ID,
+        outcome="passed",
+        judgement="pass",
+        duration_s=0.4,
     )
     return TestRecord(**{**fields, **overrides})
 
 
 def make_test_source(**overrides: Any) -> TestSourceEvidence:
-    fields: dict[str, Any] = dict(origin="pr-56137-style", sha="c" * 40, selection=[TEST_ID], session="shared")
+    fields: dict[str, Any] = dict(
+        origin="pr-56137-style", sha="c" * 40, selection=[TEST_ID], session="shared"
+    )
     return TestSourceEvidence(**{**fields, **overrides})
 
 
 def make_transplanted_branch(**overrides: Any) -> BranchEvidence:
     """A pull-request head whose two commits were replayed onto the release tag."""
     transplant = TransplantEvidence(
-        branch="pr", ref="pull/7/head", original_sha="7" * 40, mainline="origin/main", merge_base="5" * 40,
-        onto=BASE_TAG, onto_sha="b" * 40,
-        replayed=[ReplayedCommit(original="6" * 40, sha="c" * 40), ReplayedCommit(original="7" * 40, sha="d" * 40)],
+        branch="pr",
+        ref="pull/7/head",
+        original_sha="7" * 40,
+        mainline="origin/main",
+        merge_base="5" * 40,
+        onto=BASE_TAG,
+        onto_sha="b" * 40,
+        replayed=[
+            ReplayedCommit(original="6" * 40, sha="c" * 40),
+            ReplayedCommit(original="7" * 40, sha="d" * 40),
+        ],
     )
-    fields: dict[str, Any] = dict(ref=BASE_TAG, sha="d" * 40, ref_sha="b" * 40, transplants=[transplant])
+    fields: dict[str, Any] = dict(
+        ref=BASE_TAG, sha="d" * 40, ref_sha="b" * 40, transplants=[transplant]
+    )
     return BranchEvidence(**{**fields, **overrides})
 
 
 def make_stack_branch(**overrides: Any) -> BranchEvidence:
     """A stack of the transplanted `pr` and a patch series `fix`."""
     fields: dict[str, Any] = dict(
-        ref=BASE_TAG, sha="e" * 40, ref_sha="b" * 40, patches={"fix.patch": "f" * 64}, stack=["pr", "fix"],
+        ref=BASE_TAG,
+        sha="e" * 40,
+        ref_sha="b" * 40,
+        patches={"fix.patch": "f" * 64},
+        stack=["pr", "fix"],
         transplants=make_transplanted_branch().transplants,
     )
     return BranchEvidence(**{**fields, **overrides})
@@ -270,7 +311,10 @@ def make_wheel(folder: Path, name: str, version: str, filename_version: str | No
     dist = name.replace("-", "_")
     path = folder / f"{dist}-{filename_version or version}-cp38-abi3-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(f"{dist}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        archive.writestr(
+            f"{dist}-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        )
         archive.writestr(f"{dist}/__init__.py", "")
     return path
 
@@ -282,7 +326,11 @@ def shipped_branch(name: str) -> dict[str, Any]:
     """A shipped branch (a name of `SHIPPED_BRANCHES`) with absolute patch paths; a stack names its members."""
     if name in SHIPPED_STACKS:
         return {"name": name, "stack": list(SHIPPED_STACKS[name])}
-    return {"name": name, "ref": "main", "patches": [str(PATCHES_DIR / p) for p in SHIPPED_PATCHES[name]]}
+    return {
+        "name": name,
+        "ref": "main",
+        "patches": [str(PATCHES_DIR / p) for p in SHIPPED_PATCHES[name]],
+    }
 
 
 def write_config(tmp_path: Path, branches: list[dict[str, Any]], **extra: Any) -> Path:

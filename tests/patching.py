@@ -22,7 +22,9 @@ def make_patch(dest: Path, repo_path: str, old: str, new: str) -> Path:
     return dest
 
 
-def insert_after(dest: Path, repo, repo_path: str, marker: str, code: str, tag: str = "v0.32.0") -> Path:
+def insert_after(
+    dest: Path, repo, repo_path: str, marker: str, code: str, tag: str = "v0.32.0"
+) -> Path:
     """A patch that inserts `code` right after the first `marker` line of `repo_path` at `tag`."""
     from difftest.build.refs import read_blob
 
@@ -45,7 +47,9 @@ def binary_patch(dest: Path, repo_path: str, data: bytes) -> Path:
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
-        run = lambda *args: subprocess.run(["git", "-C", scratch, *args], check=True, capture_output=True).stdout  # noqa: E731
+        run = lambda *args: (
+            subprocess.run(["git", "-C", scratch, *args], check=True, capture_output=True).stdout
+        )  # noqa: E731
         run("init", "-q")
         target = Path(scratch) / repo_path
         target.parent.mkdir(parents=True, exist_ok=True)

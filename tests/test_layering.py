@@ -58,7 +58,9 @@ def imports_of(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if _type_checking_block(node):
             skipped |= {id(n) for n in ast.walk(node)}
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    package = (
+        module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    )
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -87,15 +89,23 @@ def layer_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else None
 
 
-@pytest.mark.parametrize("path", [p for p in SOURCES if layer_of(module_name(p)) == "probe"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in SOURCES if layer_of(module_name(p)) == "probe"], ids=lambda p: p.name
+)
 def test_the_probe_imports_only_the_standard_library_vllm_and_the_base(path: Path) -> None:
     for name in imports_of(path):
         top = name.split(".")[0]
         if top == "difftest":
-            assert name.startswith("difftest.probe") or name == "difftest", f"{path}: imports host code {name}"
+            assert name.startswith("difftest.probe") or name == "difftest", (
+                f"{path}: imports host code {name}"
+            )
         else:
             extra = SUITE_PLUGIN_PACKAGES if path.parent.name == "tests" else set()
-            assert top in sys.stdlib_module_names or top in BASE_PACKAGES | extra or top == "__future__", f"{path}: {name}"
+            assert (
+                top in sys.stdlib_module_names
+                or top in BASE_PACKAGES | extra
+                or top == "__future__"
+            ), f"{path}: {name}"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
@@ -121,7 +131,7 @@ def test_no_import_cycles() -> None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 # A package's __init__ importing its own submodules is not a cycle between modules.
                 if not all(n == cycle[0] or n.startswith(cycle[0] + ".") for n in cycle):
                     raise AssertionError("import cycle: " + " -> ".join(cycle))
@@ -143,7 +153,9 @@ def test_no_tier_name_is_compared_outside_the_registry() -> None:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Compare):
-                constants = [n for n in [node.left, *node.comparators] if isinstance(n, ast.Constant)]
+                constants = [
+                    n for n in [node.left, *node.comparators] if isinstance(n, ast.Constant)
+                ]
                 if any(c.value in names for c in constants):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert not offenders, "tier names compared outside the registry:\n" + "\n".join(offenders)
@@ -159,5 +171,9 @@ def test_every_registered_tier_is_wired_to_what_runs_inside_the_branches() -> No
         if tier.method == "probes":
             assert tier.probe_entry in ENTRIES, f"tier {name}: no probe entry {tier.probe_entry!r}"
         else:
-            assert tier.method == "suites" and tier.plugin.startswith("difftest.probe."), tier.plugin
-            assert (ROOT / (tier.plugin.replace(".", "/") + ".py")).is_file(), f"tier {name}: no plugin {tier.plugin}"
+            assert tier.method == "suites" and tier.plugin.startswith("difftest.probe."), (
+                tier.plugin
+            )
+            assert (ROOT / (tier.plugin.replace(".", "/") + ".py")).is_file(), (
+                f"tier {name}: no plugin {tier.plugin}"
+            )

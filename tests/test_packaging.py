@@ -13,12 +13,27 @@ from tests.factories import ROOT
 
 def test_the_wheel_holds_every_shipped_scenario(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "uv", "build", "--wheel", "--quiet", "--out-dir", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "uv",
+            "build",
+            "--wheel",
+            "--quiet",
+            "--out-dir",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     (wheel,) = tmp_path.glob("difftest-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"difftest/scenarios/{p.relative_to(SHIPPED_SCENARIOS).as_posix()}" for p in SHIPPED_SCENARIOS.rglob("*.yaml")}
+    shipped = {
+        f"difftest/scenarios/{p.relative_to(SHIPPED_SCENARIOS).as_posix()}"
+        for p in SHIPPED_SCENARIOS.rglob("*.yaml")
+    }
     assert shipped and shipped <= names
     assert "difftest/scenarios/README.md" in names
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import git
 
-from difftest.core.config import BranchSpec, Config, branch_name_for
 from difftest.build.envs.base import BaseEnv, Log, ensure_base
 from difftest.build.envs.branch import BranchEnv, ensure_branch_env
 from difftest.build.refs import (
@@ -27,6 +26,7 @@ from difftest.build.refs import (
     resolve_ref,
 )
 from difftest.build.tests.sdist import upstream_tests
+from difftest.core.config import BranchSpec, Config, branch_name_for
 from difftest.core.errors import ConfigError, EnvironmentBuildError, RefError
 
 
@@ -81,7 +81,9 @@ def open_source_repo(
         base = ensure_base(config.base, log)
     tests = upstream_tests(config.base.version)
     if tests is None:
-        log(f"no source distribution is pinned for vLLM {config.base.version}: the fixture repo has no tests/")
+        log(
+            f"no source distribution is pinned for vLLM {config.base.version}: the fixture repo has no tests/"
+        )
     return open_repo(
         ensure_fixture_repo(
             base.vllm_dir,
@@ -154,7 +156,9 @@ def refs_to_fetch(config: Config, specs: list[BranchSpec]) -> list[str]:
 def branch_context(config: Config) -> BranchContext:
     """What resolving a transplanted branch or a stack needs from the config."""
     return BranchContext(
-        base_ref=config.base_ref, mainline=config.repo.mainline, branches={b.name: b for b in config.branches}
+        base_ref=config.base_ref,
+        mainline=config.repo.mainline,
+        branches={b.name: b for b in config.branches},
     )
 
 
@@ -182,5 +186,7 @@ def resolve_spec(config: Config, repo: git.Repo, spec: BranchSpec) -> ResolvedBr
         known = ", ".join(b.name for b in config.branches)
         raise RefError(
             f"{spec.ref!r} is neither a branch of the config ({known}) nor a git ref: {exc.problem}",
-            f"name a configured branch ({known}) or a git ref; {exc.hint}" if exc.hint else f"name one of: {known}",
+            f"name a configured branch ({known}) or a git ref; {exc.hint}"
+            if exc.hint
+            else f"name one of: {known}",
         ) from None

@@ -30,14 +30,30 @@ from difftest.cli.run import RunCommand
 from difftest.cli.show import ShowCommand
 from difftest.cli.verify import VerifyCommand
 from difftest.core.config import load_config
-from difftest.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE, DifftestError
-from difftest.run.descendants import become_subreaper as _become_subreaper, end_orphans
+from difftest.core.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNMEASURED,
+    EXIT_USAGE,
+    DifftestError,
+)
+from difftest.run.descendants import become_subreaper as _become_subreaper
+from difftest.run.descendants import end_orphans
 from difftest.run.runner import allow_probes, stop_all_probes
 
 COMMANDS: dict[str, Command] = {
     c.name: c
-    for c in (RunCommand(), ShowCommand(), ListCommand(), GateCommand(), VerifyCommand(), EnvsCommand(), FuzzCommand(),
-              MergeCommand())
+    for c in (
+        RunCommand(),
+        ShowCommand(),
+        ListCommand(),
+        GateCommand(),
+        VerifyCommand(),
+        EnvsCommand(),
+        FuzzCommand(),
+        MergeCommand(),
+    )
 }
 
 DESCRIPTION = """\
@@ -82,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"difftest {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for command in COMMANDS.values():
-        command.setup_arguments(sub.add_parser(command.name, help=command.help, description=command.help))
+        command.setup_arguments(
+            sub.add_parser(command.name, help=command.help, description=command.help)
+        )
     return parser
 
 
@@ -95,13 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config) if command.needs_config(args) else None
             return command.run(config, args, log)
         except DifftestError as exc:
-            console.print(f"[bold red]difftest: error:[/] {escape(exc.problem)}", markup=True, soft_wrap=True)
+            console.print(
+                f"[bold red]difftest: error:[/] {escape(exc.problem)}", markup=True, soft_wrap=True
+            )
             if exc.hint:
                 console.print(f"  [bold]fix:[/] {escape(exc.hint)}", markup=True, soft_wrap=True)
             return exc.exit_code
         except KeyboardInterrupt:
             stopped = stop_all_probes()
-            console.print(f"difftest: interrupted; {stopped} running probe(s) stopped, no report written")
+            console.print(
+                f"difftest: interrupted; {stopped} running probe(s) stopped, no report written"
+            )
             allow_probes()
             return EXIT_INTERRUPTED
 

@@ -39,25 +39,42 @@ class Command:
 
 
 def add_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="branches file (default: ./branches.yaml)")
+    parser.add_argument(
+        "-c", "--config", default=DEFAULT_CONFIG, help="branches file (default: ./branches.yaml)"
+    )
 
 
 def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> None:
     """--out, --tier, --reading, --fetch, --no-fork, -k: what every measuring command accepts."""
-    parser.add_argument("--out", default=out, help=f"folder for report.md, report.html, junit.xml, evidence.json (default: {out})")
     parser.add_argument(
-        "--tier", choices=[*tiers.names(), ALL_TIERS], default=ALL_TIERS, help="which tier to run (default: all)"
+        "--out",
+        default=out,
+        help=f"folder for report.md, report.html, junit.xml, evidence.json (default: {out})",
     )
-    parser.add_argument("--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading")
-    parser.add_argument("--fetch", action="store_true", help="git fetch the configured repo first (pull heads too)")
     parser.add_argument(
-        "--no-fork", action="store_true",
+        "--tier",
+        choices=[*tiers.names(), ALL_TIERS],
+        default=ALL_TIERS,
+        help="which tier to run (default: all)",
+    )
+    parser.add_argument(
+        "--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading"
+    )
+    parser.add_argument(
+        "--fetch", action="store_true", help="git fetch the configured repo first (pull heads too)"
+    )
+    parser.add_argument(
+        "--no-fork",
+        action="store_true",
         help="start every probe in an interpreter of its own instead of forking each tier's probes from one "
         "warm interpreter that imported the shared libraries once (same results, slower; runs the result "
         "cache holds are still reused: add --no-cache to measure them fresh)",
     )
     parser.add_argument(
-        "-k", dest="select", default=None, metavar="EXPR",
+        "-k",
+        dest="select",
+        default=None,
+        metavar="EXPR",
         help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
     )
 
@@ -65,7 +82,8 @@ def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> No
 def add_cache_option(parser: argparse.ArgumentParser) -> None:
     """--no-cache, for the commands that may reuse probe runs from the result cache (`run`, `gate`)."""
     parser.add_argument(
-        "--no-cache", action="store_true",
+        "--no-cache",
+        action="store_true",
         help="measure every probe again instead of reusing unchanged runs from the result cache (verdicts are "
         "always judged afresh)",
     )
@@ -76,7 +94,9 @@ def tier_names(choice: str) -> list[str] | None:
     return None if choice == ALL_TIERS else [choice]
 
 
-def compare_request(args: argparse.Namespace, branches: list[str] | None, **extra: object) -> CompareRequest:
+def compare_request(
+    args: argparse.Namespace, branches: list[str] | None, **extra: object
+) -> CompareRequest:
     """The pipeline request from the shared options, plus the command's own choices."""
     return CompareRequest(
         branches=branches,
@@ -91,9 +111,13 @@ def compare_request(args: argparse.Namespace, branches: list[str] | None, **extr
     )
 
 
-def add_format(parser: argparse.ArgumentParser, choices: tuple[str, ...], default: str, text: str) -> None:
+def add_format(
+    parser: argparse.ArgumentParser, choices: tuple[str, ...], default: str, text: str
+) -> None:
     parser.add_argument(
-        "--format", choices=choices, default=default,
+        "--format",
+        choices=choices,
+        default=default,
         help=f"{text}; json: the results as JSON on stdout, for scripts (default: {default})",
     )
 
@@ -120,7 +144,9 @@ def comparison_facts(comparison: Comparison) -> tuple[dict[str, ScenarioBase], R
     return scenarios, recorded
 
 
-def write_comparison_reports(comparison: Comparison, out: Path, extra: Mapping[str, str] | None = None) -> dict[str, Path]:
+def write_comparison_reports(
+    comparison: Comparison, out: Path, extra: Mapping[str, str] | None = None
+) -> dict[str, Path]:
     """Every report of a comparison, with the `extra` files (name -> text), written as one set; the HTML
     one carries the step trace of each result that is not a pass."""
     scenarios, recorded = comparison_facts(comparison)

@@ -22,11 +22,25 @@ class EnvsCommand(Command):
 
     def setup_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_config(parser)
-        parser.add_argument("--build", action="store_true", help="build (or reuse) the base and every branch environment")
-        parser.add_argument("--prune", action="store_true", help="remove stale or unfinished environments")
-        parser.add_argument("--all", action="store_true", help="with --prune: remove every environment")
-        parser.add_argument("--fetch", action="store_true", help="with --build: git fetch the configured repo first")
-        parser.add_argument("branches", nargs="*", help="with --build: branch names or git refs (default: all configured)")
+        parser.add_argument(
+            "--build",
+            action="store_true",
+            help="build (or reuse) the base and every branch environment",
+        )
+        parser.add_argument(
+            "--prune", action="store_true", help="remove stale or unfinished environments"
+        )
+        parser.add_argument(
+            "--all", action="store_true", help="with --prune: remove every environment"
+        )
+        parser.add_argument(
+            "--fetch", action="store_true", help="with --build: git fetch the configured repo first"
+        )
+        parser.add_argument(
+            "branches",
+            nargs="*",
+            help="with --build: branch names or git refs (default: all configured)",
+        )
 
     def needs_config(self, args: argparse.Namespace) -> bool:
         """Listing and pruning read the cache only; building needs to know what to build."""
@@ -39,7 +53,10 @@ class EnvsCommand(Command):
                 log(f"removed {env.path.name} ({env.stale_reason or 'all'})")
             for env in skipped:
                 log(f"skipped {env.path.name}: another difftest is building or using it right now")
-            log(f"{len(removed)} environment(s) removed" + (f", {len(skipped)} skipped" if skipped else ""))
+            log(
+                f"{len(removed)} environment(s) removed"
+                + (f", {len(skipped)} skipped" if skipped else "")
+            )
             return EXIT_OK
         status = EXIT_OK
         if args.build:
@@ -60,7 +77,9 @@ class EnvsCommand(Command):
 def _print_table(envs: list[CachedEnv]) -> None:
     table = Table(title="difftest environments", title_justify="left")
     for column in ("environment", "kind", "what", "own size", "status"):
-        table.add_column(column, no_wrap=column != "status", justify="right" if column == "own size" else "left")
+        table.add_column(
+            column, no_wrap=column != "status", justify="right" if column == "own size" else "left"
+        )
     for env in envs:
         table.add_row(
             env.path.name,

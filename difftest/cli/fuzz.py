@@ -18,7 +18,9 @@ from difftest.reports import locked_out
 DEFAULT_EXAMPLES = 100
 
 
-def _number(cast: Callable[[str], float], lowest: float, inclusive: bool, what: str) -> Callable[[str], float]:
+def _number(
+    cast: Callable[[str], float], lowest: float, inclusive: bool, what: str
+) -> Callable[[str], float]:
     """An argparse type: `cast(text)`, at least `lowest` (or above it), or a message saying what is wanted."""
 
     def parse(text: str) -> float:
@@ -27,7 +29,9 @@ def _number(cast: Callable[[str], float], lowest: float, inclusive: bool, what: 
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         if value < lowest or (value == lowest and not inclusive):
-            raise argparse.ArgumentTypeError(f"{text!r}: give {what} {'of at least' if inclusive else 'above'} {lowest:g}")
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give {what} {'of at least' if inclusive else 'above'} {lowest:g}"
+            )
         return value
 
     return parse
@@ -46,20 +50,44 @@ class FuzzCommand(Command):
         add_config(parser)
         budget = parser.add_mutually_exclusive_group()
         budget.add_argument(
-            "--examples", type=EXAMPLES, default=None, metavar="N",
+            "--examples",
+            type=EXAMPLES,
+            default=None,
+            metavar="N",
             help=f"examples per search round (default: {DEFAULT_EXAMPLES}); the search ends after a round "
             "with no new kind of failure",
         )
-        budget.add_argument("--time", type=SECONDS, default=None, metavar="S", help="search for S seconds instead")
-        parser.add_argument("--seed", type=SEED, default=0, help="the search's seed: same seed, same findings (default: 0)")
+        budget.add_argument(
+            "--time", type=SECONDS, default=None, metavar="S", help="search for S seconds instead"
+        )
         parser.add_argument(
-            "--against", default=None, metavar="BRANCH",
+            "--seed",
+            type=SEED,
+            default=0,
+            help="the search's seed: same seed, same findings (default: 0)",
+        )
+        parser.add_argument(
+            "--against",
+            default=None,
+            metavar="BRANCH",
             help="compare every branch with this one instead of the oracle (for changes the oracle has no opinion on)",
         )
-        parser.add_argument("--out", default="out", help="folder for fuzz.md, fuzz.json and found/ (default: out)")
-        parser.add_argument("--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading")
-        parser.add_argument("--fetch", action="store_true", help="git fetch the configured repo first (pull heads too)")
-        parser.add_argument("branches", nargs="*", help="branch names or git refs (default: all configured branches)")
+        parser.add_argument(
+            "--out", default="out", help="folder for fuzz.md, fuzz.json and found/ (default: out)"
+        )
+        parser.add_argument(
+            "--reading", choices=["strict", "lenient"], default=None, help="override oracle.reading"
+        )
+        parser.add_argument(
+            "--fetch",
+            action="store_true",
+            help="git fetch the configured repo first (pull heads too)",
+        )
+        parser.add_argument(
+            "branches",
+            nargs="*",
+            help="branch names or git refs (default: all configured branches)",
+        )
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -67,7 +95,11 @@ class FuzzCommand(Command):
         from difftest.reports.fuzz import render_fuzz_terminal, write_fuzz_markdown
         from difftest.run.fuzz import FuzzRequest, fuzz
 
-        examples = args.examples if args.examples is not None else (None if args.time is not None else DEFAULT_EXAMPLES)
+        examples = (
+            args.examples
+            if args.examples is not None
+            else (None if args.time is not None else DEFAULT_EXAMPLES)
+        )
         request = FuzzRequest(
             branches=args.branches or None,
             seed=args.seed,
@@ -83,6 +115,12 @@ class FuzzCommand(Command):
                 report = fuzz(config, request, log, progress).report
             written = write_fuzz_markdown(report, request.out)
         render_fuzz_terminal(report, Console(width=None if sys.stdout.isatty() else 160))
-        log(f"wrote {written}, {request.out / 'fuzz.json'}" + (f" and {len(report.findings)} scenario file(s) under "
-            f"{request.out / 'found'}" if report.findings else ""))
+        log(
+            f"wrote {written}, {request.out / 'fuzz.json'}"
+            + (
+                f" and {len(report.findings)} scenario file(s) under {request.out / 'found'}"
+                if report.findings
+                else ""
+            )
+        )
         return fuzz_exit_code(report)

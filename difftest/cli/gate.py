@@ -17,7 +17,16 @@ import sys
 
 from difftest.build.refs import changed_files, touches
 from difftest.build.workspace import branch_spec, open_source_repo, refs_to_fetch, resolve_spec
-from difftest.cli.base import Command, Log, add_cache_option, add_compare_options, add_format, compare_request, stdout_console, write_comparison_reports
+from difftest.cli.base import (
+    Command,
+    Log,
+    add_cache_option,
+    add_compare_options,
+    add_format,
+    compare_request,
+    stdout_console,
+    write_comparison_reports,
+)
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK
@@ -39,10 +48,17 @@ class GateCommand(Command):
         super().setup_arguments(parser)
         parser.add_argument("--base", required=True, help="branch name or git ref of the base")
         parser.add_argument("--head", required=True, help="branch name or git ref of the change")
-        parser.add_argument("--always", action="store_true", help="run even when no stats-path file changed")
+        parser.add_argument(
+            "--always", action="store_true", help="run even when no stats-path file changed"
+        )
         add_compare_options(parser)
         add_cache_option(parser)
-        add_format(parser, FORMATS, "auto", "text: for a person; md: Markdown; auto: text on a terminal, md when piped")
+        add_format(
+            parser,
+            FORMATS,
+            "auto",
+            "text: for a person; md: Markdown; auto: text on a terminal, md when piped",
+        )
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -70,9 +86,14 @@ class GateCommand(Command):
             code = gate_exit_code(outcome, head_results)
             summary = render_gate_markdown(outcome, base_name, head_name)
             write_comparison_reports(comparison, request.out, {"gate.md": summary})
-            chosen = args.format if args.format != "auto" else ("text" if sys.stdout.isatty() else "md")
+            chosen = (
+                args.format if args.format != "auto" else ("text" if sys.stdout.isatty() else "md")
+            )
             if chosen == "json":
-                gate = {"worse": outcome.worse, "findings": [dataclasses.asdict(f) for f in outcome.findings]}
+                gate = {
+                    "worse": outcome.worse,
+                    "findings": [dataclasses.asdict(f) for f in outcome.findings],
+                }
                 print(render_json(evidence, code, base=base_name, head=head_name, gate=gate))
             elif chosen == "text":
                 render_gate_terminal(outcome, base_name, head_name, stdout_console())
@@ -82,7 +103,9 @@ class GateCommand(Command):
             return code
 
 
-def stats_path_changes(config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log) -> list[str]:
+def stats_path_changes(
+    config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log
+) -> list[str]:
     """The head's changed files (relative to the base) that lie on the stats path."""
     specs = [branch_spec(config, base_name), branch_spec(config, head_name)]
     repo = open_source_repo(config, None, do_fetch, log, refs_to_fetch(config, specs))

@@ -40,25 +40,37 @@ class MergeCommand(Command):
 
     def setup_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_config(parser)
-        parser.add_argument("evidence", nargs="+", help="each shard's evidence.json (its probe/ folder beside it)")
-        parser.add_argument("--out", default="out", help="folder for the merged reports and evidence (default: out)")
+        parser.add_argument(
+            "evidence", nargs="+", help="each shard's evidence.json (its probe/ folder beside it)"
+        )
+        parser.add_argument(
+            "--out", default="out", help="folder for the merged reports and evidence (default: out)"
+        )
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         out = Path(args.out)
         paths = [Path(p) for p in args.evidence]
         if any(p.resolve().parent == out.resolve() for p in paths):
-            raise DifftestError(f"--out {args.out!r} holds a shard being merged", "pass --out another folder")
-        with locked_out(out):  # the whole command: nobody else writes into `out` meanwhile (`locked_out`)
+            raise DifftestError(
+                f"--out {args.out!r} holds a shard being merged", "pass --out another folder"
+            )
+        with locked_out(
+            out
+        ):  # the whole command: nobody else writes into `out` meanwhile (`locked_out`)
             shards = [Shard(str(p), read_evidence(p), written_version(p)) for p in paths]
             check_shards(shards)
-            folders = {s.evidence.shard.index: p.parent for p, s in zip(paths, shards) if s.evidence.shard}
+            folders = {
+                s.evidence.shard.index: p.parent for p, s in zip(paths, shards) if s.evidence.shard
+            }
             # Every shard judged again from its own files, before anything is written.
             judged: dict[int, Rejudged] = {}
             for shard in shards:
                 assert shard.evidence.shard is not None
                 index = shard.evidence.shard.index
-                judged[index] = rejudge(config, shard.evidence, folders[index], shard.name, shard.evidence.shard.order)
+                judged[index] = rejudge(
+                    config, shard.evidence, folders[index], shard.name, shard.evidence.shard.order
+                )
             prepare_out(out)
 
             def moved(index: int, files: ProbeFiles) -> ProbeFiles:
@@ -70,17 +82,23 @@ class MergeCommand(Command):
                     shutil.copyfile(source, target / source.name)
                     if sha256_file(target / source.name) != getattr(files, f"{key}_sha256"):
                         raise DifftestError(  # it changed after it was judged: the merge would cite other bytes
-                            f"{source} changed while it was being merged", "merge again once nothing writes the shards",
+                            f"{source} changed while it was being merged",
+                            "merge again once nothing writes the shards",
                         )
                     renamed[key] = (target / source.name).relative_to(out).as_posix()
                 return files.model_copy(update=renamed)
 
             merged = merge_shards(
-                shards, moved, {i: j.results for i, j in judged.items()}, {i: j.runs for i, j in judged.items()}
+                shards,
+                moved,
+                {i: j.results for i, j in judged.items()},
+                {i: j.runs for i, j in judged.items()},
             ).model_copy(update={"command": sys.argv[:]})
             scenarios = {name: s for j in judged.values() for name, s in j.scenarios.items()}
             recorded = {key: run for j in judged.values() for key, run in j.recorded.items()}
             write_evidence_reports(merged, out, scenarios, recorded)
             render_terminal(merged, stdout_console(), scenarios=scenarios, recorded=recorded)
-            log(f"merged {len(shards)} shard(s) into {out}, every verdict judged again from their runs")
+            log(
+                f"merged {len(shards)} shard(s) into {out}, every verdict judged again from their runs"
+            )
             return exit_code(merged.results)

@@ -24,7 +24,9 @@ IMPORTING = "importing vLLM ..."
 
 
 @contextmanager
-def probe_progress(tier: str, branches: list[str], console: Console | None = None) -> Iterator[ProgressCallback]:
+def probe_progress(
+    tier: str, branches: list[str], console: Console | None = None
+) -> Iterator[ProgressCallback]:
     """A bar per branch (on `console`, default stderr); the callback is safe to call from the runner's threads."""
     console = console or Console(stderr=True)
     lock = threading.Lock()
@@ -38,7 +40,9 @@ def probe_progress(tier: str, branches: list[str], console: Console | None = Non
         transient=not console.is_terminal,
         disable=not console.is_terminal,
     ) as bars:
-        tasks = {b: bars.add_task(WAITING, branch=escape(b), total=None, start=False) for b in branches}
+        tasks = {
+            b: bars.add_task(WAITING, branch=escape(b), total=None, start=False) for b in branches
+        }
         current: dict[str, str] = {}
 
         def update(branch: str, done: int, total: int, scenario: str, label: str) -> None:
@@ -47,16 +51,27 @@ def probe_progress(tier: str, branches: list[str], console: Console | None = Non
                     bars.start_task(tasks[branch])
                     bars.update(tasks[branch], completed=done, total=total, description=IMPORTING)
                     if not console.is_terminal:
-                        console.print(f"difftest: {branch} {tier}: probe started, {IMPORTING}", markup=False, soft_wrap=True)
+                        console.print(
+                            f"difftest: {branch} {tier}: probe started, {IMPORTING}",
+                            markup=False,
+                            soft_wrap=True,
+                        )
                     return
-                bars.update(tasks[branch], completed=done, total=total, description=escape(f"{scenario} [{label}]"))
+                bars.update(
+                    tasks[branch],
+                    completed=done,
+                    total=total,
+                    description=escape(f"{scenario} [{label}]"),
+                )
                 if console.is_terminal:
                     return
                 # In a CI log: a line whenever a branch reaches a new scenario, instead of a live bar.
                 if current.get(branch) != scenario:
                     current[branch] = scenario
                     console.print(
-                        f"difftest: {branch} {tier}: {done}/{total} runs done (last: {scenario})", markup=False, soft_wrap=True
+                        f"difftest: {branch} {tier}: {done}/{total} runs done (last: {scenario})",
+                        markup=False,
+                        soft_wrap=True,
                     )
 
         yield update
@@ -84,6 +99,8 @@ def fuzz_progress() -> Iterator[Callable[[int, int | None, int, int], None]]:
             if not console.is_terminal and round_ != last["round"]:
                 # In a CI log: a line per search round instead of a live bar.
                 last["round"] = round_
-                console.print(f"difftest: fuzz round {round_} ({findings} finding(s) so far)", markup=False)
+                console.print(
+                    f"difftest: fuzz round {round_} ({findings} finding(s) so far)", markup=False
+                )
 
         yield update

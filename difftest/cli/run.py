@@ -37,24 +37,42 @@ class RunCommand(Command):
         add_compare_options(parser)
         add_cache_option(parser)
         parser.add_argument(
-            "--jobs", type=int, default=None,
+            "--jobs",
+            type=int,
+            default=None,
             help="branches probed at once (default: all for the scheduler tier, one per 4 cores for the engine tier)",
         )
         parser.add_argument(
-            "-v", "--verbose", action="store_true",
+            "-v",
+            "--verbose",
+            action="store_true",
             help="print the counter table of every scenario, not only of those where some branch does not pass",
         )
-        add_format(parser, ("text", "json"), "text", "text: tables, verdict grid and conclusion for a person")
+        add_format(
+            parser,
+            ("text", "json"),
+            "text",
+            "text: tables, verdict grid and conclusion for a person",
+        )
         parser.add_argument(
-            "--shard", type=shard_spec, default=None, metavar="I/N",
+            "--shard",
+            type=shard_spec,
+            default=None,
+            metavar="I/N",
             help="run only the I-th of N slices of the scenarios and write partial evidence (`difftest merge` joins them)",
         )
-        parser.add_argument("branches", nargs="*", help="branch names or git refs (default: all configured branches)")
+        parser.add_argument(
+            "branches",
+            nargs="*",
+            help="branch names or git refs (default: all configured branches)",
+        )
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         request = compare_request(args, args.branches or None, jobs=args.jobs, shard=args.shard)
-        with locked_out(request.out):  # before prepare_out clears what another command may be writing
+        with locked_out(
+            request.out
+        ):  # before prepare_out clears what another command may be writing
             prepare_out(request.out)
             progress_console = Console(stderr=True, highlight=False)
 

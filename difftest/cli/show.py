@@ -31,16 +31,22 @@ class ShowCommand(Command):
         add_config(parser)
         parser.add_argument("scenario", help="a scenario name (`difftest list` prints them)")
         parser.add_argument(
-            "--branch", default=None,
+            "--branch",
+            default=None,
             help="the branch to show (default: every branch that does not pass the scenario, else the first)",
         )
         parser.add_argument(
-            "--order", default=None, metavar="RUN",
+            "--order",
+            default=None,
+            metavar="RUN",
             help="a run label (order:a,b / alone:a) or a batch order (a,b) (default: the branch's most severe run)",
         )
-        parser.add_argument("--out", default="out", help="the folder `difftest run --out` wrote (default: out)")
         parser.add_argument(
-            "--all-steps", action="store_true",
+            "--out", default="out", help="the folder `difftest run --out` wrote (default: out)"
+        )
+        parser.add_argument(
+            "--all-steps",
+            action="store_true",
             help="print every step (default: the steps around each disagreement with the oracle)",
         )
 
@@ -62,29 +68,48 @@ class ShowCommand(Command):
         scenario = recorded_scenarios(config, evidence, [args.scenario])[args.scenario]
         index = run_index(evidence)
         for number, branch in enumerate(_branches(evidence, args.scenario, args.branch)):
-            results = [r for r in evidence.results if r.scenario == args.scenario and r.branch == branch]
+            results = [
+                r for r in evidence.results if r.scenario == args.scenario and r.branch == branch
+            ]
             label = _label(results, args.order, index, branch)
             result = next((r for r in results if r.label == label), None)
             if number:
                 console.print()
-            if not any(p.branch == branch and p.tier == tier.name for p in evidence.probes) and result and result.error:
+            if (
+                not any(p.branch == branch and p.tier == tier.name for p in evidence.probes)
+                and result
+                and result.error
+            ):
                 # No probe output at all (the environment could not be built, vLLM did not import, ...).
-                console.print(f"{args.scenario} · {branch} · run {label}: could not be measured, no steps were recorded "
-                              f"({result.error})", markup=False)
+                console.print(
+                    f"{args.scenario} · {branch} · run {label}: could not be measured, no steps were recorded "
+                    f"({result.error})",
+                    markup=False,
+                )
                 continue
             runs = recorded_runs(evidence, folder, branch, tier.name)
             run = next((r for r in runs if r.scenario == args.scenario and r.label == label), None)
             if run is None or not run.steps:
-                why = (run.error if run is not None else None) or (result.error if result else None) or "no steps recorded"
-                console.print(f"{args.scenario} · {branch} · run {label}: no steps to show ({why})", markup=False)
+                why = (
+                    (run.error if run is not None else None)
+                    or (result.error if result else None)
+                    or "no steps recorded"
+                )
+                console.print(
+                    f"{args.scenario} · {branch} · run {label}: no steps to show ({why})",
+                    markup=False,
+                )
                 continue
             source = probe_of(evidence, folder, branch, tier.name, args.scenario)
             reused = source.reused if source is not None else None
             if reused is not None:
-                console.print(f"{branch} · {tier.name}: these steps come from the result cache: measured "
-                              f"{reused.measured_at} by an earlier run (key {reused.key[:12]}), not by the run that "
-                              "wrote this evidence; `difftest run --no-cache` measures them again", markup=False,
-                              soft_wrap=True)
+                console.print(
+                    f"{branch} · {tier.name}: these steps come from the result cache: measured "
+                    f"{reused.measured_at} by an earlier run (key {reused.key[:12]}), not by the run that "
+                    "wrote this evidence; `difftest run --no-cache` measures them again",
+                    markup=False,
+                    soft_wrap=True,
+                )
             trace = build_trace(tier, scenario, run, evidence.reading, branch)
             others = [r for r in results if r.label != label]
             render_trace(console, trace, result, others, all_steps=args.all_steps)
@@ -95,9 +120,18 @@ def _branches(evidence: Evidence, scenario: str, chosen: str | None) -> list[str
     names = branch_names(evidence)
     if chosen is not None:
         if chosen not in names:
-            raise ConfigError(f"branch {chosen!r} is not in the evidence", f"name one of: {', '.join(names)}")
+            raise ConfigError(
+                f"branch {chosen!r} is not in the evidence", f"name one of: {', '.join(names)}"
+            )
         return [chosen]
-    failing = [b for b in names if any(r.scenario == scenario and r.branch == b and r.verdict != "pass" for r in evidence.results)]
+    failing = [
+        b
+        for b in names
+        if any(
+            r.scenario == scenario and r.branch == b and r.verdict != "pass"
+            for r in evidence.results
+        )
+    ]
     return failing or names[:1]
 
 
@@ -116,4 +150,6 @@ def _label(results: list[Result], order: str | None, index: dict, branch: str) -
         run = index.get((branch, results[0].scenario, label))
         if run is not None and run.role == "batch" and run.order == wanted:
             return label
-    raise ConfigError(f"no run {order!r} of {branch} on this scenario", f"name one of: {', '.join(labels)}")
+    raise ConfigError(
+        f"no run {order!r} of {branch} on this scenario", f"name one of: {', '.join(labels)}"
+    )

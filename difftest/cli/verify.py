@@ -43,7 +43,10 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
         )
     base = ensure_base(config.base, log)
     for key in _BASE_KEYS:
-        then, now = recorded.base.fingerprint.get(key), _base_value(base, recorded, key, config.base.package)
+        then, now = (
+            recorded.base.fingerprint.get(key),
+            _base_value(base, recorded, key, config.base.package),
+        )
         if then != now:
             raise ConfigError(
                 f"base {key} differs: the evidence used {then!r}, this machine has {now!r}",
@@ -61,7 +64,11 @@ def check_reproducible(config: Config, recorded: Evidence, log: Log) -> None:
             )
     repo = open_source_repo(config, base)
     for name, then in recorded.branches.items():
-        now = resolve_spec(config, repo, branch_spec(config, name) if config.branch(name) else branch_spec(config, then.ref))
+        now = resolve_spec(
+            config,
+            repo,
+            branch_spec(config, name) if config.branch(name) else branch_spec(config, then.ref),
+        )
         patches = {p.path.name: p.sha256 for p in now.patches}
         if patches != then.patches:
             raise ConfigError(
@@ -97,12 +104,16 @@ class VerifyCommand(Command):
         super().setup_arguments(parser)
         parser.add_argument("evidence", help="an evidence.json written by `difftest run` or `gate`")
         parser.add_argument(
-            "--out", default="out-verify",
+            "--out",
+            default="out-verify",
             help="folder for the re-run's reports, evidence and probe records (default: out-verify)",
         )
         add_format(parser, ("text", "json"), "text", "text: one line per difference")
-        parser.add_argument("--no-fork", action="store_true",
-                            help="start every probe in an interpreter of its own (default: forked from a warm one)")
+        parser.add_argument(
+            "--no-fork",
+            action="store_true",
+            help="start every probe in an interpreter of its own (default: forked from a warm one)",
+        )
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -115,13 +126,21 @@ class VerifyCommand(Command):
         with locked_out(args.out):  # before prepare_out clears what another command may be writing
             prepare_out(args.out)
             check_reproducible(config, recorded, log)
-            names = [name if config.branch(name) else then.ref for name, then in recorded.branches.items()
-                     if name not in recorded.reference_branches]  # measured again as the re-run's own reference
+            names = [
+                name if config.branch(name) else then.ref
+                for name, then in recorded.branches.items()
+                if name not in recorded.reference_branches
+            ]  # measured again as the re-run's own reference
             recorded_tiers = list(dict.fromkeys(s.tier for s in recorded.scenarios.values()))
             request = CompareRequest(
-                branches=names, tiers=recorded_tiers, reading=recorded.reading, out=Path(args.out),
-                scenarios=sorted(recorded.scenarios), baseline=recorded.baseline,
-                reuse_cached=False, store_results=False,  # a re-run that reads its results from a cache verifies nothing
+                branches=names,
+                tiers=recorded_tiers,
+                reading=recorded.reading,
+                out=Path(args.out),
+                scenarios=sorted(recorded.scenarios),
+                baseline=recorded.baseline,
+                reuse_cached=False,
+                store_results=False,  # a re-run that reads its results from a cache verifies nothing
                 fork=not args.no_fork,
             )
             comparison = compare(config, request, log, probe_progress)
@@ -131,13 +150,22 @@ class VerifyCommand(Command):
             found = evidence_differences(recorded, evidence, written_version(args.evidence))
             code = EXIT_FAILED if found else EXIT_OK
             if args.format == "json":
-                print(render_json(evidence, code, identical=not found, differences=found, evidence_file=str(args.evidence)))
+                print(
+                    render_json(
+                        evidence,
+                        code,
+                        identical=not found,
+                        differences=found,
+                        evidence_file=str(args.evidence),
+                    )
+                )
                 return code
             if found:
                 print(f"difftest verify: {len(found)} difference(s) from {args.evidence}:")
                 for line in found:
                     print(f"  {line}")
                 return EXIT_FAILED
-            print(f"difftest verify: all {len(evidence.results)} results and their runs identical to {args.evidence}")
+            print(
+                f"difftest verify: all {len(evidence.results)} results and their runs identical to {args.evidence}"
+            )
             return EXIT_OK
-

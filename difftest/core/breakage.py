@@ -59,7 +59,9 @@ def breakage(run: ProbeRun) -> str | None:
     return None
 
 
-def judge_against_baseline(results: list[Result], measured: Mapping[str, Measured], baseline: str) -> list[Result]:
+def judge_against_baseline(
+    results: list[Result], measured: Mapping[str, Measured], baseline: str
+) -> list[Result]:
     """`results` with every verdict the process outcomes change: a branch's own crash or hang where
     the baseline completes turned `broken`; a measured run of a probe that did not end cleanly
     turned `broken` (the baseline's ended cleanly) or `error` (nothing to judge it against).
@@ -86,32 +88,59 @@ def judge_against_baseline(results: list[Result], measured: Mapping[str, Measure
                 out.append(result)
                 continue
             took = _took(completed[key])
-            violation = Violation(invariant=COMPLETES, label=result.label,
-                                  detail=f"{why} ({baseline} completes this run{took})")
-            out.append(result.model_copy(update={"verdict": "broken", "error": None, "violations": [violation]}))
+            violation = Violation(
+                invariant=COMPLETES,
+                label=result.label,
+                detail=f"{why} ({baseline} completes this run{took})",
+            )
+            out.append(
+                result.model_copy(
+                    update={"verdict": "broken", "error": None, "violations": [violation]}
+                )
+            )
             continue
         fault = _fault_after_runs(outcome)
         if not fault:
             out.append(result)
         elif result.branch != baseline and base_clean and key in completed:
             assert base_outcome is not None
-            detail = (f"its probe {fault} ({baseline}'s probe reports the same runs and exits cleanly, "
-                      f"in {base_outcome.duration_s:.1f} s)")
+            detail = (
+                f"its probe {fault} ({baseline}'s probe reports the same runs and exits cleanly, "
+                f"in {base_outcome.duration_s:.1f} s)"
+            )
             violation = Violation(invariant=EXITS, label=result.label, detail=detail)
-            out.append(result.model_copy(update={"verdict": "broken", "violations": [*result.violations, violation]}))
+            out.append(
+                result.model_copy(
+                    update={"verdict": "broken", "violations": [*result.violations, violation]}
+                )
+            )
         else:
-            whose = "" if result.branch == baseline else f"; {baseline}, the baseline, {_baseline_state(base_outcome)}"
-            out.append(result.model_copy(update={
-                "verdict": "error", "error": f"its probe {fault}: its runs cannot be trusted{whose}",
-                "differences": [], "violations": [],
-            }))
+            whose = (
+                ""
+                if result.branch == baseline
+                else f"; {baseline}, the baseline, {_baseline_state(base_outcome)}"
+            )
+            out.append(
+                result.model_copy(
+                    update={
+                        "verdict": "error",
+                        "error": f"its probe {fault}: its runs cannot be trusted{whose}",
+                        "differences": [],
+                        "violations": [],
+                    }
+                )
+            )
     return out
 
 
 def _baseline_state(outcome: ProcessOutcome | None) -> str:
     if outcome is None:
         return "was not measured"
-    return f"{outcome.fault() or 'did not measure this run'} too" if not outcome.clean else "did not measure this run"
+    return (
+        f"{outcome.fault() or 'did not measure this run'} too"
+        if not outcome.clean
+        else "did not measure this run"
+    )
 
 
 def _fault_after_runs(outcome: ProcessOutcome | None) -> str:
@@ -124,7 +153,12 @@ def _fault_after_runs(outcome: ProcessOutcome | None) -> str:
 
 def _cut_short(outcome: ProcessOutcome | None, key: tuple[str, str]) -> str | None:
     """Why the process never reported this run, when its own end cut it short (its session had started)."""
-    if outcome is None or not outcome.started or outcome.host_error is not None or list(key) not in outcome.unreported:
+    if (
+        outcome is None
+        or not outcome.started
+        or outcome.host_error is not None
+        or list(key) not in outcome.unreported
+    ):
         return None
     fault = outcome.fault()
     return f"its probe {fault} before reporting this run" if fault else None
@@ -135,7 +169,9 @@ def _took(run: ProbeRun) -> str:
 
 
 def _own_breakage(
-    branch_runs: dict[tuple[str, str], ProbeRun], key: tuple[str, str], completed: Iterable[tuple[str, str]]
+    branch_runs: dict[tuple[str, str], ProbeRun],
+    key: tuple[str, str],
+    completed: Iterable[tuple[str, str]],
 ) -> str | None:
     """The run's own breakage, or that of a reference run of its scenario (reference runs choose
     where the judged runs are cut: when one breaks, the runs after it cannot be played)."""

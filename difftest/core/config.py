@@ -68,7 +68,9 @@ class BaseSpec(_Strict):
     python: str | None = None
     torch: TorchSource = TorchSource()
     #: Packages installed by the requirement that are broken or unused on CPU.
-    exclude: list[str] = Field(default_factory=lambda: ["triton", "torchvision", "torchaudio", "torchcodec"])
+    exclude: list[str] = Field(
+        default_factory=lambda: ["triton", "torchvision", "torchaudio", "torchcodec"]
+    )
 
     @field_validator("requirement")
     @classmethod
@@ -87,7 +89,9 @@ class BaseSpec(_Strict):
             return value
         pins = [s for s in req.specifier if s.operator in ("==", "===")]
         if len(pins) != 1:
-            raise ValueError("must pin exactly one version with `==` (or name a wheel: `NAME @ file:///…/x.whl`)")
+            raise ValueError(
+                "must pin exactly one version with `==` (or name a wheel: `NAME @ file:///…/x.whl`)"
+            )
         return value
 
     @property
@@ -136,18 +140,26 @@ class BranchSpec(_Strict):
     def _name(cls, value: str) -> str:
         problem = branch_name_problem(value)
         if problem:
-            raise ValueError(f"{problem} (it names folders and the git branch refs/heads/difftest/<name>)")
+            raise ValueError(
+                f"{problem} (it names folders and the git branch refs/heads/difftest/<name>)"
+            )
         return value
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "BranchSpec":
+    def _one_kind(self) -> BranchSpec:
         if self.stack:
             if self.ref is not None or self.patches or self.transplant:
-                raise ValueError("a `stack` composes other branches: give it alone, without ref, patches or transplant")
+                raise ValueError(
+                    "a `stack` composes other branches: give it alone, without ref, patches or transplant"
+                )
             if len(self.stack) < 2 or len(set(self.stack)) != len(self.stack):
-                raise ValueError(f"a `stack` lists two or more different branch names (got {self.stack})")
+                raise ValueError(
+                    f"a `stack` lists two or more different branch names (got {self.stack})"
+                )
         elif self.ref is None:
-            raise ValueError("give `ref` (a git revision) or `stack` (the names of branches to compose)")
+            raise ValueError(
+                "give `ref` (a git revision) or `stack` (the names of branches to compose)"
+            )
         return self
 
     @property
@@ -172,7 +184,11 @@ def branch_name_for(ref: str) -> str:
     if slug.endswith(".lock"):
         slug = slug.removesuffix(".lock") + "-lock"
     if len(slug) > MAX_BRANCH_NAME:
-        slug = slug[: MAX_BRANCH_NAME - 13].rstrip("-._") + "-" + hashlib.sha256(ref.encode()).hexdigest()[:12]
+        slug = (
+            slug[: MAX_BRANCH_NAME - 13].rstrip("-._")
+            + "-"
+            + hashlib.sha256(ref.encode()).hexdigest()[:12]
+        )
     return slug or "ref"
 
 
@@ -235,7 +251,7 @@ class TestsSpec(_Strict):
     requirements: list[str] = Field(default_factory=lambda: list(DEFAULT_TEST_REQUIREMENTS))
 
     @model_validator(mode="after")
-    def _keyword_goes_with_the_default_select(self) -> "TestsSpec":
+    def _keyword_goes_with_the_default_select(self) -> TestsSpec:
         if "select" in self.model_fields_set and "keyword" not in self.model_fields_set:
             object.__setattr__(self, "keyword", None)
         return self
@@ -246,7 +262,9 @@ class TestsSpec(_Strict):
         for item in value:
             path = item.split("::", 1)[0]
             if not path or path.startswith(("/", "-")) or ".." in Path(path).parts:
-                raise ValueError(f"{item!r}: write a path inside the repository (e.g. tests/v1/core/test_scheduler.py)")
+                raise ValueError(
+                    f"{item!r}: write a path inside the repository (e.g. tests/v1/core/test_scheduler.py)"
+                )
         return value
 
     @field_validator("requirements")
@@ -276,7 +294,7 @@ class Config(_Strict):
     root: Path = Path(".")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Config":
+    def _consistent(self) -> Config:
         names = [b.name for b in self.branches]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -287,7 +305,9 @@ class Config(_Strict):
         for branch in self.branches:
             for member in branch.stack:
                 if member not in by_name or member == branch.name:
-                    raise ValueError(f"stack {branch.name!r}: {member!r} is not another branch (branches are {names})")
+                    raise ValueError(
+                        f"stack {branch.name!r}: {member!r} is not another branch (branches are {names})"
+                    )
                 if by_name[member].is_stack:
                     raise ValueError(
                         f"stack {branch.name!r}: {member!r} is itself a stack; list its members instead"
@@ -318,7 +338,10 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
         )
     raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping", "start from the branches.yaml in the repository")
+        raise ConfigError(
+            f"{path}: the top level must be a mapping",
+            "start from the branches.yaml in the repository",
+        )
     return parse_config(raw, root=path.resolve().parent, source=str(path))
 
 
@@ -373,13 +396,19 @@ def _resolve_paths(config: Config, source: str) -> Config:
     if repo.path is not None:
         full = resolve(repo.path)
         if not full.is_dir():
-            raise ConfigError(f"{source}: repo.path: {str(repo.path)!r} is not a folder", _HINTS["repo.path"])
+            raise ConfigError(
+                f"{source}: repo.path: {str(repo.path)!r} is not a folder", _HINTS["repo.path"]
+            )
         repo = repo.model_copy(update={"path": full})
-    scenarios = resolve(config.scenarios_dir) if config.scenarios_dir is not None else SHIPPED_SCENARIOS
+    scenarios = (
+        resolve(config.scenarios_dir) if config.scenarios_dir is not None else SHIPPED_SCENARIOS
+    )
     if not scenarios.is_dir():
         raise ConfigError(
             f"{source}: scenarios_dir: {str(config.scenarios_dir)!r} is not a folder (looked at {scenarios})",
             "point it at a folder with one subfolder per tier (scheduler/, engine/), relative to the config "
             "file's folder, or remove the key to use the scenarios shipped with difftest",
         )
-    return config.model_copy(update={"branches": branches, "repo": repo, "scenarios_dir": scenarios})
+    return config.model_copy(
+        update={"branches": branches, "repo": repo, "scenarios_dir": scenarios}
+    )

@@ -29,7 +29,7 @@ import json
 import os
 import re
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -177,7 +177,7 @@ class ShardEvidence(BaseModel):
 
 class Evidence(BaseModel):
     schema_version: Literal["9"] = SCHEMA_VERSION
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
     command: list[str] = Field(default_factory=list)
@@ -210,7 +210,10 @@ class Evidence(BaseModel):
 def evidence_json(evidence: Evidence) -> str:
     """Stable text: sorted keys, indent 2, trailing newline (diff-friendly). A lone surrogate (no
     UTF-8 file can hold one) is written as its JSON escape, so the file reads back the same."""
-    text = json.dumps(evidence.model_dump(mode="json"), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    text = (
+        json.dumps(evidence.model_dump(mode="json"), sort_keys=True, indent=2, ensure_ascii=False)
+        + "\n"
+    )
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
@@ -225,9 +228,14 @@ def read_evidence(path: str | Path) -> Evidence:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise DifftestError(f"evidence file {str(path)!r} does not exist", "pass the evidence.json written by `difftest run`") from None
+        raise DifftestError(
+            f"evidence file {str(path)!r} does not exist",
+            "pass the evidence.json written by `difftest run`",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise DifftestError(f"cannot read evidence file {str(path)!r}: {exc}", "check the path and its permissions") from None
+        raise DifftestError(
+            f"cannot read evidence file {str(path)!r}: {exc}", "check the path and its permissions"
+        ) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -236,7 +244,10 @@ def read_evidence(path: str | Path) -> Evidence:
             "the file is damaged or truncated; run difftest again to produce a new one",
         ) from None
     if not isinstance(raw, dict):
-        raise DifftestError(f"{path}: not an evidence file (top level is not an object)", "pass the evidence.json written by difftest")
+        raise DifftestError(
+            f"{path}: not an evidence file (top level is not an object)",
+            "pass the evidence.json written by difftest",
+        )
     version = raw.get("schema_version")
     while version in UPGRADES:
         raw = UPGRADES[version](raw)
@@ -251,7 +262,8 @@ def read_evidence(path: str | Path) -> Evidence:
         return Evidence.model_validate(raw)
     except ValidationError as exc:
         problems = "\n".join(
-            f"  {'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()[:10]
+            f"  {'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in exc.errors()[:10]
         )
         more = f"\n  ... and {exc.error_count() - 10} more" if exc.error_count() > 10 else ""
         raise DifftestError(
@@ -279,7 +291,9 @@ def upgrade_from_1(raw: dict[str, Any]) -> dict[str, Any]:
         results.append(result)
     out["results"] = results
     if raw.get("runs"):
-        out["runs"] = {branch: [_run_from_1(run) for run in runs] for branch, runs in raw["runs"].items()}
+        out["runs"] = {
+            branch: [_run_from_1(run) for run in runs] for branch, runs in raw["runs"].items()
+        }
     return out
 
 
@@ -310,25 +324,38 @@ def upgrade_from_3(raw: dict[str, Any]) -> dict[str, Any]:
 
 def upgrade_from_4(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 4 -> 5: branches gain `transplants` and `stack` (a version-4 branch had neither)."""
-    branches = {name: {"transplants": [], "stack": [], **branch} for name, branch in (raw.get("branches") or {}).items()}
+    branches = {
+        name: {"transplants": [], "stack": [], **branch}
+        for name, branch in (raw.get("branches") or {}).items()
+    }
     return {**raw, "schema_version": "5", "branches": branches}
 
 
 def upgrade_from_5(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 5 -> 6: no tests tier yet, so no test records and no test sources."""
-    return {**raw, "schema_version": "6", "tests": raw.get("tests") or [], "test_sources": raw.get("test_sources") or {}}
+    return {
+        **raw,
+        "schema_version": "6",
+        "tests": raw.get("tests") or [],
+        "test_sources": raw.get("test_sources") or {},
+    }
 
 
 def upgrade_from_6(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 6 -> 7: no result cache yet, so every probe was measured by the run that wrote the file."""
-    probes = [{**probe, "reused": None} if isinstance(probe, dict) else probe for probe in raw.get("probes") or []]
+    probes = [
+        {**probe, "reused": None} if isinstance(probe, dict) else probe
+        for probe in raw.get("probes") or []
+    ]
     return {**raw, "schema_version": "7", "probes": probes}
 
 
 def upgrade_from_7(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 7 -> 8: no fork server yet, so every probe measured by the run started fresh."""
     probes = [
-        {**probe, "launch": None if probe.get("reused") else "fresh", "launch_note": ""} if isinstance(probe, dict) else probe
+        {**probe, "launch": None if probe.get("reused") else "fresh", "launch_note": ""}
+        if isinstance(probe, dict)
+        else probe
         for probe in raw.get("probes") or []
     ]
     return {**raw, "schema_version": "8", "probes": probes}
@@ -340,8 +367,16 @@ def upgrade_from_8(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 #: schema version -> the step that brings a file of that version one version up.
-UPGRADES = {"1": upgrade_from_1, "2": upgrade_from_2, "3": upgrade_from_3, "4": upgrade_from_4, "5": upgrade_from_5,
-            "6": upgrade_from_6, "7": upgrade_from_7, "8": upgrade_from_8}
+UPGRADES = {
+    "1": upgrade_from_1,
+    "2": upgrade_from_2,
+    "3": upgrade_from_3,
+    "4": upgrade_from_4,
+    "5": upgrade_from_5,
+    "6": upgrade_from_6,
+    "7": upgrade_from_7,
+    "8": upgrade_from_8,
+}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -39,7 +39,9 @@ class Observation(BaseModel):
     reason: str
 
 
-def observations(results: list[Result], runs: list[ProbeRun], reference: str = ORACLE) -> list[Observation]:
+def observations(
+    results: list[Result], runs: list[ProbeRun], reference: str = ORACLE
+) -> list[Observation]:
     """The kinds these results show, each once (its first run), in the order of `results`."""
     by_label = {r.label: r for r in runs}
     seen: set[Kind] = set()
@@ -56,7 +58,12 @@ def _kinds(result: Result, run: ProbeRun | None, reference: str) -> list[tuple[K
     make = lambda what: Kind(branch=result.branch, verdict=result.verdict, what=what)  # noqa: E731
     if result.verdict == "diverge" and result.differences:
         d = result.differences[0]
-        return [(make(d.counter), f"{d.counter}: measured {format_value(d.measured)}, {reference} {format_value(d.expected)}")]
+        return [
+            (
+                make(d.counter),
+                f"{d.counter}: measured {format_value(d.measured)}, {reference} {format_value(d.expected)}",
+            )
+        ]
     if result.verdict == "broken":
         firsts: dict[str, str] = {}
         for v in result.violations:

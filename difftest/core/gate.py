@@ -29,9 +29,18 @@ from typing import Any, Literal
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
 from difftest.core.records import COUNTERS, Reading, Result, Totals
 from difftest.core.values import format_value
-from difftest.core.verdicts import MAL, MAL_TOLERANCE, first_reason, measured_mal, oracle_mal, one_line
+from difftest.core.verdicts import (
+    MAL,
+    MAL_TOLERANCE,
+    first_reason,
+    measured_mal,
+    one_line,
+    oracle_mal,
+)
 
-Kind = Literal["broken", "regressed", "further", "unmeasured", "base-unmeasured", "improved", "unchanged"]
+Kind = Literal[
+    "broken", "regressed", "further", "unmeasured", "base-unmeasured", "improved", "unchanged"
+]
 #: Kinds that make the head worse.
 WORSE_KINDS = frozenset({"broken", "regressed", "further"})
 
@@ -81,7 +90,9 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
     """Compare head with base per (scenario, run). Both lists must use one oracle reading."""
     readings = {r.reading for r in [*base_results, *head_results]}
     if len(readings) > 1:
-        raise ValueError(f"base and head were judged under different oracle readings {sorted(readings)}")
+        raise ValueError(
+            f"base and head were judged under different oracle readings {sorted(readings)}"
+        )
     base = {(r.scenario, r.label): r for r in base_results}
     findings: list[GateFinding] = []
     compared = 0
@@ -89,21 +100,31 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
         key = (head.scenario, head.label)
         old = base.get(key)
         if old is not None and old.verdict == "error":
-            findings.append(_finding("base-unmeasured", old, f"could not measure the base: {_error_line(old)}"))
+            findings.append(
+                _finding("base-unmeasured", old, f"could not measure the base: {_error_line(old)}")
+            )
         if head.verdict == "error":
             was = f"base {old.verdict}" if old else "not run on base"
-            findings.append(_finding("unmeasured", head, f"could not measure the head ({was}): {_error_line(head)}"))
+            findings.append(
+                _finding(
+                    "unmeasured", head, f"could not measure the head ({was}): {_error_line(head)}"
+                )
+            )
             continue
         if head.verdict == "broken":
             was = f"base {old.verdict}" if old else "not run on base"
-            findings.append(_finding("broken", head, f"head is broken ({was}): {first_reason(head)}"))
+            findings.append(
+                _finding("broken", head, f"head is broken ({was}): {first_reason(head)}")
+            )
         if old is None or old.verdict == "error":
             continue
         compared += 1
         if old.measured is None or head.measured is None:
             continue  # judged from test outcomes (the tests tier): no counters to compare
         if old.verdict == "pass" and head.verdict == "diverge":  # pass -> broken is reported above
-            findings.append(_finding("regressed", head, f"base passed, head diverges: {first_reason(head)}"))
+            findings.append(
+                _finding("regressed", head, f"base passed, head diverges: {first_reason(head)}")
+            )
         distances = _distances(old, head)
         if head.verdict == "broken":
             # A broken run is worse, full stop: it is never also listed as better or "as on the base".
@@ -114,9 +135,13 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
         if key in seen:
             continue
         if old.verdict == "error":
-            findings.append(_finding("base-unmeasured", old, f"could not measure the base: {_error_line(old)}"))
+            findings.append(
+                _finding("base-unmeasured", old, f"could not measure the base: {_error_line(old)}")
+            )
         else:
-            findings.append(_finding("unmeasured", old, f"not run on the head (base {old.verdict})"))
+            findings.append(
+                _finding("unmeasured", old, f"not run on the head (base {old.verdict})")
+            )
     reasons = [f.text for f in findings if f.kind in WORSE_KINDS]
     return GateOutcome(
         worse=bool(reasons),
@@ -132,7 +157,12 @@ def gate_exit_code(outcome: GateOutcome, head_results: list[Result]) -> int:
     compared at all; 0 only when at least one (scenario, run) was compared and nothing is worse."""
     if outcome.worse:
         return EXIT_FAILED
-    if outcome.unmeasured or outcome.base_unmeasured or not head_results or any(r.verdict == "error" for r in head_results):
+    if (
+        outcome.unmeasured
+        or outcome.base_unmeasured
+        or not head_results
+        or any(r.verdict == "error" for r in head_results)
+    ):
         return EXIT_UNMEASURED
     if outcome.compared == 0:
         return EXIT_UNMEASURED
@@ -171,7 +201,9 @@ def _distances(old: Result, new: Result) -> list[GateFinding]:
         elif h_dist > tol:
             # Not worse, but not right either: the residual a reviewer should still see.
             kind = "unchanged"
-            text = f"{counter} still differs from the oracle, as on the base (distance {_num(h_dist)})"
+            text = (
+                f"{counter} still differs from the oracle, as on the base (distance {_num(h_dist)})"
+            )
         else:
             continue
         if counter == MAL and any(f.kind == kind for f in found):
@@ -195,4 +227,10 @@ def _error_line(result: Result) -> str:
 
 
 def _num(value: float) -> str:
-    return "inf" if math.isinf(value) else format_value(value) if not value.is_integer() else str(int(value))
+    return (
+        "inf"
+        if math.isinf(value)
+        else format_value(value)
+        if not value.is_integer()
+        else str(int(value))
+    )

@@ -42,8 +42,13 @@ class ProcessOutcome(BaseModel):
     @property
     def clean(self) -> bool:
         """Exited 0 on its own, after a trailer, and difftest read everything it wrote."""
-        return (self.exit_code == 0 and self.trailer and not self.timed_out and not self.exit_overdue
-                and self.host_error is None)
+        return (
+            self.exit_code == 0
+            and self.trailer
+            and not self.timed_out
+            and not self.exit_overdue
+            and self.host_error is None
+        )
 
     def fault(self) -> str:
         """The process's own fault in one line ("" when it ended cleanly)."""

@@ -12,9 +12,25 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
-from difftest.probe.protocol import COUNTERS, EMITTED_FIELDS, FailureKind, Origin, RunRole, RunStatus
+from difftest.probe.protocol import (
+    COUNTERS,
+    EMITTED_FIELDS,
+    FailureKind,
+    Origin,
+    RunRole,
+    RunStatus,
+)
 
 __all__ = [
     "COUNTERS",
@@ -97,7 +113,7 @@ class StepStats(BaseModel):
     num_draft_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _emitted_is_an_integer(self) -> "StepStats":
+    def _emitted_is_an_integer(self) -> StepStats:
         for name in EMITTED_FIELDS:
             value = (self.model_extra or {}).get(name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):

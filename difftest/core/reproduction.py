@@ -11,7 +11,8 @@ edited file is caught wherever it was edited.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Set as AbstractSet
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -28,7 +29,9 @@ def result_key(result: Result) -> tuple[str, str, str]:
     return (result.branch, result.scenario, result.label)
 
 
-def evidence_differences(recorded: Evidence, rerun: Evidence, written_as: str = SCHEMA_VERSION) -> list[str]:
+def evidence_differences(
+    recorded: Evidence, rerun: Evidence, written_as: str = SCHEMA_VERSION
+) -> list[str]:
     """One line per thing that differs: per (branch, scenario, run) result field, then per raw run;
     `written_as` is the recorded file's own schema version (`evidence.written_version`)."""
     ignored = _not_recorded(written_as)
@@ -48,7 +51,9 @@ Key = tuple[str, ...]
 T = TypeVar("T")
 
 
-def _keyed(before: dict[Key, T], after: dict[Key, T], what: str, changes: Callable[[T, T], list[str]]) -> list[str]:
+def _keyed(
+    before: dict[Key, T], after: dict[Key, T], what: str, changes: Callable[[T, T], list[str]]
+) -> list[str]:
     """`where: ...` for every key only one side has, and for each change `changes(old, new)` names."""
     found = []
     for key in sorted(set(before) | set(after)):
@@ -61,21 +66,31 @@ def _keyed(before: dict[Key, T], after: dict[Key, T], what: str, changes: Callab
     return found
 
 
-def _result_differences(recorded: list[Result], rerun: list[Result], ignored: AbstractSet[str] = frozenset()) -> list[str]:
+def _result_differences(
+    recorded: list[Result], rerun: list[Result], ignored: AbstractSet[str] = frozenset()
+) -> list[str]:
     def changes(old: Result, new: Result) -> list[str]:
         out = []
         for name in RESULT_FIELDS:
             then, now = _plain(getattr(old, name)), _plain(getattr(new, name))
             if name == "violations" and ignored:
-                now = [{k: v for k, v in violation.items() if k not in ignored} for violation in now]
-                then = [{k: v for k, v in violation.items() if k not in ignored} for violation in then]
-            if name == "violations":  # how long something took is part of a reason, never reproducible
+                now = [
+                    {k: v for k, v in violation.items() if k not in ignored} for violation in now
+                ]
+                then = [
+                    {k: v for k, v in violation.items() if k not in ignored} for violation in then
+                ]
+            if (
+                name == "violations"
+            ):  # how long something took is part of a reason, never reproducible
                 now, then = _untimed(now), _untimed(then)
             if then != now:
                 out.append(f"{_label(name)} differ: {_short(then)} -> {_short(now)}")
         return out
 
-    return _keyed({result_key(r): r for r in recorded}, {result_key(r): r for r in rerun}, "", changes)
+    return _keyed(
+        {result_key(r): r for r in recorded}, {result_key(r): r for r in rerun}, "", changes
+    )
 
 
 #: A duration in a violation's detail ("... completes this run in 0.49 s", "exits cleanly, in 7.5 s").
@@ -86,18 +101,25 @@ def _untimed(violations: Any) -> Any:
     """Violations with the durations in their details blanked: a re-run takes other times."""
     if not isinstance(violations, list):
         return violations
-    return [{**v, "detail": _DURATION.sub("in … s", str(v.get("detail", "")))} if isinstance(v, dict) else v
-            for v in violations]
+    return [
+        {**v, "detail": _DURATION.sub("in … s", str(v.get("detail", "")))}
+        if isinstance(v, dict)
+        else v
+        for v in violations
+    ]
 
 
 def _run_differences(
-recorded: dict[str, list[ProbeRun]], rerun: dict[str, list[ProbeRun]]) -> list[str]:
+    recorded: dict[str, list[ProbeRun]], rerun: dict[str, list[ProbeRun]]
+) -> list[str]:
     """The raw runs' status and totals, per branch (runs of branches not re-run are reported above)."""
 
     def changes(old: ProbeRun, new: ProbeRun) -> list[str]:
         if (old.status, _plain(old.totals)) == (new.status, _plain(new.totals)):
             return []
-        return [f"raw run totals differ: {old.status} {_short(_plain(old.totals))} -> {new.status} {_short(_plain(new.totals))}"]
+        return [
+            f"raw run totals differ: {old.status} {_short(_plain(old.totals))} -> {new.status} {_short(_plain(new.totals))}"
+        ]
 
     both = sorted(set(recorded) & set(rerun))
     return _keyed(
@@ -118,7 +140,10 @@ def _test_differences(recorded: list[TestRecord], rerun: list[TestRecord]) -> li
         return [f"test outcome {old.outcome} ({old.judgement}) -> {new.outcome} ({new.judgement})"]
 
     return _keyed(
-        {(r.code, r.source, r.test): r for r in recorded}, {(r.code, r.source, r.test): r for r in rerun}, "test ", changes
+        {(r.code, r.source, r.test): r for r in recorded},
+        {(r.code, r.source, r.test): r for r in rerun},
+        "test ",
+        changes,
     )
 
 
@@ -131,7 +156,11 @@ def _plain(value: Any) -> Any:
 
 
 def _label(name: str) -> str:
-    return {"measured": "measured totals", "expected": "expected totals", "verdict": "verdicts"}.get(name, name)
+    return {
+        "measured": "measured totals",
+        "expected": "expected totals",
+        "verdict": "verdicts",
+    }.get(name, name)
 
 
 def _short(value: Any, limit: int = 200) -> str:

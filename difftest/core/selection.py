@@ -68,5 +68,5 @@ def _atom(tokens: list[str], expression: str) -> tuple[Matcher, list[str]]:
 def _bad(expression: str, why: str) -> ConfigError:
     return ConfigError(
         f"-k {expression!r} is not a valid selection: {why}",
-        "use scenario-name words with and / or / not and parentheses, e.g. -k \"eos and not engine\"",
+        'use scenario-name words with and / or / not and parentheses, e.g. -k "eos and not engine"',
     )

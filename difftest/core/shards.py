@@ -46,7 +46,9 @@ _SAME: dict[str, Callable[[Shard], object]] = {
     "oracle reading": lambda s: s.evidence.reading,
     "baseline": lambda s: s.evidence.baseline,
     "reference branches": lambda s: sorted(s.evidence.reference_branches),
-    "probe environment (the variables that reach the probes)": lambda s: s.evidence.probe_environ_sha256,
+    "probe environment (the variables that reach the probes)": lambda s: (
+        s.evidence.probe_environ_sha256
+    ),
     "shard count": lambda s: s.evidence.shard.count if s.evidence.shard else None,
     "scenario selection": lambda s: s.evidence.shard.order if s.evidence.shard else None,
 }
@@ -58,7 +60,10 @@ def check_shards(parts: list[Shard]) -> None:
         raise DifftestError("nothing to merge", "pass the evidence.json of every shard")
     for part in parts:
         if part.evidence.shard is None:
-            raise DifftestError(f"{part.name} is not a shard's evidence", "pass files written by `difftest run --shard I/N`")
+            raise DifftestError(
+                f"{part.name} is not a shard's evidence",
+                "pass files written by `difftest run --shard I/N`",
+            )
         if part.evidence.tests or part.evidence.test_sources:
             raise DifftestError(
                 f"{part.name} holds results of the tests tier, whose outcomes are kept in the evidence only (no "
@@ -124,10 +129,17 @@ def merge_shards(
     return first.model_copy(
         update={
             "scenarios": dict(sorted(scenarios.items(), key=lambda item: place(item[0]))),
-            "results": sorted((r for i in indices for r in results[i]), key=lambda r: place(r.scenario)),
+            "results": sorted(
+                (r for i in indices for r in results[i]), key=lambda r: place(r.scenario)
+            ),
             # The evidence keeps runs without their steps (those stay in the probe files).
-            "runs": {b: [r.model_copy(update={"steps": []}) for r in sorted(found, key=lambda r: place(r.scenario))]
-                     for b, found in joined.items()},
+            "runs": {
+                b: [
+                    r.model_copy(update={"steps": []})
+                    for r in sorted(found, key=lambda r: place(r.scenario))
+                ]
+                for b, found in joined.items()
+            },
             "probes": [probes(i, f) for i, p in zip(indices, ordered) for f in p.evidence.probes],
             "shard": None,
         }

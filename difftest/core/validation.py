@@ -13,11 +13,18 @@ from pydantic import ValidationError
 from difftest.core.values import quote
 
 
-def describe(exc: ValidationError, hint_for: Callable[[str], str | None]) -> tuple[list[str], list[str]]:
+def describe(
+    exc: ValidationError, hint_for: Callable[[str], str | None]
+) -> tuple[list[str], list[str]]:
     """(lines, fixes): one line per problem; the fixes that apply, without repeats."""
     lines, fixes = [], []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))) or "(top level)"
+        key = (
+            ".".join(
+                str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))
+            )
+            or "(top level)"
+        )
         shown = "missing" if err["type"] == "missing" else f"got {quote(err.get('input'))}"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":

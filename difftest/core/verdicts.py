@@ -24,7 +24,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
-from difftest.core.records import COUNTERS, Difference, ProbeRun, Reading, Result, Totals, Verdict, Violation
+from difftest.core.records import (
+    COUNTERS,
+    Difference,
+    ProbeRun,
+    Reading,
+    Result,
+    Totals,
+    Verdict,
+    Violation,
+)
 from difftest.core.values import format_value
 
 #: The name MAL differences are recorded under (it is not one of COUNTERS).
@@ -60,7 +69,14 @@ def counter_differences(measured: Totals, expected: Totals) -> list[Difference]:
     for counter in COUNTERS:
         got, want = getattr(measured, counter), getattr(expected, counter)
         if got != want:
-            diffs.append(Difference(counter=counter, measured=got, expected=want, explanation=_why(counter, got, want, measured)))
+            diffs.append(
+                Difference(
+                    counter=counter,
+                    measured=got,
+                    expected=want,
+                    explanation=_why(counter, got, want, measured),
+                )
+            )
     got_mal, want_mal = measured_mal(measured), oracle_mal(expected)
     if not _mal_equal(got_mal, want_mal):
         diffs.append(
@@ -101,7 +117,16 @@ def judge(
             if label not in per_label:
                 per_label[labels[0]].extend(found)
     return [
-        _judge_run(branch, scenario_name, tier, statement, run, expected.get(run.label), per_label[run.label], reading)
+        _judge_run(
+            branch,
+            scenario_name,
+            tier,
+            statement,
+            run,
+            expected.get(run.label),
+            per_label[run.label],
+            reading,
+        )
         for run in runs
     ]
 
@@ -165,7 +190,9 @@ def first_reason(result: Result) -> str:
         return f"{v.invariant}: {v.detail}"
     if result.differences:
         d = result.differences[0]
-        return f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)}"
+        return (
+            f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)}"
+        )
     return ""
 
 
@@ -200,7 +227,11 @@ def _judge_run(
     if not run.measured:
         return Result(**base, verdict="error", error=run_error(run))
     if expected is None:
-        return Result(**base, verdict="error", error=f"the oracle gave no expected totals for run {run.label!r}")
+        return Result(
+            **base,
+            verdict="error",
+            error=f"the oracle gave no expected totals for run {run.label!r}",
+        )
     differences = counter_differences(run.totals, expected)
     verdict: Verdict = "broken" if violations else ("diverge" if differences else "pass")
     return Result(**base, verdict=verdict, differences=differences)
@@ -233,7 +264,11 @@ def _why(counter: str, got: Any, want: Any, measured: Totals) -> str:
 
 
 def _why_mal(measured: Totals, expected: Totals) -> str:
-    source = "logged by the branch" if measured.mean_acceptance_length is not None else "derived from its counters"
+    source = (
+        "logged by the branch"
+        if measured.mean_acceptance_length is not None
+        else "derived from its counters"
+    )
     return (
         f"derived: oracle = emitted / num_drafts = {expected.num_emitted_tokens}/{expected.num_drafts}; "
         f"measured value {source}"

@@ -53,10 +53,14 @@ def parse_wheel_requirement(requirement: Requirement) -> WheelRef:
     url = requirement.url or ""
     parsed = urlparse(url)
     if parsed.scheme not in ("file", "https", "http"):
-        raise ValueError(f"a direct reference must be a file:// or https:// URL of a wheel, not {url!r}")
+        raise ValueError(
+            f"a direct reference must be a file:// or https:// URL of a wheel, not {url!r}"
+        )
     filename = unquote(Path(parsed.path).name)
     if not filename.endswith(".whl"):
-        raise ValueError(f"{filename!r} is not a wheel (a `.whl` file); source archives are not supported as bases")
+        raise ValueError(
+            f"{filename!r} is not a wheel (a `.whl` file); source archives are not supported as bases"
+        )
     try:
         wheel_name, wheel_version, _build, _tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as exc:
@@ -69,13 +73,19 @@ def parse_wheel_requirement(requirement: Requirement) -> WheelRef:
     if parsed.scheme != "file":
         return WheelRef(requirement.name, url, filename, str(wheel_version), None)
     if parsed.netloc not in ("", "localhost"):
-        raise ValueError(f"file URL {url!r} names a host; write an absolute path as file:///path/to/{filename}")
+        raise ValueError(
+            f"file URL {url!r} names a host; write an absolute path as file:///path/to/{filename}"
+        )
     path = Path(unquote(parsed.path))
     if not path.is_file():
-        raise ValueError(f"wheel file {str(path)!r} does not exist (write an absolute path: file:///path/to/x.whl)")
+        raise ValueError(
+            f"wheel file {str(path)!r} does not exist (write an absolute path: file:///path/to/x.whl)"
+        )
     version = wheel_metadata_version(path, path.stat().st_mtime_ns, path.stat().st_size)
     if Version(version) != wheel_version:
-        raise ValueError(f"{filename!r}: its METADATA says version {version}, its file name {wheel_version}")
+        raise ValueError(
+            f"{filename!r}: its METADATA says version {version}, its file name {wheel_version}"
+        )
     return WheelRef(requirement.name, url, filename, version, path)
 
 
@@ -86,7 +96,9 @@ def wheel_metadata_version(path: Path, _mtime_ns: int = 0, _size: int = 0) -> st
         with zipfile.ZipFile(path) as archive:
             names = [n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
             if len(names) != 1:
-                raise ValueError(f"{path.name}: expected one *.dist-info/METADATA, found {len(names)}")
+                raise ValueError(
+                    f"{path.name}: expected one *.dist-info/METADATA, found {len(names)}"
+                )
             headers = HeaderParser().parsestr(archive.read(names[0]).decode("utf-8", "replace"))
     except (OSError, zipfile.BadZipFile) as exc:
         raise ValueError(f"cannot read wheel {str(path)!r}: {exc}") from None
@@ -96,7 +108,9 @@ def wheel_metadata_version(path: Path, _mtime_ns: int = 0, _size: int = 0) -> st
     try:
         return str(Version(version))
     except InvalidVersion:
-        raise ValueError(f"{path.name}: METADATA version {version!r} is not a valid version") from None
+        raise ValueError(
+            f"{path.name}: METADATA version {version!r} is not a valid version"
+        ) from None
 
 
 def source_commit(version: str) -> str | None:

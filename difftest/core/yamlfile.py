@@ -25,7 +25,9 @@ def read_yaml(path: Path, data: bytes | None = None) -> Any:
     try:
         raw = yaml.safe_load(path.read_bytes() if data is None else data)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+        raise ConfigError(
+            f"{path}: not valid YAML: {exc}", "fix the YAML syntax at the line shown"
+        ) from None
     if _expands_past(raw, MAX_VALUES):
         raise ConfigError(
             f"{path}: the data expands to more than {MAX_VALUES:,} values (YAML anchors and aliases?)",

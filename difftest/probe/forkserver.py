@@ -49,24 +49,77 @@ from . import protocol
 #: Shared third-party imports, in the order a fresh scheduler probe first imports them (`sys.modules`
 #: order; their cost measured with `python -X importtime`: about three quarters of the probe's import).
 SHARED_MODULES = (
-    "typing_extensions", "torch", "numpy", "dill", "tqdm", "packaging", "regex", "sympy", "filelock",
-    "networkx", "jinja2", "prometheus_client", "pydantic", "psutil", "cbor2", "zmq", "transformers",
-    "huggingface_hub", "PIL", "yaml", "tokenizers", "safetensors", "sentencepiece", "aiohttp", "requests",
-    "openai_harmony", "openai", "pybase64", "cv2", "cachetools", "msgspec", "cloudpickle", "uvloop", "cpuinfo",
-    "xgrammar", "tiktoken", "fastapi", "email_validator", "python_multipart", "pydantic_extra_types",
-    "partial_json_parser", "llguidance",
-    "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
-    "transformers.models.auto.image_processing_auto", "transformers.models.auto.video_processing_auto",
-    "transformers.video_processing_utils", "transformers.generation.configuration_utils",
-    "transformers.modeling_rope_utils", "transformers.modeling_gguf_pytorch_utils",
+    "typing_extensions",
+    "torch",
+    "numpy",
+    "dill",
+    "tqdm",
+    "packaging",
+    "regex",
+    "sympy",
+    "filelock",
+    "networkx",
+    "jinja2",
+    "prometheus_client",
+    "pydantic",
+    "psutil",
+    "cbor2",
+    "zmq",
+    "transformers",
+    "huggingface_hub",
+    "PIL",
+    "yaml",
+    "tokenizers",
+    "safetensors",
+    "sentencepiece",
+    "aiohttp",
+    "requests",
+    "openai_harmony",
+    "openai",
+    "pybase64",
+    "cv2",
+    "cachetools",
+    "msgspec",
+    "cloudpickle",
+    "uvloop",
+    "cpuinfo",
+    "xgrammar",
+    "tiktoken",
+    "fastapi",
+    "email_validator",
+    "python_multipart",
+    "pydantic_extra_types",
+    "partial_json_parser",
+    "llguidance",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.auto.image_processing_auto",
+    "transformers.models.auto.video_processing_auto",
+    "transformers.video_processing_utils",
+    "transformers.generation.configuration_utils",
+    "transformers.modeling_rope_utils",
+    "transformers.modeling_gguf_pytorch_utils",
 )
 
 #: Environment variables the shared libraries may read at import (torch, its compilers and thread
 #: pools, the Hugging Face stack). Should the branch's vLLM import leave one of them other than the
 #: server had when it imported them, the child's libraries were set up differently from a fresh
 #: probe's: the child stops before measuring anything and the branch is probed fresh.
-IMPORT_TIME_ENV = ("TORCH", "PYTORCH", "TRITON", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA", "NCCL", "HF_",
-                   "TRANSFORMERS_", "TOKENIZERS_", "XGRAMMAR")
+IMPORT_TIME_ENV = (
+    "TORCH",
+    "PYTORCH",
+    "TRITON",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "CUDA",
+    "NCCL",
+    "HF_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "XGRAMMAR",
+)
 
 _PATH_QUERY = "import json, sys; print(json.dumps([sys.path[1:], sys.prefix, sys.exec_prefix]))"
 
@@ -91,7 +144,13 @@ def fork_unsafe() -> str | None:
     loaded = sorted(n for n in sys.modules if n == "vllm" or n.startswith("vllm."))
     if loaded:
         return f"a shared library imported vLLM ({loaded[0]}): each branch must import its own"
-    if os.environ.get("VLLM_ENABLE_CUDA_COMPATIBILITY", "0").strip().lower() not in ("", "0", "false", "no", "off"):
+    if os.environ.get("VLLM_ENABLE_CUDA_COMPATIBILITY", "0").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    ):
         return "VLLM_ENABLE_CUDA_COMPATIBILITY is set: vLLM must set up its CUDA libraries before torch is imported"
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
@@ -111,7 +170,10 @@ def main() -> int:
     os.dup2(2, 1)  # whatever a library prints must not reach the answers
     modules, import_s = import_shared()
     why = fork_unsafe()
-    _answer(channel, {"ready": why is None, "why": why, "import_s": round(import_s, 3), "modules": modules})
+    _answer(
+        channel,
+        {"ready": why is None, "why": why, "import_s": round(import_s, 3), "modules": modules},
+    )
     if why is not None:
         return 0
     _serve(channel, modules)
@@ -189,23 +251,31 @@ def _become_probe(request: dict[str, Any], server: int) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ[protocol.HOST_PID_ENV] = str(server)  # `main` asks to die with this server, which dies with the host
+    os.environ[protocol.HOST_PID_ENV] = str(
+        server
+    )  # `main` asks to die with this server, which dies with the host
 
 
 def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
     """Switch to the branch interpreter's own import path and probe package, then run the probe entry."""
     python = request["python"]
     env = {k: v for k, v in request["env"].items() if k != protocol.NONCE_ENV}
-    query = subprocess.run([python, "-c", _PATH_QUERY], env=env, cwd=request["cwd"], capture_output=True, text=True)
+    query = subprocess.run(
+        [python, "-c", _PATH_QUERY], env=env, cwd=request["cwd"], capture_output=True, text=True
+    )
     if query.returncode != 0:
-        print(f"difftest.probe.forkserver: cannot ask {python} for its sys.path: {query.stderr.strip()}")
+        print(
+            f"difftest.probe.forkserver: cannot ask {python} for its sys.path: {query.stderr.strip()}"
+        )
         return 3
     path, prefix, exec_prefix = json.loads(query.stdout)
     sys.path[:] = [os.getcwd(), *path]
     sys.prefix, sys.exec_prefix, sys.executable = prefix, exec_prefix, python
     sys.argv = [python, *request["argv"]]
     for name in [n for n in sys.modules if n == "difftest" or n.startswith("difftest.")]:
-        del sys.modules[name]  # the branch's own copy of the probe, as a fresh interpreter would import it
+        del sys.modules[
+            name
+        ]  # the branch's own copy of the probe, as a fresh interpreter would import it
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
     elsewhere = _not_shareable(modules)
@@ -233,9 +303,15 @@ def _import_env_changed(given: dict[str, str]) -> str | None:
     server did not import them with (`IMPORT_TIME_ENV`); None when there is none."""
     for key in sorted(set(os.environ) | set(given)):
         now = os.environ.get(key)
-        if key.startswith(IMPORT_TIME_ENV) and now != given.get(key) and now != _SERVER_ENV.get(key):
-            return (f"this branch sets {key}={now!r}, but the shared libraries were imported with "
-                    f"{_SERVER_ENV.get(key)!r}")
+        if (
+            key.startswith(IMPORT_TIME_ENV)
+            and now != given.get(key)
+            and now != _SERVER_ENV.get(key)
+        ):
+            return (
+                f"this branch sets {key}={now!r}, but the shared libraries were imported with "
+                f"{_SERVER_ENV.get(key)!r}"
+            )
     return None
 
 

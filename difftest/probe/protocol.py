@@ -71,7 +71,12 @@ COUNTERS = (
 )
 
 #: Names a branch may give its "tokens really emitted" counter, most specific first.
-EMITTED_FIELDS = ("num_emitted_tokens", "num_committed_tokens", "num_committed_draft_tokens", "num_output_tokens")
+EMITTED_FIELDS = (
+    "num_emitted_tokens",
+    "num_committed_tokens",
+    "num_committed_draft_tokens",
+    "num_output_tokens",
+)
 
 RunRole = Literal["batch", "alone", "reference"]
 #: batch: one batch order, judged; alone: one request alone (feeds additivity), judged;
@@ -221,7 +226,7 @@ class CallInfo:
     duration_s: float
 
     @classmethod
-    def from_call(cls, func: Callable[[], RunResult], limit_s: float | None) -> "CallInfo":
+    def from_call(cls, func: Callable[[], RunResult], limit_s: float | None) -> CallInfo:
         started = time.perf_counter()
         try:
             with time_limit(limit_s):
@@ -251,7 +256,11 @@ def describe_failure(exc: BaseException) -> Failure:
     elif isinstance(exc, DidNotFinish):
         kind = "did-not-finish"
     message = [line for line in str(exc).strip().splitlines() if line.strip()]
-    summary = type(exc).__name__ + (f": {message[0]}" if message else "") + (" ..." if len(message) > 1 else "")
+    summary = (
+        type(exc).__name__
+        + (f": {message[0]}" if message else "")
+        + (" ..." if len(message) > 1 else "")
+    )
     return {
         "kind": kind,
         "type": type(exc).__name__,
@@ -337,10 +346,14 @@ def code_origin() -> dict[str, Any]:
     (a fresh interpreter and a forked one alike): the package folder, any vLLM module loaded from
     outside it, and the interpreter."""
     vllm = sys.modules.get("vllm")
-    folder = os.path.dirname(os.path.realpath(vllm.__file__)) if getattr(vllm, "__file__", None) else ""
+    folder = (
+        os.path.dirname(os.path.realpath(vllm.__file__)) if getattr(vllm, "__file__", None) else ""
+    )
     elsewhere = sorted(
-        name for name, module in list(sys.modules.items())
-        if (name == "vllm" or name.startswith("vllm.")) and getattr(module, "__file__", None)
+        name
+        for name, module in list(sys.modules.items())
+        if (name == "vllm" or name.startswith("vllm."))
+        and getattr(module, "__file__", None)
         and not os.path.realpath(module.__file__).startswith(folder + os.sep)
     )
     return {"vllm_dir": folder, "vllm_elsewhere": elsewhere[:5], "executable": sys.executable}
@@ -402,7 +415,9 @@ def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
     writer.header(dict(started.info), started.import_s, started.setup_s)
     for scenario in job["scenarios"]:
         for planned in scenario["runs"]:
-            call = CallInfo.from_call(lambda: started.session.play(scenario, planned), job.get("run_timeout_s"))
+            call = CallInfo.from_call(
+                lambda: started.session.play(scenario, planned), job.get("run_timeout_s")
+            )
             writer.run(scenario, planned, call)
     writer.trailer()
 
@@ -424,15 +439,22 @@ def dump_stacks_on_signal() -> None:
 
     try:
         faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
-    except (AttributeError, ValueError, OSError):  # no such signal, or stderr has no file descriptor
+    except (
+        AttributeError,
+        ValueError,
+        OSError,
+    ):  # no such signal, or stderr has no file descriptor
         pass
 
 
 def name_waiting_threads() -> None:
     """Say which non-daemon threads the exit is about to wait for (a branch's thread that never ends
     would otherwise hang the probe silently)."""
-    waiting = [t for t in threading.enumerate()
-               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    waiting = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
     if not waiting:
         return
     named = []
@@ -520,7 +542,10 @@ def serve_stream(jobs: TextIO, channel: TextIO, nonce: str, start: Callable[[Job
             if started is None:
                 return 3
         elif (job.get("entry"), job.get("work_dir")) != (first.get("entry"), first.get("work_dir")):
-            print("difftest.probe: a served job must keep the first job's entry and work_dir", file=sys.stderr)
+            print(
+                "difftest.probe: a served job must keep the first job's entry and work_dir",
+                file=sys.stderr,
+            )
             return 2
         assert started is not None
         _answer(job, started, channel, nonce)

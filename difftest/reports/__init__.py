@@ -58,7 +58,11 @@ def _why(exc: OSError) -> str:
 
 
 def _disk_full_fix(exc: OSError) -> str | None:
-    return "free space on that file system, or pass --out a folder on another one" if exc.errno in DISK_FULL else None
+    return (
+        "free space on that file system, or pass --out a folder on another one"
+        if exc.errno in DISK_FULL
+        else None
+    )
 
 
 def _unusable(out: Path, exc: OSError) -> ConfigError:
@@ -103,7 +107,9 @@ def locked_out(out_dir: str | Path) -> Iterator[Path]:
             if exc.errno not in DISK_FULL:
                 raise
             where = repr(exc.filename) if exc.filename else f"into --out {str(out)!r}"
-            raise DifftestError(f"cannot write {where}: {_why(exc)}", _disk_full_fix(exc) or "") from None
+            raise DifftestError(
+                f"cannot write {where}: {_why(exc)}", _disk_full_fix(exc) or ""
+            ) from None
     finally:
         holder.unlink(missing_ok=True)
         _release(out, lock, created)
@@ -127,7 +133,9 @@ def _acquire(out: Path) -> FileLock:
                 "wait for it to finish, or pass another --out",
             ) from None
         except FileNotFoundError as exc:
-            missing = exc  # a command that had made the folder removed it again (`_release`) just now
+            missing = (
+                exc  # a command that had made the folder removed it again (`_release`) just now
+            )
         except OSError as exc:
             raise _unusable(out, exc) from None
     raise _unusable(out, missing)
@@ -186,7 +194,9 @@ def prepare_out(out_dir: str | Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / "probe"
         stale = [out / name for name in REPORT_FILES]
-        stale += [p for pattern in PROBE_FILES for p in probe.glob(pattern)] if probe.is_dir() else []
+        stale += (
+            [p for pattern in PROBE_FILES for p in probe.glob(pattern)] if probe.is_dir() else []
+        )
         for path in stale:
             path.unlink(missing_ok=True)
         for staging in out.glob(f"{STAGING_PREFIX}*"):
@@ -269,7 +279,12 @@ def write_reports(
     from difftest.reports.junit import render_junit
     from difftest.reports.markdown import render_markdown
 
-    keys = {"report.md": "markdown", "report.html": "html", "junit.xml": "junit", "evidence.json": "evidence"}
+    keys = {
+        "report.md": "markdown",
+        "report.html": "html",
+        "junit.xml": "junit",
+        "evidence.json": "evidence",
+    }
     texts = {
         "report.md": render_markdown(evidence, scenarios, recorded),
         "report.html": render_html(evidence, traces or {}, scenarios, recorded),

@@ -43,13 +43,17 @@ def rates(totals: Totals | None) -> list[float | None]:
     """accepted / draft tokens per position (None where no draft was verified at that position)."""
     if totals is None:
         return []
-    return [a / d if d else None for a, d in zip(totals.num_accepted_tokens_per_pos, totals.num_draft_tokens_per_pos)]
+    return [
+        a / d if d else None
+        for a, d in zip(totals.num_accepted_tokens_per_pos, totals.num_draft_tokens_per_pos)
+    ]
 
 
 def acceptance_chart(view: ScenarioView) -> Chart | None:
     """The shown run's per-position acceptance rate of every branch and of the oracle; None if no draft was verified."""
     chosen: list[Result | None] = [
-        next((r for r in view.results.get(b, []) if r.label == view.shown), None) for b in view.branches
+        next((r for r in view.results.get(b, []) if r.label == view.shown), None)
+        for b in view.branches
     ]
     expected = next((r.expected for r in chosen if r is not None and r.expected is not None), None)
     series = [rates(r.measured if r is not None else None) for r in chosen] + [rates(expected)]
@@ -68,7 +72,14 @@ def acceptance_chart(view: ScenarioView) -> Chart | None:
             height = PLOT_H * value
             x = LEFT + position * group + index * BAR + GAP / 2
             bars.append(
-                Bar(x, TOP + PLOT_H - height, BAR - 1, height, index, f"{names[index]}, position {position + 1}: {value:.0%}")
+                Bar(
+                    x,
+                    TOP + PLOT_H - height,
+                    BAR - 1,
+                    height,
+                    index,
+                    f"{names[index]}, position {position + 1}: {value:.0%}",
+                )
             )
     positions = [(LEFT + p * group + group / 2, f"pos {p + 1}") for p in range(k)]
     grid = [(TOP + PLOT_H * (1 - f), f"{f:.0%}") for f in (0.0, 0.5, 1.0)]

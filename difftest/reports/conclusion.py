@@ -31,7 +31,14 @@ from difftest import tiers
 from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun, Reading, Result, Verdict
 from difftest.core.verdicts import MAL, first_reason
-from difftest.reports.views import SEVERITY, branch_names, run_index, run_name, scenario_names, severity
+from difftest.reports.views import (
+    SEVERITY,
+    branch_names,
+    run_index,
+    run_name,
+    scenario_names,
+    severity,
+)
 from difftest.tiers.common.accounting import READINGS, RULES, truncated
 from difftest.tiers.common.scenario import ScenarioBase
 
@@ -109,7 +116,11 @@ class _Readings:
         if planned is None:
             return None
         return ProbeRun(
-            scenario=result.scenario, tier=result.tier, label=result.label, role=planned["role"], order=planned["order"]
+            scenario=result.scenario,
+            tier=result.tier,
+            label=result.label,
+            role=planned["role"],
+            order=planned["order"],
         )
 
 
@@ -153,12 +164,16 @@ def _names(names: list[str]) -> str:
 
 def _by_scenario(results: list[Result], order: list[str]) -> dict[str, list[Result]]:
     grouped: dict[str, list[Result]] = {}
-    for r in sorted(results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)):
+    for r in sorted(
+        results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)
+    ):
         grouped.setdefault(r.scenario, []).append(r)
     return grouped
 
 
-def _broken(branch: str, results: list[Result], runs: dict, order: list[str]) -> tuple[str, list[str]]:
+def _broken(
+    branch: str, results: list[Result], runs: dict, order: list[str]
+) -> tuple[str, list[str]]:
     grouped = _by_scenario([r for r in results if r.verdict == "broken"], order)
     scenario = max(grouped, key=lambda s: len(grouped[s]))  # the first of the largest
     broken = grouped[scenario]
@@ -166,7 +181,11 @@ def _broken(branch: str, results: list[Result], runs: dict, order: list[str]) ->
     parts = []
     for r in broken:
         name = run_name(runs.get((branch, scenario, r.label)), r.label)
-        lost = list(dict.fromkeys(q for v in r.violations if v.invariant == "stats-lost" for q in v.requests))
+        lost = list(
+            dict.fromkeys(
+                q for v in r.violations if v.invariant == "stats-lost" for q in v.requests
+            )
+        )
         if lost:
             parts.append(f"{name} loses {', '.join(lost)}")
         elif r.violations:
@@ -176,7 +195,9 @@ def _broken(branch: str, results: list[Result], runs: dict, order: list[str]) ->
     lost_any = any(v.invariant == "stats-lost" for r in broken for v in r.violations)
     what = "requests lose their stats" if lost_any else "invariants break"
     count = sum(r.verdict == "broken" for r in results)
-    listed = "; ".join(parts[:NAMED_RUNS]) + (f"; and {len(parts) - NAMED_RUNS} more runs" if len(parts) > NAMED_RUNS else "")
+    listed = "; ".join(parts[:NAMED_RUNS]) + (
+        f"; and {len(parts) - NAMED_RUNS} more runs" if len(parts) > NAMED_RUNS else ""
+    )
     headline = f"is broken in {count}/{len(results)} runs; in {scenario} ({len(broken)}/{total} runs) {what}: {listed}"
     also = [f"also broken in {s} ({len(rs)} runs)" for s, rs in grouped.items() if s != scenario]
     return headline, also
@@ -209,9 +230,13 @@ class _Group:
     implied: bool = False
 
 
-def _diverge(results: list[Result], order: list[str], reading: str, readings: _Readings) -> tuple[str, list[str]]:
+def _diverge(
+    results: list[Result], order: list[str], reading: str, readings: _Readings
+) -> tuple[str, list[str]]:
     groups: dict[tuple[str, int, str], _Group] = {}
-    for r in sorted(results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)):
+    for r in sorted(
+        results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)
+    ):
         if r.verdict != "diverge":
             continue
         counted = [d for d in r.differences if d.counter != MAL] or r.differences
@@ -273,7 +298,11 @@ def _counter_rank(counter: str) -> int:
 def _amount(group: _Group) -> str:
     """`+3` in one scenario or where the scenarios are listed; `up to +5 (where)` over many."""
     value = group.largest
-    text = f"{value:+.4f}" if isinstance(value, float) and not value.is_integer() else f"{int(value):+d}"
+    text = (
+        f"{value:+.4f}"
+        if isinstance(value, float) and not value.is_integer()
+        else f"{int(value):+d}"
+    )
     return f"up to {text} ({group.largest_in})" if len(group.scenarios) > 2 else text
 
 
@@ -319,7 +348,11 @@ def _ranking(everyone: list[Standing]) -> str:
     if not standings:
         if not everyone:
             return "nothing was measured"
-        return "nothing was measured: no run of " + " or ".join(s.branch for s in everyone) + " could be measured"
+        return (
+            "nothing was measured: no run of "
+            + " or ".join(s.branch for s in everyone)
+            + " could be measured"
+        )
 
     def key(s: Standing) -> tuple[int, int, int]:
         return (s.counts["broken"], s.counts["error"], s.counts["diverge"])

@@ -74,7 +74,9 @@ def width_of(console: Console, table: Table) -> int:
 Build = Callable[[list[Text], list[int]], Table]
 
 
-def fit(console: Console, build: Build, names: list[str], cell_width: int) -> list[tuple[Table, Text | None]]:
+def fit(
+    console: Console, build: Build, names: list[str], cell_width: int
+) -> list[tuple[Table, Text | None]]:
     """Tables (each with its legend, or None) that show every branch column within `console.width`.
 
     `build(headers, columns)` makes a table of the branch columns at the given
@@ -107,11 +109,16 @@ def _broken(width: int) -> Callable[[list[str], list[int]], tuple[list[Text], Te
 
 def _keyed(names: list[str], chunk: list[int]) -> tuple[list[Text], Text | None]:
     keys = letters(len(names))
-    return [Text(keys[i]) for i in chunk], legend([names[i] for i in chunk], [keys[i] for i in chunk])
+    return [Text(keys[i]) for i in chunk], legend(
+        [names[i] for i in chunk], [keys[i] for i in chunk]
+    )
 
 
 def _table(
-    build: Build, variant: Callable[[list[str], list[int]], tuple[list[Text], Text | None]], names: list[str], chunk: list[int]
+    build: Build,
+    variant: Callable[[list[str], list[int]], tuple[list[Text], Text | None]],
+    names: list[str],
+    chunk: list[int],
 ) -> tuple[Table, Text | None]:
     headers, key = variant(names, chunk)
     return build(headers, chunk), key

@@ -39,10 +39,14 @@ def headline(report: FuzzReport) -> str:
         asked.append(f"{report.examples} examples per round")
     if report.time_s is not None:
         asked.append(f"{report.time_s:g} s")
-    compared = f"against {report.against}" if report.against else f"oracle, {report.reading} reading"
-    stopped = {"time": ", stopped by --time", "interrupted": ", interrupted", "flaky": f", stopped: {report.stop_reason}"}.get(
-        report.stopped or "", ""
+    compared = (
+        f"against {report.against}" if report.against else f"oracle, {report.reading} reading"
     )
+    stopped = {
+        "time": ", stopped by --time",
+        "interrupted": ", interrupted",
+        "flaky": f", stopped: {report.stop_reason}",
+    }.get(report.stopped or "", "")
     return (
         f"difftest fuzz: {report.tier} tier, seed {report.seed}, {' / '.join(asked)} ({compared}): "
         f"{report.searched} examples in the last of {report.rounds} round(s), {report.probed} scenarios probed, "
@@ -62,16 +66,30 @@ def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
     console.print(Text(headline(report), style="bold"))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     folders = sorted({str(Path(report.out) / Path(f.file).parent) for f in report.findings})
-    for column in ("branch", "kind", f"minimal scenario (in {', '.join(folders)})" if folders else "minimal scenario", "reason"):
+    for column in (
+        "branch",
+        "kind",
+        f"minimal scenario (in {', '.join(folders)})" if folders else "minimal scenario",
+        "reason",
+    ):
         table.add_column(column, overflow="fold")
     for branch, verdict, what, file, reason in rows(report):
-        kind = Text(f"{verdict} " if verdict else "", style=VERDICT_STYLES.get(verdict, "")) + Text(printable(what))
-        table.add_row(Text(branch), kind, Text(Path(file).name if file else ""), Text(printable(reason)))
+        kind = Text(f"{verdict} " if verdict else "", style=VERDICT_STYLES.get(verdict, "")) + Text(
+            printable(what)
+        )
+        table.add_row(
+            Text(branch), kind, Text(Path(file).name if file else ""), Text(printable(reason))
+        )
     console.print(table)
     console.print(Text(throughput(report), style="dim"))
     for finding in report.findings:
         if not finding.reproduced:
-            console.print(Text(f"{finding.name}: did not show every kind again when its file was probed", style="magenta"))
+            console.print(
+                Text(
+                    f"{finding.name}: did not show every kind again when its file was probed",
+                    style="magenta",
+                )
+            )
     if report.findings:
         console.print(Text(f"Reproduce: {reproduce_command(report)} (add -k NAME for one finding)"))
 
@@ -81,14 +99,22 @@ def reproduce_command(report: FuzzReport) -> str:
 
 
 def render_fuzz_markdown(report: FuzzReport) -> str:
-    lines = [f"## {md_escape(headline(report))}", "", "| branch | kind | minimal scenario | reason |", "|---|---|---|---|"]
+    lines = [
+        f"## {md_escape(headline(report))}",
+        "",
+        "| branch | kind | minimal scenario | reason |",
+        "|---|---|---|---|",
+    ]
     for branch, verdict, what, file, reason in rows(report):
         kind = f"**{verdict}** {md_escape(what)}" if verdict else md_escape(what)
         scenario = f"`{file}`" if file else ""
         lines.append(f"| {md_escape(branch)} | {kind} | {scenario} | {md_escape(reason)} |")
     lines += ["", md_escape(throughput(report)), ""]
     if report.findings:
-        lines += [f"`{reproduce_command(report)}` re-runs every finding (`-k NAME` one of them).", ""]
+        lines += [
+            f"`{reproduce_command(report)}` re-runs every finding (`-k NAME` one of them).",
+            "",
+        ]
     return "\n".join(lines)
 
 

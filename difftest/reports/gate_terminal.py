@@ -13,16 +13,25 @@ from difftest.core.gate import GateOutcome
 from difftest.core.values import format_value
 from difftest.reports.gate_view import headline, nothing_found, sections
 
-TITLES = {"worse": ("✗", "bold red"), "unmeasured": ("?", "bold magenta"), "not-worse": ("✓", "bold green")}
+TITLES = {
+    "worse": ("✗", "bold red"),
+    "unmeasured": ("?", "bold magenta"),
+    "not-worse": ("✓", "bold green"),
+}
 
 
-def render_gate_terminal(outcome: GateOutcome, base_name: str, head_name: str, console: Console) -> None:
+def render_gate_terminal(
+    outcome: GateOutcome, base_name: str, head_name: str, console: Console
+) -> None:
     standing, text = headline(outcome, base_name, head_name)
     mark, style = TITLES[standing]
     console.print(Text(f"{mark} difftest gate: {text}", style=style))
     console.print(
-        Text(f"oracle reading {outcome.reading or 'unknown'} · {outcome.compared} (scenario, run) pair(s) "
-             "measured on both sides", style="dim")
+        Text(
+            f"oracle reading {outcome.reading or 'unknown'} · {outcome.compared} (scenario, run) pair(s) "
+            "measured on both sides",
+            style="dim",
+        )
     )
     for heading, found in sections(outcome):
         if not found:

@@ -41,5 +41,7 @@ def sections(outcome: GateOutcome) -> list[tuple[str, list[GateFinding]]]:
 def nothing_found(outcome: GateOutcome) -> str:
     """The line for an outcome without findings: never a claim about runs that were not compared."""
     if outcome.compared == 0:
-        return "No (scenario, run) was measured on both sides, so nothing can be said about the head."
+        return (
+            "No (scenario, run) was measured on both sides, so nothing can be said about the head."
+        )
     return "Every (scenario, run) matches the oracle on the head as on the base."

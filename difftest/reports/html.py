@@ -119,7 +119,9 @@ def render_html(
             chart=acceptance_chart(view),
             others=_other_runs(view),
             failing=[
-                Failing(r, traces.get((r.branch, r.scenario, r.label)), records.get((r.branch, r.tier)))
+                Failing(
+                    r, traces.get((r.branch, r.scenario, r.label)), records.get((r.branch, r.tier))
+                )
                 for b in view.branches
                 for r in view.results.get(b, [])
                 if r.verdict != "pass"
@@ -129,23 +131,27 @@ def render_html(
         if not view.skipped
     ]
     matrices = tests_matrices(evidence)
-    return _environment().get_template(TEMPLATE).render(
-        evidence=evidence,
-        created=timestamp(evidence),
-        reading_rule=READINGS.get(evidence.reading, ""),
-        conclusion=conclude(evidence, scenarios, recorded),
-        sections=sections,
-        skipped=[v for v in views if v.skipped],
-        branches=branches,
-        summary={b: summary.get(b) for b in branches},
-        origins={b: branch_origin(evidence.branches.get(b)) for b in branches},
-        verdicts=SUMMARY_ORDER,
-        words=VERDICT_WORDS,
-        fields=FIELDS,
-        trace_steps=TRACE_STEPS,
-        test_matrices=matrices,
-        cross=cross_matrix(matrices),
-        tests_legend=LEGEND,
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            evidence=evidence,
+            created=timestamp(evidence),
+            reading_rule=READINGS.get(evidence.reading, ""),
+            conclusion=conclude(evidence, scenarios, recorded),
+            sections=sections,
+            skipped=[v for v in views if v.skipped],
+            branches=branches,
+            summary={b: summary.get(b) for b in branches},
+            origins={b: branch_origin(evidence.branches.get(b)) for b in branches},
+            verdicts=SUMMARY_ORDER,
+            words=VERDICT_WORDS,
+            fields=FIELDS,
+            trace_steps=TRACE_STEPS,
+            test_matrices=matrices,
+            cross=cross_matrix(matrices),
+            tests_legend=LEGEND,
+        )
     )
 
 
@@ -158,9 +164,14 @@ def _other_runs(view: ScenarioView) -> list[OtherRun]:
     for label in view.labels:
         if label == view.shown:
             continue
-        chosen = [next((r for r in view.results.get(b, []) if r.label == label), None) for b in view.branches]
+        chosen = [
+            next((r for r in view.results.get(b, []) if r.label == label), None)
+            for b in view.branches
+        ]
         verdicts = [
-            Cell(VERDICT_WORDS[r.verdict], None if r.verdict == "pass" else r.verdict) if r else Cell("not run", "error")
+            Cell(VERDICT_WORDS[r.verdict], None if r.verdict == "pass" else r.verdict)
+            if r
+            else Cell("not run", "error")
             for r in chosen
         ]
         out.append(OtherRun(label, counter_rows(view.tier, chosen), verdicts))
@@ -173,4 +184,7 @@ def stats_cells(step: TraceStep, row: StatsRow | None) -> list[tuple[str, str, b
         return [("oracle", "not known for this tier", False)]
     if not row.reported:
         return [("", "no spec stats reported", bool(step.differs))]
-    return [(label, format_value(row.value(name)), name in step.differs) for name, label in FIELDS.items()]
+    return [
+        (label, format_value(row.value(name)), name in step.differs)
+        for name, label in FIELDS.items()
+    ]

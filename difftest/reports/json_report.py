@@ -26,4 +26,8 @@ def render_json(evidence: Evidence, exit_code: int, **extra: Any) -> str:
 
 def render_skipped_json(reason: str, exit_code: int) -> str:
     """What `gate --format json` prints when it skips (the head touches no stats-path file)."""
-    return json.dumps({"skipped": True, "reason": reason, "exit_code": exit_code, "results": []}, indent=2, sort_keys=True)
+    return json.dumps(
+        {"skipped": True, "reason": reason, "exit_code": exit_code, "results": []},
+        indent=2,
+        sort_keys=True,
+    )

@@ -76,8 +76,14 @@ def _body(result: Result) -> str:
     if result.error:
         lines += ["", result.error]
     for v in result.violations:
-        counter = f" [{v.counter}: measured {format_value(v.measured)}, expected {format_value(v.expected)}]" if v.counter else ""
+        counter = (
+            f" [{v.counter}: measured {format_value(v.measured)}, expected {format_value(v.expected)}]"
+            if v.counter
+            else ""
+        )
         lines.append(f"violation {v.invariant}: {v.detail}{counter}")
     for d in result.differences:
-        lines.append(f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)} - {d.explanation}")
+        lines.append(
+            f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)} - {d.explanation}"
+        )
     return "\n".join(lines)

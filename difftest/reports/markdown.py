@@ -62,7 +62,15 @@ def render_markdown(
     as a row count's reason (`conclusion.conclude`)."""
     views = scenario_views(evidence)
     conclusion = _conclusion(evidence, scenarios, recorded)
-    text = "\n".join([*_header(evidence), *conclusion, *_branches(evidence), *_grid(views), *markdown_lines(evidence)])
+    text = "\n".join(
+        [
+            *_header(evidence),
+            *conclusion,
+            *_branches(evidence),
+            *_grid(views),
+            *markdown_lines(evidence),
+        ]
+    )
     blocks = _details(evidence)
     left_out: list[_Block] = []
     for i, block in enumerate(blocks):
@@ -116,12 +124,16 @@ def _header(evidence: Evidence) -> list[str]:
 
 
 def _conclusion(
-    evidence: Evidence, scenarios: Mapping[str, ScenarioBase] | None, recorded: Mapping[RunKey, ProbeRun] | None
+    evidence: Evidence,
+    scenarios: Mapping[str, ScenarioBase] | None,
+    recorded: Mapping[RunKey, ProbeRun] | None,
 ) -> list[str]:
     conclusion = conclude(evidence, scenarios, recorded)
     lines = ["### Conclusion", ""]
     for standing in conclusion.standings:
-        lines.append(f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** {md_escape(standing.headline)}")
+        lines.append(
+            f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** {md_escape(standing.headline)}"
+        )
         lines += [f"  - {md_escape(also)}" for also in standing.also]
     lines += ["", f"**→ {md_escape(conclusion.verdict)}**", ""]
     return lines
@@ -132,7 +144,9 @@ def _branches(evidence: Evidence) -> list[str]:
     lines = [
         "### Branches",
         "",
-        "| branch | built from | commit | " + " | ".join(f"{ICONS[v]} {VERDICT_WORDS[v]}" for v in order) + " |",
+        "| branch | built from | commit | "
+        + " | ".join(f"{ICONS[v]} {VERDICT_WORDS[v]}" for v in order)
+        + " |",
         "|---|---|---|" + "---:|" * len(order),
     ]
     summary = summarize(evidence.results)
@@ -157,11 +171,15 @@ def _grid(views: list[ScenarioView]) -> list[str]:
     ]
     for view in measured:
         cells = [f"{ICONS[c.verdict or 'pass']} {md_escape(c.text)}" for c in view.verdicts]
-        lines.append(f"| {md_escape(view.name)} | {md_escape(view.tier)} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {md_escape(view.name)} | {md_escape(view.tier)} | " + " | ".join(cells) + " |"
+        )
     lines.append("")
     for view in views:
         if view.skipped:
-            lines.append(f"- not run on this base: {md_escape(view.name)} ({md_escape(view.skipped)})")
+            lines.append(
+                f"- not run on this base: {md_escape(view.name)} ({md_escape(view.skipped)})"
+            )
     if any(v.skipped for v in views):
         lines.append("")
     return lines
@@ -191,7 +209,10 @@ class _Block:
             lines += [fenced(r.error or "no detail"), ""]
             return "\n".join(lines)
         if r.violations:
-            lines += ["| invariant | counter | measured | expected | detail |", "|---|---|---|---|---|"]
+            lines += [
+                "| invariant | counter | measured | expected | detail |",
+                "|---|---|---|---|---|",
+            ]
             for group in _grouped(r.violations):
                 first = group[0]
                 more = f" (and {len(group) - 1} more counter(s) alike)" if len(group) > 1 else ""
@@ -219,7 +240,12 @@ def _grouped(violations: list[Violation]) -> list[list[Violation]]:
     groups: list[list[Violation]] = []
     for v in violations:
         last = groups[-1] if groups else []
-        if v.counter and last and last[0].invariant == v.invariant and v.counter not in {g.counter for g in last}:
+        if (
+            v.counter
+            and last
+            and last[0].invariant == v.invariant
+            and v.counter not in {g.counter for g in last}
+        ):
             last.append(v)
         else:
             groups.append([v])
@@ -246,7 +272,10 @@ def _signature(result: Result) -> tuple:
         result.verdict,
         result.error if result.verdict == "error" else None,
         tuple((d.counter, repr(d.measured), repr(d.expected)) for d in result.differences),
-        tuple((v.invariant, v.counter, repr(v.measured), repr(v.expected), v.detail) for v in result.violations),
+        tuple(
+            (v.invariant, v.counter, repr(v.measured), repr(v.expected), v.detail)
+            for v in result.violations
+        ),
     )
 
 
@@ -276,7 +305,10 @@ def _counter_tables(views: list[ScenarioView]) -> str:
     failing = [v for v in views if not v.skipped and not v.passes]
     if not failing:
         return ""
-    lines = ["<details><summary>Counter tables: the most severe run of each scenario that does not pass</summary>", ""]
+    lines = [
+        "<details><summary>Counter tables: the most severe run of each scenario that does not pass</summary>",
+        "",
+    ]
     for view in failing:
         why = f" ({md_escape(view.shown_why)})" if view.shown_why else ""
         lines += [
@@ -287,10 +319,18 @@ def _counter_tables(views: list[ScenarioView]) -> str:
         ]
         for row in view.rows:
             cells = [
-                (f"**{md_escape(c.text)}** {ICONS[c.verdict]}" if c.verdict in ("broken", "diverge") else md_escape(c.text))
+                (
+                    f"**{md_escape(c.text)}** {ICONS[c.verdict]}"
+                    if c.verdict in ("broken", "diverge")
+                    else md_escape(c.text)
+                )
                 for c in row.cells
             ]
-            lines.append(f"| {md_escape(row.label.strip())} | " + " | ".join(cells) + f" | {md_escape(row.oracle)} |")
+            lines.append(
+                f"| {md_escape(row.label.strip())} | "
+                + " | ".join(cells)
+                + f" | {md_escape(row.oracle)} |"
+            )
         lines.append("")
     lines += ["</details>", ""]
     return "\n".join(lines)

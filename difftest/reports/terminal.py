@@ -52,7 +52,12 @@ STYLES: dict[str, str] = {
     "error": "magenta",
     "pass": "green",
 }
-VERDICT_STYLES: dict[str, str] = {"broken": "bold red", "diverge": "bold yellow", "error": "magenta", "pass": "green"}
+VERDICT_STYLES: dict[str, str] = {
+    "broken": "bold red",
+    "diverge": "bold yellow",
+    "error": "magenta",
+    "pass": "green",
+}
 #: Marks where colours are lost (CI logs, pipes): a flagged cell, a branch's standing.
 MARK = "*"
 ICONS: dict[str, str] = {"broken": "✗", "error": "?", "diverge": "~", "pass": "✓"}
@@ -79,7 +84,12 @@ def render_terminal(
     quiet = len(measured) - len(shown)
     if quiet:
         console.print()
-        console.print(Text(f"{quiet} scenario(s) pass on every branch: tables left out (-v shows them)", style="dim"))
+        console.print(
+            Text(
+                f"{quiet} scenario(s) pass on every branch: tables left out (-v shows them)",
+                style="dim",
+            )
+        )
     for renderable in terminal_renderables(evidence):
         console.print()
         console.print(renderable)
@@ -94,7 +104,11 @@ def render_terminal(
 def render_tier_verdicts(results: list[Result], tier: str, console: Console) -> None:
     """One tier's grid, printed as soon as the tier is judged (the next tier may take minutes)."""
     console.print()
-    print_grid(console, views_from(results), title=f"{tier} tier verdicts (the other tiers are still running)")
+    print_grid(
+        console,
+        views_from(results),
+        title=f"{tier} tier verdicts (the other tiers are still running)",
+    )
 
 
 def _header(evidence: Evidence) -> Text:
@@ -106,7 +120,12 @@ def _header(evidence: Evidence) -> Text:
     text.append(evidence.reading, style="bold")
     text.append("  ")
     text.append(timestamp(evidence), style="dim")
-    for note in (reuse_note(evidence), launch_note(evidence), shard_note(evidence), reference_note(evidence)):
+    for note in (
+        reuse_note(evidence),
+        launch_note(evidence),
+        shard_note(evidence),
+        reference_note(evidence),
+    ):
         if note:
             text.append("\n" + note, style="dim")
     return text
@@ -122,7 +141,9 @@ def _print_scenario(console: Console, view: ScenarioView) -> None:
     if view.statement:
         console.print(Text(view.statement, style="italic"))
     rows = [row for row in view.rows if row.key != EMITTED_SOURCE]
-    if not rows:  # a tier without counter rows (tests): its own matrix is printed after the scenarios
+    if (
+        not rows
+    ):  # a tier without counter rows (tests): its own matrix is printed after the scenarios
         for line in _reason_lines(view):
             console.print(line)
         return
@@ -135,9 +156,13 @@ def _print_scenario(console: Console, view: ScenarioView) -> None:
             table.add_column(header, justify="right")
         table.add_column("oracle", justify="right", style="bold")
         for row in rows:
-            table.add_row(Text(row.label), *(_cell(row.cells[i]) for i in columns), Text(_compact(row.oracle)))
+            table.add_row(
+                Text(row.label), *(_cell(row.cells[i]) for i in columns), Text(_compact(row.oracle))
+            )
         table.add_section()
-        table.add_row(Text("verdict", style="bold"), *(_verdict(view.short[i]) for i in columns), Text(""))
+        table.add_row(
+            Text("verdict", style="bold"), *(_verdict(view.short[i]) for i in columns), Text("")
+        )
         return table
 
     _print_fitted(console, fit(console, build, view.branches, widest))
@@ -146,7 +171,10 @@ def _print_scenario(console: Console, view: ScenarioView) -> None:
     if flagged:
         notes.append(LEGEND)
     if "num_emitted_tokens" in flagged:
-        sources = [f"{b} {emitted_source(view.results[b][0] if view.results[b] else None)}" for b in view.branches]
+        sources = [
+            f"{b} {emitted_source(view.results[b][0] if view.results[b] else None)}"
+            for b in view.branches
+        ]
         notes.append("emitted from: " + " · ".join(sources))
     if len(view.labels) > 1:
         why = f"the most severe, {view.shown_why}; " if view.shown_why else ""
@@ -191,7 +219,9 @@ def _reason_lines(view: ScenarioView) -> list[Padding]:
             lines.append(Padding(line, (0, 0, 0, 2), expand=False))
             if len(view.labels) > 1:
                 shown = "; ".join(reason.labels[:4]) + ("; ..." if len(reason.labels) > 4 else "")
-                runs = Text(f"on {len(reason.labels)}/{len(view.labels)} runs: {shown}", style="dim")
+                runs = Text(
+                    f"on {len(reason.labels)}/{len(view.labels)} runs: {shown}", style="dim"
+                )
                 lines.append(Padding(runs, (0, 0, 0, 4), expand=False))
     return lines
 
@@ -243,13 +273,18 @@ def _counts_table(evidence: Evidence) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("runs")
     for verdict in SUMMARY_ORDER:
-        table.add_column(Text(VERDICT_WORDS[verdict], style=VERDICT_STYLES[verdict]), justify="right")
+        table.add_column(
+            Text(VERDICT_WORDS[verdict], style=VERDICT_STYLES[verdict]), justify="right"
+        )
     summary = summarize(evidence.results)
     for branch in branch_names(evidence):
         counts = summary.get(branch, Counter())
         table.add_row(
             Text(branch),
-            *(Text(str(counts[v]), style=VERDICT_STYLES[v] if counts[v] and v != "pass" else "") for v in SUMMARY_ORDER),
+            *(
+                Text(str(counts[v]), style=VERDICT_STYLES[v] if counts[v] and v != "pass" else "")
+                for v in SUMMARY_ORDER
+            ),
         )
     return table
 

@@ -100,8 +100,11 @@ def _matrix(evidence: Evidence, source: str, branches: list[str]) -> SourceMatri
     by_test: dict[str, dict[str, TestRecord]] = {}
     for record in mine:
         by_test.setdefault(record.test, {})[record.code] = record
-    interesting = [t for t, per in by_test.items() if any(r.judgement != "pass" for r in per.values())
-                   or len(per) < len(branches)]
+    interesting = [
+        t
+        for t, per in by_test.items()
+        if any(r.judgement != "pass" for r in per.values()) or len(per) < len(branches)
+    ]
     rows = [_row(test, by_test[test], branches) for test in interesting[:MAX_ROWS]]
     quiet = len(by_test) - len(interesting)
     hidden = []
@@ -132,7 +135,11 @@ def _row(test: str, per: dict[str, TestRecord], branches: list[str]) -> TestRow:
     failing = [r for r in per.values() if r.judgement == "regression"] or [
         r for r in per.values() if r.outcome not in ("passed",) and r.message
     ]
-    return TestRow(test=test, cells=cells, message=f"{failing[0].code}: {failing[0].message}" if failing else "")
+    return TestRow(
+        test=test,
+        cells=cells,
+        message=f"{failing[0].code}: {failing[0].message}" if failing else "",
+    )
 
 
 def _counts(records: list[TestRecord]) -> Cell:
@@ -148,15 +155,26 @@ def _counts(records: list[TestRecord]) -> Cell:
         ("fails-on-baseline", "fails on baseline", "fail on baseline"),
         ("skipped", "skipped", "skipped"),
     ]
-    parts = [f"{counts[key]} {one if counts[key] == 1 else many}" for key, one, many in words if counts.get(key)]
-    verdict: Verdict | None = "broken" if counts.get("regression") else "error" if counts.get("unmeasured") else None
+    parts = [
+        f"{counts[key]} {one if counts[key] == 1 else many}"
+        for key, one, many in words
+        if counts.get(key)
+    ]
+    verdict: Verdict | None = (
+        "broken" if counts.get("regression") else "error" if counts.get("unmeasured") else None
+    )
     return Cell(", ".join(parts), verdict)
 
 
 # -- rendering: one function per format, called once by each report ---------------------------
 
 #: Terminal styles of the cells (as the verdict tables use them).
-_STYLES: dict[str, str] = {"broken": "bold white on red", "diverge": "yellow", "error": "magenta", "pass": "green"}
+_STYLES: dict[str, str] = {
+    "broken": "bold white on red",
+    "diverge": "yellow",
+    "error": "magenta",
+    "pass": "green",
+}
 _ICONS: dict[str, str] = {"broken": "❌", "diverge": "▫️", "error": "⛔"}
 
 
@@ -174,7 +192,10 @@ def terminal_renderables(evidence: Evidence) -> list[RenderableType]:
     branches, rows = cross_matrix(matrices)
     table = Table(
         title=Text("tests of X (rows) on the code of Y (columns)", style="bold"),
-        caption=Text(LEGEND, style="dim"), box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
+        caption=Text(LEGEND, style="dim"),
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        caption_justify="left",
     )
     table.add_column("tests")
     for branch in branches:
@@ -185,15 +206,24 @@ def terminal_renderables(evidence: Evidence) -> list[RenderableType]:
     for matrix in matrices:
         if not matrix.rows:
             continue
-        detail = Table(title=Text(matrix.title, style="bold"), box=box.SIMPLE_HEAD, title_justify="left",
-                       caption=Text(matrix.hidden, style="dim") if matrix.hidden else None, caption_justify="left")
+        detail = Table(
+            title=Text(matrix.title, style="bold"),
+            box=box.SIMPLE_HEAD,
+            title_justify="left",
+            caption=Text(matrix.hidden, style="dim") if matrix.hidden else None,
+            caption_justify="left",
+        )
         detail.add_column("test", overflow="fold")
         for branch in matrix.branches:
             detail.add_column(Text(branch))
         for row in matrix.rows:
             detail.add_row(Text(row.test), *(_text(c) for c in row.cells))
         out.append(detail)
-        out += [Text(f"  {row.test.rsplit('::', 1)[-1]}: {row.message}", style="dim") for row in matrix.rows if row.message]
+        out += [
+            Text(f"  {row.test.rsplit('::', 1)[-1]}: {row.message}", style="dim")
+            for row in matrix.rows
+            if row.message
+        ]
     return out
 
 
@@ -219,10 +249,21 @@ def markdown_lines(evidence: Evidence) -> list[str]:
     for matrix in matrices:
         if not matrix.rows:
             continue
-        lines += [f"**{md_escape(matrix.title)}**" + (f" ({md_escape(matrix.hidden)})" if matrix.hidden else ""), ""]
-        lines += ["| test | " + " | ".join(md_escape(b) for b in branches) + " | why |", "|---|" + "---|" * (len(branches) + 1)]
+        lines += [
+            f"**{md_escape(matrix.title)}**"
+            + (f" ({md_escape(matrix.hidden)})" if matrix.hidden else ""),
+            "",
+        ]
+        lines += [
+            "| test | " + " | ".join(md_escape(b) for b in branches) + " | why |",
+            "|---|" + "---|" * (len(branches) + 1),
+        ]
         for row in matrix.rows:
-            lines.append(f"| {md_escape(row.test)} | " + " | ".join(_md(c) for c in row.cells) + f" | {md_escape(row.message)} |")
+            lines.append(
+                f"| {md_escape(row.test)} | "
+                + " | ".join(_md(c) for c in row.cells)
+                + f" | {md_escape(row.message)} |"
+            )
         lines.append("")
     return lines
 

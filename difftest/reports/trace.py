@@ -94,13 +94,20 @@ class Trace:
         """Index in `steps` of the first step that disagrees with the oracle."""
         return next((i for i, s in enumerate(self.steps) if s.differs), None)
 
-    def segments(self, context: int = 1, limit: int | None = None, lead: int = 3) -> list[TraceStep | Elided]:
+    def segments(
+        self, context: int = 1, limit: int | None = None, lead: int = 3
+    ) -> list[TraceStep | Elided]:
         """The steps worth showing: those within `context` of a disagreeing step (or the first `lead`
         steps when none disagrees), the rest folded into `Elided`; at most `limit` steps shown."""
         wanted = {i for i, s in enumerate(self.steps) if s.differs}
         if not wanted:
             wanted = set(range(min(lead, len(self.steps))))
-        keep = {j for i in wanted for j in range(i - context, i + context + 1) if 0 <= j < len(self.steps)}
+        keep = {
+            j
+            for i in wanted
+            for j in range(i - context, i + context + 1)
+            if 0 <= j < len(self.steps)
+        }
         out: list[TraceStep | Elided] = []
         shown = 0
         pending: list[int] = []
@@ -115,14 +122,25 @@ class Trace:
         return out
 
 
-def _flush(out: list[TraceStep | Elided], steps: list[TraceStep], pending: list[int], agree: bool) -> None:
+def _flush(
+    out: list[TraceStep | Elided], steps: list[TraceStep], pending: list[int], agree: bool
+) -> None:
     if pending:
         chosen = [steps[i] for i in pending]
-        out.append(Elided(chosen[0].step, chosen[-1].step, len(chosen), agree and not any(s.differs for s in chosen)))
+        out.append(
+            Elided(
+                chosen[0].step,
+                chosen[-1].step,
+                len(chosen),
+                agree and not any(s.differs for s in chosen),
+            )
+        )
         pending.clear()
 
 
-def build_trace(tier: Tier, scenario: ScenarioBase, run: ProbeRun, reading: Reading, branch: str) -> Trace:
+def build_trace(
+    tier: Tier, scenario: ScenarioBase, run: ProbeRun, reading: Reading, branch: str
+) -> Trace:
     """The trace of one recorded run (with its steps)."""
     source = run.totals.emitted_source if run.totals is not None else "implied"
     k = int(getattr(scenario, "k", 0) or 0)
@@ -153,7 +171,11 @@ def traces_for(
     out = {}
     for result in results:
         key = (result.branch, result.scenario, result.label)
-        run, scenario, tier = recorded.get(key), scenarios.get(result.scenario), tiers.REGISTRY.get(result.tier)
+        run, scenario, tier = (
+            recorded.get(key),
+            scenarios.get(result.scenario),
+            tiers.REGISTRY.get(result.tier),
+        )
         if run is None or scenario is None or tier is None or not run.steps:
             continue
         out[key] = build_trace(tier, scenario, run, reading, result.branch)
@@ -181,7 +203,9 @@ def _padded(values: list[int], k: int) -> list[int]:
 
 def _recorded(stats: StepStats | None, source: str, k: int) -> StatsRow:
     if stats is None:
-        return StatsRow(accepted_per_pos=[0] * k, draft_tokens_per_pos=[0] * k, emitted=0, reported=False)
+        return StatsRow(
+            accepted_per_pos=[0] * k, draft_tokens_per_pos=[0] * k, emitted=0, reported=False
+        )
     if source.startswith("counter:"):
         value = stats.value(source.split(":", 1)[1], None)
         emitted = value if isinstance(value, int) else None

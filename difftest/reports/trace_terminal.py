@@ -17,14 +17,18 @@ from rich.text import Text
 
 from difftest.core.records import Result
 from difftest.core.values import format_value
+from difftest.core.verdicts import first_reason
 from difftest.reports.terminal import MARK, STYLES, VERDICT_STYLES
 from difftest.reports.trace import FIELDS, Elided, StatsRow, Trace, TraceStep
 from difftest.reports.views import VERDICT_WORDS
-from difftest.core.verdicts import first_reason
 
 
 def render_trace(
-    console: Console, trace: Trace, result: Result | None, others: list[Result], all_steps: bool = False
+    console: Console,
+    trace: Trace,
+    result: Result | None,
+    others: list[Result],
+    all_steps: bool = False,
 ) -> None:
     title = Text(trace.scenario, style="bold")
     title.append(f" [{trace.tier}]", style="dim")
@@ -38,7 +42,11 @@ def render_trace(
             console.print(_indented(Text(line)))
     if others:
         listed = " · ".join(f"{r.label} {VERDICT_WORDS[r.verdict]}" for r in others)
-        console.print(_indented(Text(f"other runs of {trace.branch}: {listed} (pick one with --order)", style="dim")))
+        console.print(
+            _indented(
+                Text(f"other runs of {trace.branch}: {listed} (pick one with --order)", style="dim")
+            )
+        )
     source = trace.emitted_source
     emitted = (
         f"the branch's counter {source.split(':', 1)[1]}"
@@ -54,7 +62,9 @@ def render_trace(
         console.print()
         if isinstance(item, Elided):
             agree = "agree with the oracle" if item.agree else "left out"
-            console.print(Text(f"steps {item.first}-{item.last} ({item.count}) {agree}", style="dim"))
+            console.print(
+                Text(f"steps {item.first}-{item.last} ({item.count}) {agree}", style="dim")
+            )
             continue
         _step(console, item, first is not None and item is trace.steps[first])
 
@@ -81,7 +91,9 @@ def _step(console: Console, step: TraceStep, is_first: bool) -> None:
         )
     console.print(head)
     if not step.recorded.reported and step.expected is not None and step.expected.rows:
-        console.print(_indented(Text("the branch reported no spec stats for this step", style="bold red")))
+        console.print(
+            _indented(Text("the branch reported no spec stats for this step", style="bold red"))
+        )
     if step.requests:
         requests = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         for column in ("request", "drafts", "invalid", "sampled", "emitted"):
@@ -90,7 +102,13 @@ def _step(console: Console, step: TraceStep, is_first: bool) -> None:
             name = Text(q.request)
             if q.finished:
                 name.append(f" ({q.finished})", style="dim")
-            requests.add_row(name, _tokens(q.drafts), str(q.invalid or "-"), _tokens(q.sampled), _tokens(q.emitted))
+            requests.add_row(
+                name,
+                _tokens(q.drafts),
+                str(q.invalid or "-"),
+                _tokens(q.sampled),
+                _tokens(q.emitted),
+            )
         console.print(Padding(requests, (0, 0, 0, 2)))
     stats = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     stats.add_column("stats")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timezone
+from datetime import UTC
 
 from difftest import tiers
 from difftest.core.evidence import BranchEvidence, Evidence, ScenarioEvidence
@@ -33,7 +33,12 @@ VERDICT_WORDS: dict[str, str] = {
     "error": "could not measure",
 }
 #: The same, where a grid cell has little room.
-SHORT_WORDS: dict[str, str] = {"pass": "pass", "diverge": "diverge", "broken": "broken", "error": "unmeasured"}
+SHORT_WORDS: dict[str, str] = {
+    "pass": "pass",
+    "diverge": "diverge",
+    "broken": "broken",
+    "error": "unmeasured",
+}
 #: Which run a counter table shows: the first label whose verdicts, most severe first, rank highest.
 SEVERITY: tuple[Verdict, ...] = ("broken", "error", "diverge", "pass")
 #: Row labels of the counter table, in order.
@@ -108,7 +113,7 @@ class ScenarioView:
 
 def timestamp(evidence: Evidence) -> str:
     """When the evidence was made, in UTC, to the minute."""
-    return evidence.created_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return evidence.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def reuse_note(evidence: Evidence) -> str | None:
@@ -116,10 +121,14 @@ def reuse_note(evidence: Evidence) -> str | None:
     reused = [p for p in evidence.probes if p.reused is not None]
     if not reused:
         return None
-    named = ", ".join(f"{p.branch} ({p.tier}, measured {p.reused.measured_at})" for p in reused if p.reused)
-    return (f"Runs of {len(reused)} of {len(evidence.probes)} probe(s) were reused from the result cache, measured "
-            f"by an earlier run with the same code, scenarios and settings: {named}. Verdicts were judged now; "
-            "`--no-cache` measures everything again.")
+    named = ", ".join(
+        f"{p.branch} ({p.tier}, measured {p.reused.measured_at})" for p in reused if p.reused
+    )
+    return (
+        f"Runs of {len(reused)} of {len(evidence.probes)} probe(s) were reused from the result cache, measured "
+        f"by an earlier run with the same code, scenarios and settings: {named}. Verdicts were judged now; "
+        "`--no-cache` measures everything again."
+    )
 
 
 def launch_note(evidence: Evidence) -> str | None:
@@ -128,8 +137,10 @@ def launch_note(evidence: Evidence) -> str | None:
     if not fresh:
         return None
     reasons = sorted({p.launch_note for p in fresh})
-    return (f"{len(fresh)} probe(s) started in fresh interpreters instead of forking from a warm one "
-            f"(same results, slower): {'; '.join(reasons)}.")
+    return (
+        f"{len(fresh)} probe(s) started in fresh interpreters instead of forking from a warm one "
+        f"(same results, slower): {'; '.join(reasons)}."
+    )
 
 
 def reference_note(evidence: Evidence) -> str | None:
@@ -137,16 +148,20 @@ def reference_note(evidence: Evidence) -> str | None:
     if not evidence.reference_branches:
         return None
     names = ", ".join(evidence.reference_branches)
-    return (f"Judged against {names}, the baseline: measured beside the named branches so that their crashes "
-            f"and hangs read as they would beside it; its own results are not reported (name it to see them).")
+    return (
+        f"Judged against {names}, the baseline: measured beside the named branches so that their crashes "
+        f"and hangs read as they would beside it; its own results are not reported (name it to see them)."
+    )
 
 
 def shard_note(evidence: Evidence) -> str | None:
     """For a shard's partial evidence: which slice it holds (None for a whole run or a merge)."""
     if evidence.shard is None:
         return None
-    return (f"Shard {evidence.shard.index} of {evidence.shard.count}: {len(evidence.scenarios)} of "
-            f"{len(evidence.shard.order)} scenarios; `difftest merge` joins every shard's evidence into the whole run.")
+    return (
+        f"Shard {evidence.shard.index} of {evidence.shard.count}: {len(evidence.scenarios)} of "
+        f"{len(evidence.shard.order)} scenarios; `difftest merge` joins every shard's evidence into the whole run."
+    )
 
 
 def branch_names(evidence: Evidence) -> list[str]:
@@ -215,7 +230,9 @@ def short_cell(results: list[Result]) -> Cell:
     return _summary_cell(results, SHORT_WORDS, "{word} {count}/{n}", all_pass="pass")
 
 
-def _summary_cell(results: list[Result], words: dict[str, str], pattern: str, all_pass: str | None = None) -> Cell:
+def _summary_cell(
+    results: list[Result], words: dict[str, str], pattern: str, all_pass: str | None = None
+) -> Cell:
     if not results:
         return Cell(NOT_RUN, "error")
     top = worst(r.verdict for r in results)
@@ -265,7 +282,9 @@ def scenario_views(evidence: Evidence) -> list[ScenarioView]:
 
 
 def views_from(
-    results: list[Result], branches: list[str] | None = None, scenarios: dict[str, ScenarioEvidence] | None = None
+    results: list[Result],
+    branches: list[str] | None = None,
+    scenarios: dict[str, ScenarioEvidence] | None = None,
 ) -> list[ScenarioView]:
     """One view per scenario (evidence order, then any only the results name); usable on part of a
     comparison, such as one tier's results as soon as that tier is done."""
@@ -274,19 +293,25 @@ def views_from(
     names = _ordered(scenarios, results)
     views = []
     for name in names:
-        per_branch = {b: [r for r in results if r.scenario == name and r.branch == b] for b in branches}
+        per_branch = {
+            b: [r for r in results if r.scenario == name and r.branch == b] for b in branches
+        }
         labels = list(dict.fromkeys(r.label for b in branches for r in per_branch[b]))
         info = scenarios.get(name)
         any_result = next((r for b in branches for r in per_branch[b]), None)
         tier = info.tier if info else (any_result.tier if any_result else "")
         shown, why = shown_label(per_branch, labels)
         chosen = {b: next((r for r in per_branch[b] if r.label == shown), None) for b in branches}
-        expected = next((r.expected for r in chosen.values() if r is not None and r.expected is not None), None)
+        expected = next(
+            (r.expected for r in chosen.values() if r is not None and r.expected is not None), None
+        )
         views.append(
             ScenarioView(
                 name=name,
                 tier=tier,
-                statement=info.statement if info and info.statement else (any_result.statement if any_result else ""),
+                statement=info.statement
+                if info and info.statement
+                else (any_result.statement if any_result else ""),
                 canonical=labels[0] if labels else "",
                 labels=labels,
                 branches=branches,
@@ -328,7 +353,9 @@ def counter_cell(result: Result | None, key: str) -> Cell:
         verdict = "error" if result.verdict == "pass" else result.verdict
         return Cell(VERDICT_WORDS[verdict], verdict)
     text = _value(result.measured, key, measured=True)
-    flagged = {d.counter for d in result.differences} | {v.counter for v in result.violations if v.counter}
+    flagged = {d.counter for d in result.differences} | {
+        v.counter for v in result.violations if v.counter
+    }
     if key in flagged and result.verdict != "pass":
         return Cell(text, result.verdict)
     return Cell(text)
@@ -359,7 +386,9 @@ def _rows(keys: list[str], chosen: list[Result | None], expected: Totals | None)
             key=key,
             label=ROW_LABELS.get(key, key),
             cells=[counter_cell(r, key) for r in chosen],
-            oracle="oracle" if key == EMITTED_SOURCE else (_value(expected, key, measured=False) if expected else "-"),
+            oracle="oracle"
+            if key == EMITTED_SOURCE
+            else (_value(expected, key, measured=False) if expected else "-"),
         )
         for key in keys
     ]

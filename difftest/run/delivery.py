@@ -51,8 +51,12 @@ class Delivery:
 
     def unreported(self) -> list[list[str]]:
         """The planned runs ([scenario, label]) with no record at all: cut short by the process's end."""
-        return [[s, planned["label"]] for s, planned in self.plan
-                if (s, planned["label"]) not in self.found and (s, planned["label"]) not in self.rejected]
+        return [
+            [s, planned["label"]]
+            for s, planned in self.plan
+            if (s, planned["label"]) not in self.found
+            and (s, planned["label"]) not in self.rejected
+        ]
 
     @property
     def trusted(self) -> bool:
@@ -93,7 +97,9 @@ def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: b
     return check_lines(lines, nonce, job, tier, exited_cleanly)
 
 
-def check_lines(lines: list[str], nonce: str, job: Job, tier: str, exited_cleanly: bool) -> Delivery:
+def check_lines(
+    lines: list[str], nonce: str, job: Job, tier: str, exited_cleanly: bool
+) -> Delivery:
     """Check a probe's answer to one job, line by line (a file's lines, or a served probe's answer)."""
     plan = [(s["name"], run) for s in job["scenarios"] for run in s["runs"]]
     delivery = Delivery(plan=plan, tier=tier)
@@ -139,7 +145,9 @@ def check_lines(lines: list[str], nonce: str, job: Job, tier: str, exited_cleanl
             f"the trailer counts {delivery.trailer.runs} run record(s), the file holds {run_records}"
         )
     if delivery.trailer is None and exited_cleanly:
-        delivery.incomplete = "the probe exited with code 0 but without its trailer: its output is incomplete"
+        delivery.incomplete = (
+            "the probe exited with code 0 but without its trailer: its output is incomplete"
+        )
     return delivery
 
 
@@ -148,11 +156,18 @@ def _envelope(model: type[M], record: dict[str, Any], delivery: Delivery, number
     try:
         return model.model_validate(record)
     except ValidationError as exc:
-        delivery.untrusted.append(f"line {number}: invalid {record.get('kind')}: {validation_summary(exc)}")
+        delivery.untrusted.append(
+            f"line {number}: invalid {record.get('kind')}: {validation_summary(exc)}"
+        )
         return None
 
 
-def _run(record: dict[str, Any], delivery: Delivery, planned: dict[tuple[str, str], PlannedRun], number: int) -> None:
+def _run(
+    record: dict[str, Any],
+    delivery: Delivery,
+    planned: dict[tuple[str, str], PlannedRun],
+    number: int,
+) -> None:
     key = (str(record.get("scenario")), str(record.get("label")))
     plan = planned.get(key)
     if plan is None:
@@ -166,7 +181,9 @@ def _run(record: dict[str, Any], delivery: Delivery, planned: dict[tuple[str, st
     try:
         run = ProbeRun.model_validate({**body, "tier": delivery.tier})
     except ValidationError as exc:
-        delivery.rejected[key] = f"the probe's record for this run is invalid: {validation_summary(exc)}"
+        delivery.rejected[key] = (
+            f"the probe's record for this run is invalid: {validation_summary(exc)}"
+        )
         return
     if run.role != plan["role"] or run.order != list(plan["order"]):
         delivery.rejected[key] = (
@@ -185,8 +202,6 @@ def validation_summary(exc: ValidationError, limit: int = 3) -> str:
         parts.append(f"{where}: {err['msg']}{got}")
     more = f"; and {exc.error_count() - limit} more" if exc.error_count() > limit else ""
     return "; ".join(parts) + more
-
-
 
 
 def _error_run(scenario: str, planned: PlannedRun, tier: str, reason: str) -> ProbeRun:

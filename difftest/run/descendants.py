@@ -40,7 +40,9 @@ def become_subreaper() -> bool:
     import ctypes
 
     try:
-        return int(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+        return (
+            int(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+        )
     except (OSError, AttributeError):
         return False
 
@@ -87,7 +89,6 @@ def _reap(pid: int, wait: bool) -> None:
         pass
 
 
-
 def end_descendants(token: str, passes: int = 3) -> list[int]:
     """SIGKILL every process that carries `token` (a probe's descendants, once the probe has ended);
     a few passes, for any that forked while it was looked for. Their pids."""
@@ -97,8 +98,11 @@ def end_descendants(token: str, passes: int = 3) -> list[int]:
     ended: list[int] = []
     me = os.getpid()
     for _ in range(passes):
-        found = [pid for pid in _pids()
-                 if pid != me and pid not in ended and _running(pid) and needle in _environ(pid)]
+        found = [
+            pid
+            for pid in _pids()
+            if pid != me and pid not in ended and _running(pid) and needle in _environ(pid)
+        ]
         if not found:
             break
         for pid in found:
@@ -124,8 +128,12 @@ def end_orphans(every_child: bool, passes: int = 20) -> list[int]:
     ended: list[int] = []
     for _ in range(passes):  # each orphan ended re-parents its own children here: look again
         children = [pid for pid in _pids() if _parent(pid) == me]
-        found = [pid for pid in children
-                 if _running(pid) and (every_child or any(entry.startswith(ours) for entry in _environ(pid)))]
+        found = [
+            pid
+            for pid in children
+            if _running(pid)
+            and (every_child or any(entry.startswith(ours) for entry in _environ(pid)))
+        ]
         for pid in found:
             _kill(pid, wait=True)
         for pid in children:  # orphans that ended on their own wait for this subreaper to reap them
@@ -135,5 +143,3 @@ def end_orphans(every_child: bool, passes: int = 20) -> list[int]:
         if not found:
             break
     return ended
-
-

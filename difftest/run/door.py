@@ -41,15 +41,21 @@ def judge_tier(
     for scenario in scenarios:
         if scenario.name in skipped:
             continue
-        runs = {name: [r for r in m.runs if r.scenario == scenario.name] for name, m in measured.items()}
+        runs = {
+            name: [r for r in m.runs if r.scenario == scenario.name] for name, m in measured.items()
+        }
         across = tier.across_branches(scenario, runs, baseline)
         for branch, setup_error in branches.items():
             if branch not in measured:
                 labels = [p["label"] for p in scenario.runs() if p["role"] in JUDGED_ROLES]
                 why = setup_error or "no probe was run for this branch"
-                results += unmeasured(branch, scenario.name, tier.name, scenario.statement, labels, why, reading)
+                results += unmeasured(
+                    branch, scenario.name, tier.name, scenario.statement, labels, why, reading
+                )
                 continue
-            results += judge_runs(tier, scenario, branch, runs[branch], reading, across.get(branch, {}))
+            results += judge_runs(
+                tier, scenario, branch, runs[branch], reading, across.get(branch, {})
+            )
     return judge_against_baseline(results, measured, baseline)
 
 
@@ -61,7 +67,9 @@ def judge_scenario(
     baseline: str,
 ) -> dict[str, list[Result]]:
     """One scenario's verdicts on every measured branch (what `fuzz` judges each example with)."""
-    results = judge_tier(tier, [scenario], {}, {name: None for name in measured}, measured, reading, baseline)
+    results = judge_tier(
+        tier, [scenario], {}, {name: None for name in measured}, measured, reading, baseline
+    )
     by_branch: dict[str, list[Result]] = {name: [] for name in measured}
     for result in results:
         by_branch[result.branch].append(result)
@@ -91,8 +99,13 @@ def judge_runs(
     for label, extra in (across or {}).items():
         violations.setdefault(label, []).extend(extra)
     if baseline_violations is not None:
-        violations = {label: _not_in(found, baseline_violations.get(label, [])) for label, found in violations.items()}
-    return judge(branch, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading)
+        violations = {
+            label: _not_in(found, baseline_violations.get(label, []))
+            for label, found in violations.items()
+        }
+    return judge(
+        branch, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading
+    )
 
 
 def _not_in(found: list[Violation], baseline: list[Violation]) -> list[Violation]:

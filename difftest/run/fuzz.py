@@ -32,9 +32,9 @@ from difftest.build.workspace import Workspace, branch_spec, branch_specs, prepa
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
-from difftest.core.fuzz import ORACLE, Finding, FuzzReport, Kind, Observation, observations
+from difftest.core.fuzz import Finding, FuzzReport, Kind, Observation, observations
 from difftest.core.records import ProbeRun, Reading, Result, Totals
-from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.probe.protocol import Job
 from difftest.run.door import JUDGED_ROLES, judge_runs, judge_scenario
 from difftest.run.pipeline import TierScenarios, make_evidence, make_job
 from difftest.run.probe_server import ProbeServer, ServerLimits
@@ -87,13 +87,23 @@ def fuzzable_tier() -> Tier:
     raise ConfigError("no tier can be fuzzed", "a tier must provide `fuzz_strategy()`")
 
 
-def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progress: FuzzProgress | None = None) -> FuzzOutcome:
+def fuzz(
+    config: Config,
+    request: FuzzRequest,
+    log: Log = lambda _m: None,
+    progress: FuzzProgress | None = None,
+) -> FuzzOutcome:
     """Search for failures of every branch, shrink them, write them as scenario files; never raises for a branch."""
     tier = fuzzable_tier()
     if request.out.exists() and not request.out.is_dir():
-        raise ConfigError(f"--out {request.out}: not a folder", "name a folder (it is created if it does not exist)")
+        raise ConfigError(
+            f"--out {request.out}: not a folder",
+            "name a folder (it is created if it does not exist)",
+        )
     fuzzed, against = _branch_names(config, request)
-    workspace = prepare(config, fuzzed + ([against] if against else []), do_fetch=request.fetch, log=log)
+    workspace = prepare(
+        config, fuzzed + ([against] if against else []), do_fetch=request.fetch, log=log
+    )
     reading = request.reading or config.oracle.reading
     report = FuzzReport(
         command=sys.argv[:],
@@ -110,13 +120,19 @@ def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progr
     _clear_previous(request.out)
     limits = ServerLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
     ready = {b.name: b.env.python for b in workspace.branches if b.env is not None}
-    report.unmeasured.update({b.name: b.error or "no environment" for b in workspace.branches if b.env is None})
+    report.unmeasured.update(
+        {b.name: b.error or "no environment" for b in workspace.branches if b.env is None}
+    )
     with ExitStack() as stack:
         servers = {
-            name: stack.enter_context(ProbeServer(name, python, tier.name, request.out / "probe", limits, len(ready)))
+            name: stack.enter_context(
+                ProbeServer(name, python, tier.name, request.out / "probe", limits, len(ready))
+            )
             for name, python in ready.items()
         }
-        prober = Prober(servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers)))))
+        prober = Prober(
+            servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers))))
+        )
         # Unwound first (last in): on Ctrl-C or SIGTERM the warm probes are killed before the pool
         # waits for its threads, which would otherwise wait on a stuck probe for up to `probe_s`.
         stack.push(_stop_probes_on_error)
@@ -125,10 +141,20 @@ def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progr
             log(f"{name}: cannot be fuzzed: {why}")
         if against is not None and against in report.unmeasured:
             for name in fuzzed:
-                report.unmeasured.setdefault(name, f"the --against branch {against} could not be measured")
+                report.unmeasured.setdefault(
+                    name, f"the --against branch {against} could not be measured"
+                )
         judged = [b for b in fuzzed if b not in report.unmeasured]
         if judged:
-            examiner = Examiner(tier, prober, judged, against, reading, config.timeouts.run_s, _baseline(config, workspace))
+            examiner = Examiner(
+                tier,
+                prober,
+                judged,
+                against,
+                reading,
+                config.timeouts.run_s,
+                _baseline(config, workspace),
+            )
             _search(examiner, outcome, config, request, log, progress)
         report.probe_starts = {name: s.starts for name, s in servers.items()}
     request.out.mkdir(parents=True, exist_ok=True)
@@ -137,11 +163,18 @@ def fuzz(config: Config, request: FuzzRequest, log: Log = lambda _m: None, progr
 
 
 def _search(
-    examiner: "Examiner", outcome: FuzzOutcome, config: Config, request: FuzzRequest, log: Log, progress: FuzzProgress | None
+    examiner: Examiner,
+    outcome: FuzzOutcome,
+    config: Config,
+    request: FuzzRequest,
+    log: Log,
+    progress: FuzzProgress | None,
 ) -> None:
     report = outcome.report
     compared = f"against {examiner.against}" if examiner.against else f"{examiner.reading} reading"
-    log(f"fuzzing {', '.join(examiner.branches)} on the {examiner.tier.name} tier (seed {request.seed}, {compared})")
+    log(
+        f"fuzzing {', '.join(examiner.branches)} on the {examiner.tier.name} tier (seed {request.seed}, {compared})"
+    )
     result = search(
         examiner.tier.fuzz_strategy(),
         examiner.examine,
@@ -151,7 +184,11 @@ def _search(
         on_call=_progress_adapter(progress, request.examples),
     )
     report.searched, report.calls, report.rounds = result.examples, result.calls, result.rounds
-    report.elapsed_s, report.stopped, report.probed = round(result.elapsed_s, 3), result.stopped, examiner.probed
+    report.elapsed_s, report.stopped, report.probed = (
+        round(result.elapsed_s, 3),
+        result.stopped,
+        examiner.probed,
+    )
     report.stop_reason = result.stop_reason
     if result.stopped == "flaky":
         log(f"the search stopped: {result.stop_reason}")
@@ -203,13 +240,19 @@ class Prober:
 
     def play(self, job: Job, keep: Path | None = None) -> dict[str, BranchRun]:
         """Every branch's answer; with `keep`, each probe's job and records are also written there."""
-        futures = {name: self.pool.submit(server.play, job, keep) for name, server in self.servers.items()}
+        futures = {
+            name: self.pool.submit(server.play, job, keep) for name, server in self.servers.items()
+        }
         return {name: f.result() for name, f in futures.items()}
 
     def warm_up(self, tier: Tier) -> dict[str, str]:
         """Start every probe (vLLM imported) with an empty job; the branches whose probe cannot start, why."""
         job: Job = make_job(tier, [], None)
-        failed = {name: run.error or "no header" for name, run in self.play(job).items() if run.header is None}
+        failed = {
+            name: run.error or "no header"
+            for name, run in self.play(job).items()
+            if run.header is None
+        }
         for name in failed:
             self.servers.pop(name).close()
         return failed
@@ -250,8 +293,10 @@ class Examiner:
         try:
             return self.tier.parse_scenario({**raw, "name": name}, f"<generated {name}>")
         except ConfigError as exc:
-            raise StrategyError(f"the {self.tier.name} tier's fuzz strategy generated a scenario its loader refuses: "
-                                f"{exc.problem}\n{json.dumps(raw)}") from None
+            raise StrategyError(
+                f"the {self.tier.name} tier's fuzz strategy generated a scenario its loader refuses: "
+                f"{exc.problem}\n{json.dumps(raw)}"
+            ) from None
 
     def probe(self, scenario: ScenarioBase, keep: Path | None = None) -> dict[str, BranchRun]:
         return self.prober.play(make_job(self.tier, [scenario], self.run_s), keep)
@@ -261,7 +306,11 @@ class Examiner:
     ) -> tuple[list[Observation], dict[str, list[Result]]]:
         """Every fuzzed branch's observations (against the oracle or the --against branch) and its results."""
         runs = {name: run.runs for name, run in delivered.items()}
-        by_oracle = judge_scenario(self.tier, scenario, delivered, self.reading, self.baseline) if self.against is None else {}
+        by_oracle = (
+            judge_scenario(self.tier, scenario, delivered, self.reading, self.baseline)
+            if self.against is None
+            else {}
+        )
         found: list[Observation] = []
         results: dict[str, list[Result]] = {}
         for branch in self.branches:
@@ -273,24 +322,43 @@ class Examiner:
                 found += observations(results[branch], runs[branch], self.against)
         return found, results
 
-    def as_run_judges(self, scenario: ScenarioBase, delivered: dict[str, BranchRun]) -> list[Result]:
+    def as_run_judges(
+        self, scenario: ScenarioBase, delivered: dict[str, BranchRun]
+    ) -> list[Result]:
         """Every probed branch's results by the oracle: what `difftest run` on the scenario's file gives."""
         judged = judge_scenario(self.tier, scenario, delivered, self.reading, self.baseline)
         return [r for name in delivered for r in judged[name]]
 
-    def _judge_against(self, scenario: ScenarioBase, branch: str, runs: dict[str, list[ProbeRun]]) -> list[Result]:
+    def _judge_against(
+        self, scenario: ScenarioBase, branch: str, runs: dict[str, list[ProbeRun]]
+    ) -> list[Result]:
         """Differences from the --against branch: its totals are the expected ones, its own violations are
         not this branch's, and a run it could not measure is not judged."""
         assert self.against is not None
         reference = {r.label: r for r in runs[self.against] if r.role in JUDGED_ROLES}
-        comparable = [r for r in runs[branch] if r.role not in JUDGED_ROLES or (r.label in reference and reference[r.label].measured)]
-        expected: dict[str, Totals] = {label: r.totals for label, r in reference.items() if r.totals is not None}
+        comparable = [
+            r
+            for r in runs[branch]
+            if r.role not in JUDGED_ROLES or (r.label in reference and reference[r.label].measured)
+        ]
+        expected: dict[str, Totals] = {
+            label: r.totals for label, r in reference.items() if r.totals is not None
+        }
         baseline_violations = self.tier.invariants(scenario, list(reference.values()))
-        return judge_runs(self.tier, scenario, branch, comparable, self.reading, expected=expected,
-                          baseline_violations=baseline_violations)
+        return judge_runs(
+            self.tier,
+            scenario,
+            branch,
+            comparable,
+            self.reading,
+            expected=expected,
+            baseline_violations=baseline_violations,
+        )
 
 
-def _progress_adapter(progress: FuzzProgress | None, examples: int | None) -> Callable[[SearchResult[Any]], None] | None:
+def _progress_adapter(
+    progress: FuzzProgress | None, examples: int | None
+) -> Callable[[SearchResult[Any]], None] | None:
     if progress is None:
         return None
     state = {"round": 0, "calls": 0}
@@ -308,7 +376,12 @@ def _progress_adapter(progress: FuzzProgress | None, examples: int | None) -> Ca
 
 
 def _write_findings(
-    outcome: FuzzOutcome, result: SearchResult[Kind], examiner: Examiner, config: Config, request: FuzzRequest, log: Log
+    outcome: FuzzOutcome,
+    result: SearchResult[Kind],
+    examiner: Examiner,
+    config: Config,
+    request: FuzzRequest,
+    log: Log,
 ) -> None:
     """Each finding as a scenario file, loaded back with the tier's loader, probed again for its evidence."""
     if not result.found:
@@ -322,7 +395,10 @@ def _write_findings(
         name = _finding_name(index, found)
         path = scenario_dir / f"{name}.yaml"
         path.write_text(
-            scenario_file_text({**found.value, "statement": _statement(found, request.seed)}, _comments(name, found, request))
+            scenario_file_text(
+                {**found.value, "statement": _statement(found, request.seed)},
+                _comments(name, found, request),
+            )
         )
         # Read back as `run` reads it: the file is the finding, so it must load (name, hash) and show it again.
         scenario = tier.parse_scenario(read_scenario_file(path, GUIDE), str(path))
@@ -358,7 +434,9 @@ def _write_findings(
 
 def _finding_name(index: int, found: Found[Kind]) -> str:
     first = next(iter(found.kinds))
-    return f"fuzz-{index:02d}-" + "-".join(_slug(p) for p in (first.branch, first.verdict, first.what))
+    return f"fuzz-{index:02d}-" + "-".join(
+        _slug(p) for p in (first.branch, first.verdict, first.what)
+    )
 
 
 def _slug(text: str) -> str:
@@ -372,8 +450,12 @@ def _statement(found: Found[Kind], seed: int) -> str:
 
 def _comments(name: str, found: Found[Kind], request: FuzzRequest) -> list[str]:
     against = f" --against {request.against}" if request.against else ""
-    lines = [f"Found by `difftest fuzz --seed {request.seed}{against}` (search round {found.round}), shrunk by Hypothesis."]
-    lines += [f"{o.kind.branch}: {o.kind.verdict} in {o.label}: {o.reason}" for o in found.kinds.values()]
+    lines = [
+        f"Found by `difftest fuzz --seed {request.seed}{against}` (search round {found.round}), shrunk by Hypothesis."
+    ]
+    lines += [
+        f"{o.kind.branch}: {o.kind.verdict} in {o.label}: {o.reason}" for o in found.kinds.values()
+    ]
     lines.append(f"Reproduce: difftest run -c {request.out / FOUND / 'branches.yaml'} -k {name}")
     return lines
 
@@ -383,7 +465,11 @@ def _write_config(config: Config, workspace: Workspace, found_dir: Path) -> None
     raw = json.loads(config.model_dump_json(exclude={"root"}))
     # Each branch pinned to the commit it was fuzzed at (its ref may move), with its patch series.
     raw["branches"] = [
-        {"name": b.name, "ref": b.resolved.ref_sha, "patches": [str(p.path) for p in b.resolved.patches]}
+        {
+            "name": b.name,
+            "ref": b.resolved.ref_sha,
+            "patches": [str(p.path) for p in b.resolved.patches],
+        }
         for b in workspace.branches
     ]
     names = [b.name for b in workspace.branches]
@@ -409,7 +495,9 @@ def _clear_previous(out: Path) -> None:
     for finding in previous.findings:
         (out / finding.file).unlink(missing_ok=True)
         evidence = out / finding.evidence
-        if evidence.parent.name == finding.name:  # the finding's own folder: evidence.json and probe/
+        if (
+            evidence.parent.name == finding.name
+        ):  # the finding's own folder: evidence.json and probe/
             shutil.rmtree(evidence.parent, ignore_errors=True)
         else:
             evidence.unlink(missing_ok=True)

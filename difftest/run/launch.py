@@ -48,7 +48,7 @@ class ForkedProcess:
     """A probe forked by the fork server. Its end (with its exit code) is reported by the server, its
     parent; it is also watched directly (a pidfd), so a stuck server never leaves the host waiting."""
 
-    def __init__(self, pid: int, server: "ForkServer") -> None:
+    def __init__(self, pid: int, server: ForkServer) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._server = server
@@ -128,7 +128,9 @@ class ForkServer:
         #: Why the server may not be used any more ("" while it may).
         self.failure = ""
         self._got_state = threading.Event()
-        self._reader = threading.Thread(target=self._read, name="difftest-forkserver-reader", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read, name="difftest-forkserver-reader", daemon=True
+        )
         self._reader.start()
         if not self._got_state.wait(ready_timeout_s):
             self.fail(f"it did not finish its imports in {ready_timeout_s:.0f} s")
@@ -149,20 +151,30 @@ class ForkServer:
             self._changed.notify_all()
         self._proc.kill()
 
-    def spawn(self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> ForkedProcess:
+    def spawn(
+        self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path
+    ) -> ForkedProcess:
         """Fork a probe for `python`'s branch; raises OSError when the server cannot."""
         with self._lock:
             self._next_id += 1
             request_id = self._next_id
-            request = {"id": request_id, "python": str(python), "argv": argv, "env": env, "cwd": str(cwd),
-                       "log": str(log)}
+            request = {
+                "id": request_id,
+                "python": str(python),
+                "argv": argv,
+                "env": env,
+                "cwd": str(cwd),
+                "log": str(log),
+            }
             assert self._proc.stdin is not None
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
             deadline = time.monotonic() + FORK_ANSWER_S
             while request_id not in self._answers:
                 if self.failure or self._proc.poll() is not None:
-                    raise OSError(self.failure or "the fork server ended before it forked the probe")
+                    raise OSError(
+                        self.failure or "the fork server ended before it forked the probe"
+                    )
                 if time.monotonic() > deadline:
                     break
                 self._changed.wait(0.2)
@@ -198,7 +210,9 @@ class ForkServer:
                     self._take(json.loads(raw))
                     self._changed.notify_all()
             except (ValueError, TypeError, KeyError, AttributeError):
-                self.fail(f"it sent a message difftest cannot read: {clean(raw[:120].decode(errors='replace'))!r}")
+                self.fail(
+                    f"it sent a message difftest cannot read: {clean(raw[:120].decode(errors='replace'))!r}"
+                )
                 break
         with self._lock:  # the server is gone: so are its children (they die with it)
             self._end_children()
@@ -213,9 +227,12 @@ class ForkServer:
     def _take(self, message: dict[str, Any]) -> None:
         if "ready" in message:
             if not self._got_state.is_set():  # a late "ready" changes nothing once the wait gave up
-                self.state = ServerState(bool(message["ready"]), clean(str(message.get("why") or "")),
-                                         float(message.get("import_s", 0.0)),
-                                         [str(m) for m in message.get("modules", [])])
+                self.state = ServerState(
+                    bool(message["ready"]),
+                    clean(str(message.get("why") or "")),
+                    float(message.get("import_s", 0.0)),
+                    [str(m) for m in message.get("modules", [])],
+                )
                 self._got_state.set()
         elif "id" in message:
             self._answers[int(message["id"])] = int(message["pid"])
@@ -228,17 +245,27 @@ class ForkServer:
                 child.ended(code)
 
 
-def start_fork_server(python: Path, env: dict[str, str], cwd: Path, log: Path, ready_timeout_s: float,
-                      start: Any) -> ForkServer:
+def start_fork_server(
+    python: Path, env: dict[str, str], cwd: Path, log: Path, ready_timeout_s: float, start: Any
+) -> ForkServer:
     """Start the server with `start` (the runner's registry-aware Popen) and wait for its imports."""
     with open(log, "wb") as stream:
-        proc = start([str(python), "-m", "difftest.probe.forkserver"], stdin=subprocess.PIPE,
-                     stdout=subprocess.PIPE, stderr=stream, cwd=cwd, env=env, start_new_session=True)
+        proc = start(
+            [str(python), "-m", "difftest.probe.forkserver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stream,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
     server = ForkServer(proc, ready_timeout_s)
     if not server.state.ready and not server.state.why and not server.failure:
         code = proc.wait()
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-        server.state.why = f"the warm process exited ({code}): {one_line(tail[0]) if tail else 'no output'}"
+        server.state.why = (
+            f"the warm process exited ({code}): {one_line(tail[0]) if tail else 'no output'}"
+        )
     return server
 
 
@@ -247,4 +274,6 @@ def refusal(code: int | None, log_tail: str) -> str | None:
     a fresh probe would; it says so in its log, before measuring anything), or None. The branch is
     then probed in a fresh interpreter. A branch's own exit with the same code has no such line."""
     said = [line for line in log_tail.splitlines() if line.startswith(NOT_SHAREABLE_PREFIX)]
-    return said[-1].removeprefix(NOT_SHAREABLE_PREFIX) if code == EXIT_NOT_SHAREABLE and said else None
+    return (
+        said[-1].removeprefix(NOT_SHAREABLE_PREFIX) if code == EXIT_NOT_SHAREABLE and said else None
+    )

@@ -22,6 +22,7 @@ from difftest import tiers
 from difftest.build.envs.fingerprint import canonical_hash, sha256_file
 from difftest.build.refs import TransplantInfo
 from difftest.build.workspace import Workspace, branch_spec, prepare
+from difftest.core import paths
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import (
@@ -37,7 +38,6 @@ from difftest.core.evidence import (
 )
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 from difftest.core.selection import compile_selection
-from difftest.core import paths
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run import door
 from difftest.run.capacity import available_memory_mb, probes_at_once
@@ -121,11 +121,15 @@ def compare(
     order = [s.name for chosen in selected for s in chosen.scenarios]
     if request.shard is not None:
         selected = take_shard(selected, *request.shard)
-    cache = open_cache(request.reuse_cached, request.store_results)  # a bad DIFFTEST_RESULT_CACHE stops us here
+    cache = open_cache(
+        request.reuse_cached, request.store_results
+    )  # a bad DIFFTEST_RESULT_CACHE stops us here
     named, reference = with_baseline(config, request.branches, request.baseline)
     if reference:
-        log(f"baseline {reference[0]} is measured too (reused from the result cache when unchanged): crashes and "
-            "hangs of the named branches are judged against it; its own results are not reported")
+        log(
+            f"baseline {reference[0]} is measured too (reused from the result cache when unchanged): crashes and "
+            "hangs of the named branches are judged against it; its own results are not reported"
+        )
     workspace = prepare(config, named, do_fetch=request.fetch, log=log)
     reading = request.reading or config.oracle.reading
     for chosen in selected:
@@ -143,32 +147,64 @@ def compare(
                 (scenario,) = runnable
                 with progress(chosen.tier.name, names) as callback:
                     suites[chosen.tier.name] = measure_suites(
-                        workspace, chosen.tier, scenario, request.out / chosen.tier.name, reading, callback, log,
-                        baseline=baseline, cache=cache,
+                        workspace,
+                        chosen.tier,
+                        scenario,
+                        request.out / chosen.tier.name,
+                        reading,
+                        callback,
+                        log,
+                        baseline=baseline,
+                        cache=cache,
                     )
                 judged = suites[chosen.tier.name].results
         else:
             if runnable:
                 jobs, why = probes_at_a_time(chosen.tier, len(names), request.jobs)
-                log(f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
+                log(
+                    f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})"
+                )
                 with progress(chosen.tier.name, names) as callback:
                     delivered[chosen.tier.name] = measure_tier(
-                        workspace, chosen.tier, runnable, request.out / "probe", jobs, callback, cache, log,
+                        workspace,
+                        chosen.tier,
+                        runnable,
+                        request.out / "probe",
+                        jobs,
+                        callback,
+                        cache,
+                        log,
                         fork=request.fork,
                     )
                 for branch, run in delivered[chosen.tier.name].items():
                     log(f"{branch}: {chosen.tier.name} tier {_outcome(run)} ({len(run.runs)} runs)")
-            judged = judge_tier(workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline)
+            judged = judge_tier(
+                workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline
+            )
         judged = [r for r in judged if r.branch not in reference]
         results += judged
         if tier_done is not None and judged:
-            more = any(s.name not in later.skipped for later in selected[index + 1 :] for s in later.scenarios)
+            more = any(
+                s.name not in later.skipped
+                for later in selected[index + 1 :]
+                for s in later.scenarios
+            )
             tier_done(chosen.tier.name, judged, more)
     results = [r for r in results if r.branch not in reference]
     evidence = make_evidence(workspace, selected, delivered, results, reading, request.out, suites)
-    shard = ShardEvidence(index=request.shard[0], count=request.shard[1], order=order) if request.shard else None
-    evidence = evidence.model_copy(update={"baseline": baseline, "shard": shard, "reference_branches": reference,
-                                           "probe_environ_sha256": canonical_hash(passed_environ())})
+    shard = (
+        ShardEvidence(index=request.shard[0], count=request.shard[1], order=order)
+        if request.shard
+        else None
+    )
+    evidence = evidence.model_copy(
+        update={
+            "baseline": baseline,
+            "shard": shard,
+            "reference_branches": reference,
+            "probe_environ_sha256": canonical_hash(passed_environ()),
+        }
+    )
     return Comparison(workspace, evidence, delivered, selected, suites)
 
 
@@ -193,16 +229,19 @@ def take_shard(selected: list[TierScenarios], index: int, count: int) -> list[Ti
     return out
 
 
-def with_baseline(config: Config, names: list[str] | None, wanted: str | None) -> tuple[list[str] | None, list[str]]:
+def with_baseline(
+    config: Config, names: list[str] | None, wanted: str | None
+) -> tuple[list[str] | None, list[str]]:
     """The branches to prepare, and those among them measured only as the reference: naming branches
     still measures the baseline, so a crash or a hang is judged the same whichever branches are named."""
     baseline = wanted or config.baseline
     if names is None or not baseline or config.branch(baseline) is None:
         return names, []
-    if baseline in {branch_spec(config, name).name for name in names}:  # named, or a ref that resolves to it
+    if baseline in {
+        branch_spec(config, name).name for name in names
+    }:  # named, or a ref that resolves to it
         return names, []
     return [*names, baseline], [baseline]
-
 
 
 def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
@@ -218,7 +257,9 @@ def select_scenarios(
     config: Config, tier_names: list[str] | None, select: str | None, names: list[str] | None = None
 ) -> list[TierScenarios]:
     """Load and validate the scenarios first: a bad file or `-k` stops the run before anything is built."""
-    chosen_tiers = [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
+    chosen_tiers = (
+        [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
+    )
     matcher = compile_selection(select) if select is not None else None
     chosen: list[TierScenarios] = []
     loaded = {tier.name: tier.scenarios(config, explicit=bool(tier_names)) for tier in chosen_tiers}
@@ -238,9 +279,15 @@ def select_scenarios(
             raise ConfigError(
                 f"no scenario matches -k {select!r}",
                 "use words from the scenario names"
-                + (f": {', '.join(known)}" if known else f" (none found under {config.scenarios_dir})"),
+                + (
+                    f": {', '.join(known)}"
+                    if known
+                    else f" (none found under {config.scenarios_dir})"
+                ),
             )
-        raise ConfigError(f"no scenario found under {config.scenarios_dir}", "check `scenarios_dir` in the config")
+        raise ConfigError(
+            f"no scenario found under {config.scenarios_dir}", "check `scenarios_dir` in the config"
+        )
     _check_unique_names(chosen)
     return chosen
 
@@ -268,7 +315,10 @@ def _mark_unavailable(chosen: TierScenarios, base: dict, log: Log) -> None:
 
 
 def make_job(
-    tier: Tier, scenarios: list[ScenarioIdentity], run_timeout_s: float | None, work_dir: Path | None = None
+    tier: Tier,
+    scenarios: list[ScenarioIdentity],
+    run_timeout_s: float | None,
+    work_dir: Path | None = None,
 ) -> Job:
     """The JOB.json the tier's probe reads; `work_dir` is where it builds its model folders."""
     return {
@@ -288,14 +338,20 @@ def probes_at_a_time(tier: Tier, branches: int, jobs: int | None) -> tuple[int, 
     wanted = tier.default_jobs(branches, cores)
     available = available_memory_mb()
     chosen = probes_at_once(wanted, tier.probe_memory_mb, available)
-    memory = f"{available / 1024:.1f} GB available, ~{tier.probe_memory_mb} MB per probe" if available else "memory unknown"
+    memory = (
+        f"{available / 1024:.1f} GB available, ~{tier.probe_memory_mb} MB per probe"
+        if available
+        else "memory unknown"
+    )
     return chosen, f"{cores} cores, {memory}"
 
 
 def _outcome(run: BranchRun) -> str:
     if run.reused is not None:
-        return (f"reused from the result cache (measured {run.reused.measured_at} in {run.reused.duration_s:.1f} s, "
-                f"key {run.reused.key[:12]}; --no-cache measures it again)")
+        return (
+            f"reused from the result cache (measured {run.reused.measured_at} in {run.reused.duration_s:.1f} s, "
+            f"key {run.reused.key[:12]}; --no-cache measures it again)"
+        )
     return (f"failed: {run.error}" if run.error else "done") + f" in {run.duration_s:.1f} s"
 
 
@@ -317,8 +373,15 @@ def measure_tier(
     job = make_job(tier, scenarios, workspace.config.timeouts.run_s)
     probe_s = workspace.config.timeouts.probe_s
     keys = {
-        b.name: result_key(tier.name, job, b.env.fingerprint, workspace.base.fingerprint,  # type: ignore[union-attr]
-                           {s.name: s.sha256 for s in scenarios}, probe_s, workspace.config.timeouts.exit_s)
+        b.name: result_key(
+            tier.name,
+            job,
+            b.env.fingerprint,
+            workspace.base.fingerprint,  # type: ignore[union-attr]
+            {s.name: s.sha256 for s in scenarios},
+            probe_s,
+            workspace.config.timeouts.exit_s,
+        )
         for b in branches
     }
     reused: dict[str, BranchRun] = {}
@@ -329,13 +392,27 @@ def measure_tier(
                 found.launch = None  # not started by this run
                 reused[b.name] = found
                 if progress is not None:
-                    progress(b.name, len(found.runs), len(found.runs), "reused from the result cache", "")
+                    progress(
+                        b.name, len(found.runs), len(found.runs), "reused from the result cache", ""
+                    )
     targets = [(b.name, b.env.python) for b in branches if b.name not in reused]  # type: ignore[union-attr]
-    measured = run_branches(
-        targets, job, tier.name, work_dir, probe_s, jobs or probes_at_a_time(tier, len(targets), None)[0], progress,
-        # One probe has nothing to share: the server's warm-up would only come on top of its import.
-        fork=fork and len(targets) > 1, log=log, exit_s=workspace.config.timeouts.exit_s,
-    ) if targets else {}
+    measured = (
+        run_branches(
+            targets,
+            job,
+            tier.name,
+            work_dir,
+            probe_s,
+            jobs or probes_at_a_time(tier, len(targets), None)[0],
+            progress,
+            # One probe has nothing to share: the server's warm-up would only come on top of its import.
+            fork=fork and len(targets) > 1,
+            log=log,
+            exit_s=workspace.config.timeouts.exit_s,
+        )
+        if targets
+        else {}
+    )
     if cache is not None:
         for name, run in measured.items():
             cache.store(keys[name], run, log)
@@ -351,13 +428,19 @@ def judge_tier(
 ) -> list[Result]:
     """Verdicts of one tier's scenarios on every branch of the workspace, through the one door."""
     setup = {b.name: b.error for b in workspace.branches}
-    return door.judge_tier(chosen.tier, chosen.scenarios, chosen.skipped, setup, tier_runs, reading, baseline)
+    return door.judge_tier(
+        chosen.tier, chosen.scenarios, chosen.skipped, setup, tier_runs, reading, baseline
+    )
 
 
 def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
     """The evidence's copy of a transplant: every recorded field, and the (original, written) commit pairs."""
-    plain = {name: getattr(info, name) for name in TransplantEvidence.model_fields if name != "replayed"}
-    return TransplantEvidence(**plain, replayed=[ReplayedCommit(original=o, sha=sha) for o, sha in info.replayed])
+    plain = {
+        name: getattr(info, name) for name in TransplantEvidence.model_fields if name != "replayed"
+    }
+    return TransplantEvidence(
+        **plain, replayed=[ReplayedCommit(original=o, sha=sha) for o, sha in info.replayed]
+    )
 
 
 def make_evidence(
@@ -402,7 +485,9 @@ def make_evidence(
         for name, run in per_branch.items():
             runs.setdefault(name, []).extend(r.model_copy(update={"steps": []}) for r in run.runs)
     tests: list[TestRecord] = [r for m in (suites or {}).values() for r in m.records]
-    test_sources: dict[str, TestSourceEvidence] = {k: v for m in (suites or {}).values() for k, v in m.sources.items()}
+    test_sources: dict[str, TestSourceEvidence] = {
+        k: v for m in (suites or {}).values() for k, v in m.sources.items()
+    }
     return Evidence(
         command=sys.argv[:],
         reading=reading,
@@ -427,8 +512,12 @@ def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[P
     found = []
     for tier, per_branch in delivered.items():
         for name, run in per_branch.items():
-            if (run.job_path is None or run.records_path is None or not run.records_path.is_file()
-                    or not run.job_path.is_file()):  # a FIFO in their place is not read
+            if (
+                run.job_path is None
+                or run.records_path is None
+                or not run.records_path.is_file()
+                or not run.job_path.is_file()
+            ):  # a FIFO in their place is not read
                 continue
             found.append(
                 ProbeFiles(

@@ -22,17 +22,44 @@ from difftest.core import paths
 from difftest.probe.protocol import HOST_PID_ENV, NONCE_ENV, NONCE_FD_ENV
 
 #: Names passed through as they are.
-PASS_THROUGH = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
-    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "LD_LIBRARY_PATH",
-})
+PASS_THROUGH = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "LD_LIBRARY_PATH",
+    }
+)
 #: Prefixes of names passed through.
-PASS_THROUGH_PREFIXES = ("LC_", "VLLM_", "TORCH", "PYTORCH_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "NCCL_")
+PASS_THROUGH_PREFIXES = (
+    "LC_",
+    "VLLM_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "CUDA_",
+    "NCCL_",
+)
 #: Extra names the user passes through (comma-separated).
 PASS_ENV = "DIFFTEST_PASS_ENV"
 #: Never passed through: the host's channel to its probes, and Python's own path settings.
-_NEVER = frozenset({NONCE_ENV, NONCE_FD_ENV, HOST_PID_ENV, "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"})
+_NEVER = frozenset(
+    {NONCE_ENV, NONCE_FD_ENV, HOST_PID_ENV, "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}
+)
 
 #: The environment vLLM 0.32's import gives torch (`vllm/env_override.py`): these it forces ...
 VLLM_IMPORT_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
@@ -46,7 +73,8 @@ def passed_environ() -> dict[str, str]:
     return {
         key: value
         for key, value in sorted(os.environ.items())
-        if key not in _NEVER and (key in PASS_THROUGH or key in extra or key.startswith(PASS_THROUGH_PREFIXES))
+        if key not in _NEVER
+        and (key in PASS_THROUGH or key in extra or key.startswith(PASS_THROUGH_PREFIXES))
     }
 
 

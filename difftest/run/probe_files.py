@@ -21,10 +21,15 @@ MAX_PROBE_FILE_BYTES = 256 * 1024 * 1024
 
 def open_probe_file(path: Path) -> int:
     """A file descriptor for reading `path`, which must be a regular file (not a FIFO, a device or a link)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(
+        path,
+        os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+    )
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, f"{path.name} is not a regular file (something replaced it)")
+            raise OSError(
+                errno.EINVAL, f"{path.name} is not a regular file (something replaced it)"
+            )
     except BaseException:
         os.close(fd)
         raise
@@ -37,7 +42,9 @@ def read_probe_file(path: Path, offset: int = 0, limit: int = MAX_PROBE_FILE_BYT
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise OSError(errno.EFBIG, f"{path.name} holds {size} bytes, more than a probe writes ({limit})")
+            raise OSError(
+                errno.EFBIG, f"{path.name} holds {size} bytes, more than a probe writes ({limit})"
+            )
         os.lseek(fd, offset, os.SEEK_SET)
         chunks = []
         while chunk := os.read(fd, 1 << 20):

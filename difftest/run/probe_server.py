@@ -96,7 +96,7 @@ class ProbeServer:
         self._last_death = ""
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "ProbeServer":
+    def __enter__(self) -> ProbeServer:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -119,11 +119,15 @@ class ProbeServer:
         return result
 
     def _play(self, job: Job) -> tuple[BranchRun, list[str]]:
-        result = BranchRun(branch=self.branch, tier=self.tier, log_path=self.log_path, started_at=time.time())
+        result = BranchRun(
+            branch=self.branch, tier=self.tier, log_path=self.log_path, started_at=time.time()
+        )
         started = time.monotonic()
         if self._proc is None and self.starts >= self.limits.max_starts:
             result.error = f"not started again: the probe stopped {self.starts} times (last: {self._last_death})"
-            result.runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(result.error)
+            result.runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(
+                result.error
+            )
             return result, []
         if self._proc is None:
             self._spawn()
@@ -140,9 +144,7 @@ class ProbeServer:
         if ending == "timeout":
             self._stop()
             result.timed_out = True
-            result.error = (
-                f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if the branch is just slow)"
-            )
+            result.error = f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if the branch is just slow)"
             self._last_death = result.error
         code: int | None = 0
         if ending == "timeout":
@@ -150,17 +152,23 @@ class ProbeServer:
         elif ending == "eof":
             code = self._stop(grace_s=CLOSE_GRACE_S)
             result.log_tail = self._log_tail()
-            result.error = f"probe exited with code {code}: {one_line(result.log_tail or 'no output')}"
+            result.error = (
+                f"probe exited with code {code}: {one_line(result.log_tail or 'no output')}"
+            )
             self._last_death = result.error
         else:
             self._answered += 1
         result.nonce, result.exited_cleanly = self._nonce, ending == "trailer"
-        delivery = check_lines(lines, self._nonce, job, self.tier, exited_cleanly=result.exited_cleanly)
+        delivery = check_lines(
+            lines, self._nonce, job, self.tier, exited_cleanly=result.exited_cleanly
+        )
         result.header = delivery.header
         result.runs = delivery.runs(result.error)
         result.duration_s = round(time.monotonic() - started, 4)
         # A warm probe's "process" for one job is its answer: a trailer is a clean end of that job.
-        result.outcome = delivery.outcome(exit_code=code, timed_out=result.timed_out, duration_s=result.duration_s)
+        result.outcome = delivery.outcome(
+            exit_code=code, timed_out=result.timed_out, duration_s=result.duration_s
+        )
         result.ended_at = time.time()
         return result, lines
 
@@ -198,7 +206,9 @@ class ProbeServer:
         self._buffer = bytearray()
         self._answered = 0
         with open(self.log_path, "ab") as log:
-            log.write(f"--- difftest: probe process {self.starts} for {self.branch} ({self.tier}) ---\n".encode())
+            log.write(
+                f"--- difftest: probe process {self.starts} for {self.branch} ({self.tier}) ---\n".encode()
+            )
             self._log_offset = log.tell()
             self._proc = start_probe_process(
                 [str(self.python), "-m", "difftest.probe", "--serve"],
@@ -266,7 +276,11 @@ class ProbeServer:
             record = json.loads(raw)
         except ValueError:
             return False
-        return isinstance(record, dict) and record.get("kind") == "trailer" and record.get("nonce") == self._nonce
+        return (
+            isinstance(record, dict)
+            and record.get("kind") == "trailer"
+            and record.get("nonce") == self._nonce
+        )
 
     def _log_tail(self) -> str:
         """The last lines the current (just ended) process wrote to the log."""

@@ -68,7 +68,9 @@ def recorded_runs(evidence: Evidence, folder: Path, branch: str, tier: str) -> l
     return [run for files in found for run in recorded_probe(files, folder).runs]
 
 
-def probe_of(evidence: Evidence, folder: Path, branch: str, tier: str, scenario: str) -> ProbeFiles | None:
+def probe_of(
+    evidence: Evidence, folder: Path, branch: str, tier: str, scenario: str
+) -> ProbeFiles | None:
     """The probe whose job played `scenario` for `branch` (merged shards: one of several); read after
     `recorded_runs` checked the files' hashes."""
     for files in (p for p in evidence.probes if p.branch == branch and p.tier == tier):
@@ -103,16 +105,24 @@ def recorded_probe(files: ProbeFiles, folder: Path) -> RecordedProbe:
     try:
         job = json.loads(job_path.read_text(encoding="utf-8"))
     except ValueError as exc:  # cannot happen for a file whose hash matched one the runner wrote
-        raise DifftestError(f"{job_path}: not valid JSON ({exc})", "run `difftest run` again") from None
+        raise DifftestError(
+            f"{job_path}: not valid JSON ({exc})", "run `difftest run` again"
+        ) from None
     delivery = read_delivery(records_path, files.nonce, job, tier, files.exited_cleanly)
     outcome = files.outcome or derived_outcome(files, delivery)
-    if outcome.host_error is not None:  # the runner could not read them: every run is an error, as it made them
+    if (
+        outcome.host_error is not None
+    ):  # the runner could not read them: every run is an error, as it made them
         reason = f"difftest could not read this probe's output: {outcome.host_error}"
-        return RecordedProbe(files, job, check_lines([], "", job, tier, exited_cleanly=False).runs(reason), outcome)
+        return RecordedProbe(
+            files, job, check_lines([], "", job, tier, exited_cleanly=False).runs(reason), outcome
+        )
     _check_outcome(outcome, delivery, records_path)
     if delivery.header is not None and delivery.trusted and not outcome.started:
-        delivery.untrusted.append("difftest rejected this probe's output when it ran (its vLLM did not come from "
-                                  "its branch environment): the shard's own report names why")
+        delivery.untrusted.append(
+            "difftest rejected this probe's output when it ran (its vLLM did not come from "
+            "its branch environment): the shard's own report names why"
+        )
     return RecordedProbe(files, job, delivery.runs(_process_error(outcome)), outcome)
 
 
@@ -131,9 +141,15 @@ def _check_outcome(outcome: ProcessOutcome, delivery: Delivery, records_path: Pa
         "a header": (outcome.started, delivery.header is not None and delivery.trusted),
         "a trailer": (outcome.trailer, delivery.trailer is not None and delivery.trusted),
     }
-    wrong = [f"{what} the records do not hold" for what, (said, held) in claims.items() if said and not held]
+    wrong = [
+        f"{what} the records do not hold"
+        for what, (said, held) in claims.items()
+        if said and not held
+    ]
     if sorted(outcome.unreported) != sorted(delivery.unreported()):
-        wrong.append(f"unreported runs {outcome.unreported} where the records leave {delivery.unreported()}")
+        wrong.append(
+            f"unreported runs {outcome.unreported} where the records leave {delivery.unreported()}"
+        )
     if wrong:
         raise DifftestError(
             f"the evidence's outcome of {records_path.name} does not match the records: it claims {'; '.join(wrong)}",

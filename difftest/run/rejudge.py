@@ -47,15 +47,25 @@ class Rejudged:
     @property
     def recorded(self) -> dict[RunKey, ProbeRun]:
         """Every run by (branch, scenario, label): what traces and the conclusion read steps from."""
-        return {(branch, run.scenario, run.label): run for branch, found in self.runs.items() for run in found}
+        return {
+            (branch, run.scenario, run.label): run
+            for branch, found in self.runs.items()
+            for run in found
+        }
 
 
-def recorded_scenarios(config: Config, recorded: Evidence, names: list[str] | None = None) -> dict[str, ScenarioBase]:
+def recorded_scenarios(
+    config: Config, recorded: Evidence, names: list[str] | None = None
+) -> dict[str, ScenarioBase]:
     """The config's scenarios the evidence names (`names`: some of them), each the very file the evidence
     was made from (its sha256), or ConfigError naming the first that is missing or changed."""
     wanted = names if names is not None else list(recorded.scenarios)
     tier_names = list(dict.fromkeys(recorded.scenarios[n].tier for n in wanted))
-    found = {s.name: s for group in select_scenarios(config, tier_names or None, None) for s in group.scenarios}
+    found = {
+        s.name: s
+        for group in select_scenarios(config, tier_names or None, None)
+        for s in group.scenarios
+    }
     for name in wanted:
         then, now = recorded.scenarios[name], found.get(name)
         if now is None or now.sha256 != then.sha256:
@@ -67,7 +77,9 @@ def recorded_scenarios(config: Config, recorded: Evidence, names: list[str] | No
     return {name: found[name] for name in wanted}
 
 
-def rejudge(config: Config, evidence: Evidence, folder: Path, name: str, order: list[str] | None = None) -> Rejudged:
+def rejudge(
+    config: Config, evidence: Evidence, folder: Path, name: str, order: list[str] | None = None
+) -> Rejudged:
     """Every verdict of `evidence` (named `name` in messages; its probe files under `folder`) judged again
     from its records, in `order` (scenario names; default: the evidence's). Reference branches' results
     are left out, as the run left them out; DifftestError/ConfigError when a piece does not check."""
@@ -93,16 +105,22 @@ def rejudge(config: Config, evidence: Evidence, folder: Path, name: str, order: 
             )
         mine = [scenarios[s] for s in names if evidence.scenarios[s].tier == tier_name]
         skipped = _skipped(evidence, tier_name, mine, name)
-        measured = _measured(evidence, folder, tier_name, [s for s in mine if s.name not in skipped], name)
+        measured = _measured(
+            evidence, folder, tier_name, [s for s in mine if s.name not in skipped], name
+        )
         branches = {b: _setup_error(evidence, b, tier_name) for b in _branch_order(evidence)}
-        results = door.judge_tier(tier, mine, skipped, branches, measured, evidence.reading, evidence.baseline)
+        results = door.judge_tier(
+            tier, mine, skipped, branches, measured, evidence.reading, evidence.baseline
+        )
         out.results += [r for r in results if r.branch not in evidence.reference_branches]
         for branch, probe in measured.items():
             out.runs.setdefault(branch, []).extend(probe.runs)
     return out
 
 
-def _skipped(evidence: Evidence, tier_name: str, scenarios: list[ScenarioBase], name: str) -> dict[str, str]:
+def _skipped(
+    evidence: Evidence, tier_name: str, scenarios: list[ScenarioBase], name: str
+) -> dict[str, str]:
     """The scenarios this base cannot run, as the tier says now; ConfigError where the shard says otherwise."""
     tier = tiers.get(tier_name)
     skipped = {}
@@ -131,7 +149,11 @@ def _measured(
         if files.branch not in evidence.branches or files.branch in measured:
             raise DifftestError(
                 f"{name} names a {tier_name} probe of {files.branch!r} that is "
-                + ("not one of its branches" if files.branch not in evidence.branches else "already named"),
+                + (
+                    "not one of its branches"
+                    if files.branch not in evidence.branches
+                    else "already named"
+                ),
                 "use the evidence.json `difftest run` wrote, unedited",
             )
         probe = recorded_probe(files, folder)
@@ -158,4 +180,11 @@ def _setup_error(evidence: Evidence, branch: str, tier_name: str) -> str:
 def _branch_order(evidence: Evidence) -> list[str]:
     """The run's branch order as far as the file keeps it: the probes' order (the evidence's branch map is
     written with sorted keys), then the branches that have no probe."""
-    return list(dict.fromkeys([*(p.branch for p in evidence.probes if p.branch in evidence.branches), *evidence.branches]))
+    return list(
+        dict.fromkeys(
+            [
+                *(p.branch for p in evidence.probes if p.branch in evidence.branches),
+                *evidence.branches,
+            ]
+        )
+    )

@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +104,18 @@ def cache_dir() -> Path | None:
 
 #: What the runs depend on of difftest's own code: the probe that plays them, the models and readers
 #: that check its records (paths relative to the package).
-_CODE = ("probe", "core/records.py", "core/outcome.py", "run/delivery.py", "run/validated.py", "run/result_cache.py",
-         "run/probe_env.py", "run/probe_files.py", "run/runner.py", "run/launch.py")
+_CODE = (
+    "probe",
+    "core/records.py",
+    "core/outcome.py",
+    "run/delivery.py",
+    "run/validated.py",
+    "run/result_cache.py",
+    "run/probe_env.py",
+    "run/probe_files.py",
+    "run/runner.py",
+    "run/launch.py",
+)
 
 
 def code_digest() -> str:
@@ -115,7 +125,11 @@ def code_digest() -> str:
     for part in _CODE:
         found = package / part
         files += sorted(found.rglob("*.py")) if found.is_dir() else [found]
-    digest = {f.relative_to(package).as_posix(): sha256_bytes(f.read_bytes()) for f in files if f.is_file()}
+    digest = {
+        f.relative_to(package).as_posix(): sha256_bytes(f.read_bytes())
+        for f in files
+        if f.is_file()
+    }
     return canonical_hash(digest)
 
 
@@ -135,12 +149,13 @@ def result_key(
         "protocol": PROTOCOL_VERSION,
         "tier": tier,
         "job": job,
-        "environment": canonical_hash({k: v for k, v in env_fingerprint.items() if k not in _NAMING_KEYS}),
+        "environment": canonical_hash(
+            {k: v for k, v in env_fingerprint.items() if k not in _NAMING_KEYS}
+        ),
         "base": canonical_hash(base_fingerprint),
         "scenarios": dict(sorted(scenario_sha256.items())),
         "probe_timeout_s": probe_timeout_s,
         "exit_timeout_s": exit_timeout_s,
-
         "code": code_digest(),
         "environ": passed_environ(),
     }
@@ -150,7 +165,11 @@ def result_key(
 def cacheable(run: BranchRun) -> str | None:
     """Why `run` must not be stored, or None if it is a clean, repeatable measurement."""
     if run.outcome is None or not run.outcome.clean:
-        return run.error or (run.outcome.fault() if run.outcome else "") or "the probe did not exit cleanly"
+        return (
+            run.error
+            or (run.outcome.fault() if run.outcome else "")
+            or "the probe did not exit cleanly"
+        )
     if not run.exited_cleanly or run.error or run.timed_out:
         return run.error or "the probe did not exit cleanly"
     if run.header is None:
@@ -168,7 +187,9 @@ def _not_repeatable(run: ProbeRun) -> str | None:
     failure = run.failure
     if failure is None:
         return f"not measured ({run.error or 'no record'})"
-    if failure.kind == "did-not-finish" or (failure.kind == "exception" and failure.origin == "vllm"):
+    if failure.kind == "did-not-finish" or (
+        failure.kind == "exception" and failure.origin == "vllm"
+    ):
         return None  # the branch's own code, the same on every run
     return f"{failure.kind} in {failure.origin} code (may not repeat)"
 
@@ -186,7 +207,9 @@ class ResultCache:
     def _path(self, key: str) -> Path:
         return self.folder / key[:2] / f"{key}.json"
 
-    def load(self, key: str, job: Job, branch: str, tier: str, work_dir: Path, log: Any) -> BranchRun | None:
+    def load(
+        self, key: str, job: Job, branch: str, tier: str, work_dir: Path, log: Any
+    ) -> BranchRun | None:
         """The stored output for `key`, written back into `work_dir` and re-read as the runner reads a
         probe's; None when there is none, or when it is damaged (logged, deleted: measured again)."""
         if not self.reuse:
@@ -198,7 +221,9 @@ class ResultCache:
             with long_lived():  # the records stay until the command ends (run.heap)
                 return self._restore(path, key, job, branch, tier, work_dir, log)
         except _Damaged as exc:
-            log(f"{branch}: {tier} result cache entry {path} is damaged ({exc}): deleting it and measuring again")
+            log(
+                f"{branch}: {tier} result cache entry {path} is damaged ({exc}): deleting it and measuring again"
+            )
             for damaged in (path, copy_path(path)):
                 try:
                     damaged.unlink(missing_ok=True)
@@ -206,7 +231,9 @@ class ResultCache:
                     pass  # measured again all the same; storing the new result replaces it
             return None
 
-    def _restore(self, path: Path, key: str, job: Job, branch: str, tier: str, work_dir: Path, log: Any) -> BranchRun:
+    def _restore(
+        self, path: Path, key: str, job: Job, branch: str, tier: str, work_dir: Path, log: Any
+    ) -> BranchRun:
         try:
             raw = path.read_bytes()
             entry = json.loads(raw.decode("utf-8"))
@@ -229,9 +256,17 @@ class ResultCache:
             raise _Damaged(f"incomplete payload: {exc}") from None
         if stored_job != job:
             raise _Damaged("its job is not this job")
-        records = self._records(path, sha256_bytes(raw), records_text, nonce, job, tier, f"{branch}: {tier}", log)
-        restored = BranchRun(branch=branch, tier=tier, header=records.header, runs=records.runs, exited_cleanly=True,
-                             outcome=outcome)
+        records = self._records(
+            path, sha256_bytes(raw), records_text, nonce, job, tier, f"{branch}: {tier}", log
+        )
+        restored = BranchRun(
+            branch=branch,
+            tier=tier,
+            header=records.header,
+            runs=records.runs,
+            exited_cleanly=True,
+            outcome=outcome,
+        )
         why = cacheable(restored)
         if why:
             raise _Damaged(f"it holds a run that is never stored: {why}")
@@ -239,8 +274,14 @@ class ResultCache:
         job_path.parent.mkdir(parents=True, exist_ok=True)
         job_path.write_text(job_text, encoding="utf-8")
         records_path.write_text(records_text, encoding="utf-8")
-        log_path.write_text(f"reused from the result cache ({path}); measured {measured_at} in {duration} s\n")
-        restored.job_path, restored.records_path, restored.log_path = job_path, records_path, log_path
+        log_path.write_text(
+            f"reused from the result cache ({path}); measured {measured_at} in {duration} s\n"
+        )
+        restored.job_path, restored.records_path, restored.log_path = (
+            job_path,
+            records_path,
+            log_path,
+        )
         restored.nonce = nonce
         restored.duration_s = duration
         restored.reused = ReusedProbe(key=key, measured_at=measured_at, duration_s=duration)
@@ -248,7 +289,14 @@ class ResultCache:
 
     @staticmethod
     def _records(
-        path: Path, entry_sha256: str, text: str, nonce: str, job: Job, tier: str, who: str, log: Any
+        path: Path,
+        entry_sha256: str,
+        text: str,
+        nonce: str,
+        job: Job,
+        tier: str,
+        who: str,
+        log: Any,
     ) -> ReadRecords:
         """The entry's records as the runner's reader reads them: from their validated copy when it was made from
         these very entry bytes (`run.validated`), else line by line, keeping a copy for the next reuse."""
@@ -256,8 +304,10 @@ class ResultCache:
         try:
             kept = read_copy(copy, entry_sha256)
         except CopyDamaged as exc:
-            log(f"{who} result cache entry {path}: its validated copy is damaged ({exc}): "
-                "reading its records line by line")
+            log(
+                f"{who} result cache entry {path}: its validated copy is damaged ({exc}): "
+                "reading its records line by line"
+            )
             kept = None
         if kept is not None:
             return kept
@@ -271,12 +321,17 @@ class ResultCache:
             return False
         why = cacheable(run)
         if why or run.job_path is None or run.records_path is None:
-            log(f"{run.branch}: {run.tier} runs not cached ({why or 'no probe files'}): the next run measures them again")
+            log(
+                f"{run.branch}: {run.tier} runs not cached ({why or 'no probe files'}): the next run measures them again"
+            )
             return False
         try:
             job_text = read_probe_file(run.job_path).decode("utf-8")
             records_text = read_probe_file(run.records_path).decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:  # the runs were judged; only their reuse is lost
+        except (
+            OSError,
+            UnicodeDecodeError,
+        ) as exc:  # the runs were judged; only their reuse is lost
             log(f"{run.branch}: {run.tier} runs not cached: cannot read its probe files ({exc})")
             return False
         payload = {
@@ -284,20 +339,31 @@ class ResultCache:
             "records": records_text,
             "nonce": run.nonce,
             "duration_s": run.duration_s,
-            "measured_at": datetime.fromtimestamp(run.ended_at or run.started_at, timezone.utc).isoformat(timespec="seconds"),
+            "measured_at": datetime.fromtimestamp(
+                run.ended_at or run.started_at, UTC
+            ).isoformat(timespec="seconds"),
             "outcome": (run.outcome or clean_outcome(run.duration_s)).model_dump(mode="json"),
         }
-        entry = {"format": CACHE_FORMAT, "key": key, "payload": payload, "payload_sha256": _payload_hash(payload)}
+        entry = {
+            "format": CACHE_FORMAT,
+            "key": key,
+            "payload": payload,
+            "payload_sha256": _payload_hash(payload),
+        }
         path = self._path(key)
         text = json.dumps(entry, sort_keys=True)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, text)
         except OSError as exc:  # a full disk costs the reuse, never the measurement
-            log(f"{run.branch}: {run.tier} runs not cached: cannot write {path} ({exc.strerror or exc})")
+            log(
+                f"{run.branch}: {run.tier} runs not cached: cannot write {path} ({exc.strerror or exc})"
+            )
             return False
         try:  # the validated copy of exactly what was stored, so that the next run need not read it line by line
-            records = _read_records(payload["records"], run.nonce, json.loads(payload["job"]), run.tier)
+            records = _read_records(
+                payload["records"], run.nonce, json.loads(payload["job"]), run.tier
+            )
         except (_Damaged, ValueError):
             return True  # the next reuse reads it line by line, and judges it
         write_copy(copy_path(path), sha256_bytes(text.encode("utf-8")), records)
@@ -312,7 +378,11 @@ def _read_records(text: str, nonce: str, job: Job, tier: str) -> ReadRecords:
     """An entry's records read line by line by the runner's own reader; _Damaged unless every one is trusted."""
     delivery = check_lines(text.splitlines(), nonce, job, tier, exited_cleanly=True)
     if delivery.untrusted or delivery.rejected or delivery.incomplete or delivery.header is None:
-        why = (delivery.untrusted + list(delivery.rejected.values()) + [delivery.incomplete or "no header"])[0]
+        why = (
+            delivery.untrusted
+            + list(delivery.rejected.values())
+            + [delivery.incomplete or "no header"]
+        )[0]
         raise _Damaged(f"its records do not validate: {why}")
     return ReadRecords(header=delivery.header, runs=delivery.runs(None))
 

@@ -141,7 +141,9 @@ def allow_probes() -> None:
     _LIVE.allow_again()
 
 
-def start_probe_process(*args: Any, nonce: str | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
+def start_probe_process(
+    *args: Any, nonce: str | None = None, **kwargs: Any
+) -> subprocess.Popen[Any]:
     """`subprocess.Popen`, for a probe: killed with the others on an interrupt or at exit, told to die
     with this host (`protocol.die_with_host`); raises ProbesStopped once difftest was interrupted.
     The `nonce` goes over a pipe (`protocol.take_nonce`), never into the environment, which a
@@ -211,8 +213,11 @@ def planned_count(job: Job) -> int:
 
 def probe_file_paths(work_dir: Path, branch: str, tier: str) -> tuple[Path, Path, Path]:
     """Where one branch's probe of one tier keeps its job, its records and its log."""
-    return (work_dir / f"{branch}-{tier}-job.json", work_dir / f"{branch}-{tier}-runs.jsonl",
-            work_dir / f"{branch}-{tier}-probe.log")
+    return (
+        work_dir / f"{branch}-{tier}-job.json",
+        work_dir / f"{branch}-{tier}-runs.jsonl",
+        work_dir / f"{branch}-{tier}-probe.log",
+    )
 
 
 def run_probe(
@@ -231,14 +236,21 @@ def run_probe(
     """Run `python -m difftest.probe` on one job, forked from `server` if one is given (a fresh
     interpreter otherwise, or if forking this branch is refused); never raises for the branch's own
     failures, nor for anything of its output the host cannot read (that is this branch's error)."""
-    work_dir = work_dir.resolve()  # the probe runs in `work_dir`: paths it is given must not be relative
+    work_dir = (
+        work_dir.resolve()
+    )  # the probe runs in `work_dir`: paths it is given must not be relative
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path, out_path, log_path = probe_file_paths(work_dir, branch, tier)
     job_path.write_text(json.dumps(job, indent=1))
     out_path.unlink(missing_ok=True)
     nonce = secrets.token_hex(16)
     result = BranchRun(
-        branch=branch, tier=tier, log_path=log_path, job_path=job_path, records_path=out_path, nonce=nonce,
+        branch=branch,
+        tier=tier,
+        log_path=log_path,
+        job_path=job_path,
+        records_path=out_path,
+        nonce=nonce,
         started_at=time.time(),
     )
     started = time.monotonic()
@@ -254,11 +266,15 @@ def run_probe(
     watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
     try:
         if server is not None:
-            proc = _forked(server, python, argv, {**env, NONCE_ENV: nonce}, work_dir, log_path, result)
+            proc = _forked(
+                server, python, argv, {**env, NONCE_ENV: nonce}, work_dir, log_path, result
+            )
         if proc is not None:
             assert server is not None
             watch.follow(proc, started, result)
-            why_fresh = _why_again_fresh(proc, server, log_path, watch.timed_out or watch.exit_overdue)
+            why_fresh = _why_again_fresh(
+                proc, server, log_path, watch.timed_out or watch.exit_overdue
+            )
             if why_fresh and _LIVE.stops == stops:  # never after an interrupt killed it
                 result.launch_note = why_fresh
                 out_path.unlink(missing_ok=True)
@@ -267,7 +283,9 @@ def run_probe(
                 started, result.peak_rss_mb = time.monotonic(), None
                 watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
         if proc is None:
-            if _LIVE.stops != stops:  # a fork that failed because difftest was interrupted meanwhile
+            if (
+                _LIVE.stops != stops
+            ):  # a fork that failed because difftest was interrupted meanwhile
                 raise ProbesStopped("difftest was interrupted: no new probe is started")
             result.launch = "fresh"
             with open(log_path, "wb") as log:
@@ -296,8 +314,16 @@ def run_probe(
     return result
 
 
-def _read_output(result: BranchRun, proc: ProbeProcess, watch: "_Watch", python: Path, job: Job, tier: str,
-                 timeout_s: float, exit_s: float) -> None:
+def _read_output(
+    result: BranchRun,
+    proc: ProbeProcess,
+    watch: _Watch,
+    python: Path,
+    job: Job,
+    tier: str,
+    timeout_s: float,
+    exit_s: float,
+) -> None:
     """The probe's records, checked, and the outcome of its process."""
     assert result.records_path is not None and result.log_path is not None
     log = _log_lines(result.log_path)
@@ -306,14 +332,19 @@ def _read_output(result: BranchRun, proc: ProbeProcess, watch: "_Watch", python:
     stuck = _stuck(log) if watch.exit_overdue or watch.timed_out else ""
     result.timed_out = watch.timed_out
     if watch.exit_overdue:
-        result.error = (f"the probe did not exit within {exit_s:g} s after its last run"
-                        + (f": {stuck}" if stuck else ""))
+        result.error = f"the probe did not exit within {exit_s:g} s after its last run" + (
+            f": {stuck}" if stuck else ""
+        )
     elif watch.timed_out:
         result.error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
     elif proc.returncode != 0:
-        result.error = f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
+        result.error = (
+            f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
+        )
     result.exited_cleanly = proc.returncode == 0 and not watch.timed_out and not watch.exit_overdue
-    delivery = read_delivery(result.records_path, result.nonce, job, tier, exited_cleanly=result.exited_cleanly)
+    delivery = read_delivery(
+        result.records_path, result.nonce, job, tier, exited_cleanly=result.exited_cleanly
+    )
     foreign = foreign_code(delivery.header, python)
     if foreign:
         delivery.untrusted.append(foreign)
@@ -336,13 +367,15 @@ def _unreadable(result: BranchRun, job: Job, tier: str, why: str, exit_code: int
     result.error = reason
     result.header = None
     result.runs = check_lines([], "", job, tier, exited_cleanly=False).runs(reason)
-    result.outcome = ProcessOutcome(exit_code=exit_code, host_error=why, duration_s=result.duration_s)
+    result.outcome = ProcessOutcome(
+        exit_code=exit_code, host_error=why, duration_s=result.duration_s
+    )
 
 
 def _stuck(lines: list[str]) -> str:
     """What the probe said in its log `lines` kept it running (threads it waited for at exit; the first
     frames of the stack dump it wrote when asked), in one short line; "" when it said nothing."""
-    said = [line[len(STUCK_PREFIX):] for line in lines if line.startswith(STUCK_PREFIX)]
+    said = [line[len(STUCK_PREFIX) :] for line in lines if line.startswith(STUCK_PREFIX)]
     frames = _innermost_frames(lines)
     parts = [*said[-1:], *([f"stack: {frames}"] if frames else [])]
     return clean("; ".join(parts))[:600]
@@ -351,11 +384,15 @@ def _stuck(lines: list[str]) -> str:
 def _innermost_frames(lines: list[str]) -> str:
     """The innermost frame of each thread in a faulthandler dump ("file:line in function", the stuck
     main thread first), from the last dump in the log."""
-    starts = [i for i, line in enumerate(lines) if line.startswith(("Thread 0x", "Current thread 0x"))]
+    starts = [
+        i for i, line in enumerate(lines) if line.startswith(("Thread 0x", "Current thread 0x"))
+    ]
     if not starts:
         return ""
     first = starts[0]
-    for i in range(len(starts) - 1, 0, -1):  # the last dump: its threads follow each other without a gap
+    for i in range(
+        len(starts) - 1, 0, -1
+    ):  # the last dump: its threads follow each other without a gap
         if starts[i] - starts[i - 1] > 200:
             first = starts[i]
             break
@@ -367,8 +404,15 @@ def _innermost_frames(lines: list[str]) -> str:
     return " | ".join(frames[:4])
 
 
-def _forked(server: ForkServer, python: Path, argv: list[str], env: dict[str, str], work_dir: Path,
-            log_path: Path, result: BranchRun) -> ProbeProcess | None:
+def _forked(
+    server: ForkServer,
+    python: Path,
+    argv: list[str],
+    env: dict[str, str],
+    work_dir: Path,
+    log_path: Path,
+    result: BranchRun,
+) -> ProbeProcess | None:
     """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it cannot."""
     if not server.usable:
         result.launch_note = server.failure or "the fork server ended before this probe started"
@@ -399,9 +443,21 @@ class _Watch:
     that once the trailer is written the probe gets `exit_s` to exit, not the rest of `probe_s`. A
     probe that overstays either limit is asked for its threads' stacks, then its group is killed."""
 
-    def __init__(self, out_path: Path, branch: str, expected: int, progress: Progress | None,
-                 timeout_s: float, exit_s: float) -> None:
-        self.out_path, self.branch, self.expected, self.progress = out_path, branch, expected, progress
+    def __init__(
+        self,
+        out_path: Path,
+        branch: str,
+        expected: int,
+        progress: Progress | None,
+        timeout_s: float,
+        exit_s: float,
+    ) -> None:
+        self.out_path, self.branch, self.expected, self.progress = (
+            out_path,
+            branch,
+            expected,
+            progress,
+        )
         self.timeout_s, self.exit_s = timeout_s, exit_s
         self.timed_out = False
         self.exit_overdue = False
@@ -431,7 +487,9 @@ class _Watch:
             if proc.poll() is None:
                 kill_group(proc)
             else:
-                kill_group(proc, wait=False)  # what of its group is left: no child outlives the probe
+                kill_group(
+                    proc, wait=False
+                )  # what of its group is left: no child outlives the probe
             _LIVE.ended(proc)
 
     def _read_new(self) -> None:
@@ -466,8 +524,13 @@ class _Watch:
                     record = {}
                 self._last = record if isinstance(record, dict) else {}
         if self.progress is not None and self._runs != before:
-            self.progress(self.branch, self._runs, self.expected, clean(str(self._last.get("scenario", ""))),
-                          clean(str(self._last.get("label", ""))))
+            self.progress(
+                self.branch,
+                self._runs,
+                self.expected,
+                clean(str(self._last.get("scenario", ""))),
+                clean(str(self._last.get("label", ""))),
+            )
 
 
 def _dump_then_kill(proc: ProbeProcess) -> None:
@@ -517,17 +580,34 @@ def run_branches(
     started: the caller exits in moments, not after `probe_s`.
     """
     parallel = min(jobs, len(targets))
-    server, note = warm_fork_server(targets[0][1], tier, work_dir, timeout_s, parallel) if fork and targets else (None, "")
+    server, note = (
+        warm_fork_server(targets[0][1], tier, work_dir, timeout_s, parallel)
+        if fork and targets
+        else (None, "")
+    )
     if note:
         log(f"{tier} tier: probes start in fresh interpreters: {note}")
     elif server is not None:
-        log(f"{tier} tier: fork server ready, {len(server.state.modules)} shared libraries imported once in "
-            f"{server.state.import_s:.1f} s; each probe is forked from it (--no-fork: fresh interpreters)")
+        log(
+            f"{tier} tier: fork server ready, {len(server.state.modules)} shared libraries imported once in "
+            f"{server.state.import_s:.1f} s; each probe is forked from it (--no-fork: fresh interpreters)"
+        )
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = {
             name: pool.submit(
-                run_probe, name, python, job, tier, work_dir, timeout_s, progress, parallel, server, note, exit_s,
+                run_probe,
+                name,
+                python,
+                job,
+                tier,
+                work_dir,
+                timeout_s,
+                progress,
+                parallel,
+                server,
+                note,
+                exit_s,
             )
             for name, python in targets
         }
@@ -544,14 +624,21 @@ def run_branches(
     return delivered
 
 
-def warm_fork_server(python: Path, tier: str, work_dir: Path, timeout_s: float,
-                     parallel: int) -> tuple[ForkServer | None, str]:
+def warm_fork_server(
+    python: Path, tier: str, work_dir: Path, timeout_s: float, parallel: int
+) -> tuple[ForkServer | None, str]:
     """The tier's fork server, its shared libraries imported; (None, why) when probes must start fresh."""
     work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid())}
-    server = start_fork_server(python, env, work_dir, work_dir / f"{tier}-forkserver.log",
-                               min(timeout_s, 600.0), _LIVE.start_helper)
+    server = start_fork_server(
+        python,
+        env,
+        work_dir,
+        work_dir / f"{tier}-forkserver.log",
+        min(timeout_s, 600.0),
+        _LIVE.start_helper,
+    )
     if server.usable:
         return server, ""
     server.close()

@@ -99,7 +99,9 @@ def search(
     try:
         while True:
             result.rounds += 1
-            found, calls = _round(strategy, examine, known, seed_value, examples, deadline, started, result, on_call)
+            found, calls = _round(
+                strategy, examine, known, seed_value, examples, deadline, started, result, on_call
+            )
             result.examples = calls
             if found is None:
                 break
@@ -162,5 +164,7 @@ def _round(
     except _NewKinds as failure:
         return Found(failure.value, failure.kinds, state["first_seen"] or 0.0, 0), state["calls"]
     except Flaky as exc:
-        raise _NotReproduced(f"an example did not fail again when replayed: {str(exc).splitlines()[0]}") from None
+        raise _NotReproduced(
+            f"an example did not fail again when replayed: {str(exc).splitlines()[0]}"
+        ) from None
     return None, state["calls"]

@@ -48,9 +48,18 @@ from difftest.tiers.common.scenario import ScenarioIdentity
 
 Log = Callable[[str], None]
 #: Variables that would change what pytest loads or how xdist distributes.
-_PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_XDIST_AUTO_NUM_WORKERS")
+_PYTEST_VARIABLES = (
+    "PYTEST_ADDOPTS",
+    "PYTEST_PLUGINS",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+    "PYTEST_XDIST_AUTO_NUM_WORKERS",
+)
 #: Probe settings that do not belong in a test run (tests choose their own engine mode and KV cache).
-_PROBE_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND")
+_PROBE_ONLY = (
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+)
 
 
 @dataclass
@@ -110,19 +119,36 @@ def measure_suites(
         )
         log(why)
         return SuiteMeasurement(
-            tier.judge_suites(scenario, SuitePlan([], []), [], names, baseline, reading, dict.fromkeys(names, why))[0],
-            [], {},
+            tier.judge_suites(
+                scenario, SuitePlan([], []), [], names, baseline, reading, dict.fromkeys(names, why)
+            )[0],
+            [],
+            {},
         )
     base_tests = BranchTests(baseline, base_branch.resolved.sha)
-    others = [branch_tests(repo, b.name, b.resolved.sha, base_tests.sha) for b in workspace.branches if b.name != baseline]
+    others = [
+        branch_tests(repo, b.name, b.resolved.sha, base_tests.sha)
+        for b in workspace.branches
+        if b.name != baseline
+    ]
     plan = tier.plan_suites(scenario, base_tests, others)
     sources = {
-        s.label: TestSourceEvidence(origin=s.origin, sha=s.sha, selection=list(s.tests), keyword=s.keyword,
-                                    same_as=list(s.same_as), note=s.note)
+        s.label: TestSourceEvidence(
+            origin=s.origin,
+            sha=s.sha,
+            selection=list(s.tests),
+            keyword=s.keyword,
+            same_as=list(s.same_as),
+            note=s.note,
+        )
         for s in plan.sources
     }
     if not built:
-        return SuiteMeasurement(tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0], [], sources)
+        return SuiteMeasurement(
+            tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0],
+            [],
+            sources,
+        )
     envs = {b.name: b.env for b in built}
     requirements = tier.suite_requirements(scenario)
     python_path = [site_dir(suite_packages(workspace.base, requirements, log))]
@@ -132,39 +158,83 @@ def measure_suites(
     runs = []
     for session in plan.sessions:
         for source in plan.sources:
-            if session.default_source == source.label or source.label in {o for o, _ in session.owners.values()}:
+            if session.default_source == source.label or source.label in {
+                o for o, _ in session.owners.values()
+            }:
                 sources[source.label].session = session.name
         root = suite_tree(repo, session.sha, session.grafts)
         # The controller imports the tree's conftest.py: the tree's own branch's code, else the baseline's.
         controller = (envs.get(session.origin) or envs.get(baseline) or built[0].env).python  # type: ignore[union-attr]
-        log(f"tests: session {session.name} ({len(workers)} branches) from {root.name}: {' '.join(session.args)}")
-        limits = {"run_s": workspace.config.timeouts.run_s, "suite_s": workspace.config.timeouts.suite_s}
-        key = session_key(
-            session, [(b.name, b.env.fingerprint) for b in built],  # type: ignore[union-attr]
-            next(b.env.fingerprint for b in built if b.env is not None and b.env.python == controller),
-            workspace.base.fingerprint, list(requirements), limits,
-        ) if not extra_args and not inherit_controller_path else None
+        log(
+            f"tests: session {session.name} ({len(workers)} branches) from {root.name}: {' '.join(session.args)}"
+        )
+        limits = {
+            "run_s": workspace.config.timeouts.run_s,
+            "suite_s": workspace.config.timeouts.suite_s,
+        }
+        key = (
+            session_key(
+                session,
+                [(b.name, b.env.fingerprint) for b in built],  # type: ignore[union-attr]
+                next(
+                    b.env.fingerprint
+                    for b in built
+                    if b.env is not None and b.env.python == controller
+                ),
+                workspace.base.fingerprint,
+                list(requirements),
+                limits,
+            )
+            if not extra_args and not inherit_controller_path
+            else None
+        )
         reused = load_session(cache, key, work_dir / session.name, log) if key else None
         if reused is not None:
-            run = SessionRun(session.name, work_dir / session.name, root, [], reused["returncode"], None,
-                             reused["duration_s"], reused_key=key)
-            log(f"tests: session {session.name} reused from the result cache (measured {reused['measured_at']}, "
-                f"key {str(key)[:12]}; --no-cache runs it again)")
+            run = SessionRun(
+                session.name,
+                work_dir / session.name,
+                root,
+                [],
+                reused["returncode"],
+                None,
+                reused["duration_s"],
+                reused_key=key,
+            )
+            log(
+                f"tests: session {session.name} reused from the result cache (measured {reused['measured_at']}, "
+                f"key {str(key)[:12]}; --no-cache runs it again)"
+            )
         else:
             run = run_session(
-                session, root, controller, workers, python_path, hub, tier.plugin, work_dir / session.name,
-                workspace.config.timeouts.run_s, workspace.config.timeouts.suite_s, progress, extra_args or [],
+                session,
+                root,
+                controller,
+                workers,
+                python_path,
+                hub,
+                tier.plugin,
+                work_dir / session.name,
+                workspace.config.timeouts.run_s,
+                workspace.config.timeouts.suite_s,
+                progress,
+                extra_args or [],
                 inherit_controller_path,
             )
             if key:
                 store_session(cache, key, run.out, run.returncode, run.error, run.duration_s, log)
         runs.append(run)
-        found, problems = read_session(session, run.out, {name: path for name, _, path in workers}, run.error)
+        found, problems = read_session(
+            session, run.out, {name: path for name, _, path in workers}, run.error
+        )
         outcomes += found
         for code, why in problems.items():
             unmeasured.setdefault(code, why)
-        log(f"tests: session {session.name} {'failed: ' + run.error if run.error else 'done'} in {run.duration_s:.1f} s")
-    results, records = tier.judge_suites(scenario, plan, outcomes, names, baseline, reading, unmeasured)
+        log(
+            f"tests: session {session.name} {'failed: ' + run.error if run.error else 'done'} in {run.duration_s:.1f} s"
+        )
+    results, records = tier.judge_suites(
+        scenario, plan, outcomes, names, baseline, reading, unmeasured
+    )
     return SuiteMeasurement(results, records, sources, runs)
 
 
@@ -184,19 +254,33 @@ def session_command(
         config = out / "empty.ini"
         config.write_text("[pytest]\n")
     return [
-        str(controller), "-m", "pytest",
-        "-p", plugin,
-        "-p", "no:cacheprovider",  # nothing written into the test tree
-        "--rootdir", str(root),
-        "-c", str(config),
-        "-o", "addopts=",  # the tree's own addopts (a real clone's `-n0`, say) must not change the run
-        "-o", "junit_family=xunit1",
-        "-o", "junit_logging=no",
-        "-o", f"timeout={run_timeout_s:g}",  # pytest-timeout, per test
-        "--dist", "each",
+        str(controller),
+        "-m",
+        "pytest",
+        "-p",
+        plugin,
+        "-p",
+        "no:cacheprovider",  # nothing written into the test tree
+        "--rootdir",
+        str(root),
+        "-c",
+        str(config),
+        "-o",
+        "addopts=",  # the tree's own addopts (a real clone's `-n0`, say) must not change the run
+        "-o",
+        "junit_family=xunit1",
+        "-o",
+        "junit_logging=no",
+        "-o",
+        f"timeout={run_timeout_s:g}",  # pytest-timeout, per test
+        "--dist",
+        "each",
         *[f"--tx=popen//python={python}//env:{CODE_ENV}={name}" for name, python, _ in workers],
         f"--junitxml={out / 'junit.xml'}",
-        "-q", "--color=no", "-p", "no:randomly",
+        "-q",
+        "--color=no",
+        "-p",
+        "no:randomly",
         *extra_args,
         *session.args,
     ]
@@ -206,7 +290,11 @@ def session_environ(
     session: SuiteSession, python_path: list[Path], hub: Path, out: Path, workers: int
 ) -> dict[str, str]:
     """The probes' offline environment, with the test-only packages and the stand-in model cache."""
-    env = {k: v for k, v in probe_environ(workers).items() if k not in (*_PYTEST_VARIABLES, *_PROBE_ONLY)}
+    env = {
+        k: v
+        for k, v in probe_environ(workers).items()
+        if k not in (*_PYTEST_VARIABLES, *_PROBE_ONLY)
+    }
     env = {k: v for k, v in env.items() if not k.startswith(("PYTEST_XDIST_", "DIFFTEST_"))}
     env.update(
         PYTHONPATH=os.pathsep.join(str(p) for p in python_path),
@@ -240,16 +328,25 @@ def run_session(
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("junit.xml", "workers.json", "progress.jsonl"):
         (out / stale).unlink(missing_ok=True)
-    command = session_command(session, root, controller, workers, plugin, out, run_timeout_s, extra_args)
+    command = session_command(
+        session, root, controller, workers, plugin, out, run_timeout_s, extra_args
+    )
     run = SessionRun(session.name, out, root, command)
     started = time.monotonic()
     token = descendants.new_token()
     with open(out / "pytest.log", "wb") as log:
         # Through the probes' registry: killed with them on Ctrl-C, SIGTERM or exit (`runner._LIVE`).
         proc = start_probe_process(
-            command, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**session_environ(session, python_path, hub, out, len(workers)),
-                 **({INHERIT_PATH_ENV: "1"} if inherit_controller_path else {}), descendants.TOKEN_ENV: token},
+            command,
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={
+                **session_environ(session, python_path, hub, out, len(workers)),
+                **({INHERIT_PATH_ENV: "1"} if inherit_controller_path else {}),
+                descendants.TOKEN_ENV: token,
+            },
             start_new_session=True,
         )
         seen: dict[str, int] = {}
@@ -272,8 +369,14 @@ def run_session(
     run.duration_s = round(time.monotonic() - started, 2)
     # pytest: 0 all passed, 1 some failed, 5 nothing collected; anything else is the session's own failure.
     if run.error is None and proc.returncode not in (0, 1, 5):
-        tail = [line for line in (out / "pytest.log").read_text(errors="replace").splitlines() if line.strip()]
-        run.error = f"pytest exited with code {proc.returncode}: " + (tail[-1] if tail else "no output")
+        tail = [
+            line
+            for line in (out / "pytest.log").read_text(errors="replace").splitlines()
+            if line.strip()
+        ]
+        run.error = f"pytest exited with code {proc.returncode}: " + (
+            tail[-1] if tail else "no output"
+        )
     return run
 
 
@@ -296,7 +399,9 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
     proc.wait()
 
 
-def _report_progress(out: Path, seen: dict[str, int], progress: Progress | None, name: str) -> dict[str, int]:
+def _report_progress(
+    out: Path, seen: dict[str, int], progress: Progress | None, name: str
+) -> dict[str, int]:
     """Per branch: tests finished of tests collected, from the plugin's progress file."""
     path = out / "progress.jsonl"
     if progress is None or not path.exists():

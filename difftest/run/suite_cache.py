@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +79,19 @@ def load_session(cache: ResultCache | None, key: str, out: Path, log: Any) -> di
             raise ValueError("stored under another key or format")
         if entry.get("payload_sha256") != _hash(payload):
             raise ValueError("its payload does not match its sha256")
-        files = {name: str(text) for name, text in payload["files"].items() if name in SESSION_FILES}
-        meta = {"returncode": int(payload["returncode"]), "duration_s": float(payload["duration_s"]),
-                "measured_at": str(payload["measured_at"]), "key": key}
+        files = {
+            name: str(text) for name, text in payload["files"].items() if name in SESSION_FILES
+        }
+        meta = {
+            "returncode": int(payload["returncode"]),
+            "duration_s": float(payload["duration_s"]),
+            "measured_at": str(payload["measured_at"]),
+            "key": key,
+        }
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        log(f"tests: result cache entry {path} is damaged ({exc}): deleting it and running the session again")
+        log(
+            f"tests: result cache entry {path} is damaged ({exc}): deleting it and running the session again"
+        )
         path.unlink(missing_ok=True)
         return None
     out.mkdir(parents=True, exist_ok=True)
@@ -91,12 +99,21 @@ def load_session(cache: ResultCache | None, key: str, out: Path, log: Any) -> di
         (out / name).unlink(missing_ok=True)
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
-    (out / "pytest.log").write_text(f"reused from the result cache ({path}); measured {meta['measured_at']}\n")
+    (out / "pytest.log").write_text(
+        f"reused from the result cache ({path}); measured {meta['measured_at']}\n"
+    )
     return meta
 
 
-def store_session(cache: ResultCache | None, key: str, out: Path, returncode: int | None, error: str | None,
-                  duration_s: float, log: Any) -> bool:
+def store_session(
+    cache: ResultCache | None,
+    key: str,
+    out: Path,
+    returncode: int | None,
+    error: str | None,
+    duration_s: float,
+    log: Any,
+) -> bool:
     """Keep a clean session's files under `key`; True when stored."""
     if cache is None or not cache.keep:
         return False
@@ -105,16 +122,29 @@ def store_session(cache: ResultCache | None, key: str, out: Path, returncode: in
         log(f"tests: session not cached ({why}): the next run runs it again")
         return False
     try:
-        files = {name: (out / name).read_text(encoding="utf-8") for name in SESSION_FILES if (out / name).is_file()}
+        files = {
+            name: (out / name).read_text(encoding="utf-8")
+            for name in SESSION_FILES
+            if (out / name).is_file()
+        }
     except (OSError, UnicodeDecodeError) as exc:
         log(f"tests: session not cached: cannot read its files ({exc})")
         return False
     if "junit.xml" not in files or "workers.json" not in files:
         log("tests: session not cached: it left no JUnit report or no workers' report")
         return False
-    payload = {"files": files, "returncode": returncode, "duration_s": duration_s,
-               "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    entry = {"format": SUITE_CACHE_FORMAT, "key": key, "payload": payload, "payload_sha256": _hash(payload)}
+    payload = {
+        "files": files,
+        "returncode": returncode,
+        "duration_s": duration_s,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    entry = {
+        "format": SUITE_CACHE_FORMAT,
+        "key": key,
+        "payload": payload,
+        "payload_sha256": _hash(payload),
+    }
     path = _path(cache, key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,9 @@ from difftest.core.verdicts import one_line
 from difftest.probe.tests.contract import CODE_PROPERTY, GRAFT_MARK, LABEL, NODEID_PROPERTY
 
 #: The plugin's collection-error label (`contract.LABEL`), as a pattern.
-_LABEL = re.compile(re.escape(LABEL).replace(r"\{\}", "{}").format(r"(?P<code>[^\s\]]+)", r"(?P<node>[^\]]*)") + "?")
+_LABEL = re.compile(
+    re.escape(LABEL).replace(r"\{\}", "{}").format(r"(?P<code>[^\s\]]+)", r"(?P<node>[^\]]*)") + "?"
+)
 #: How much of a failure's text a record keeps.
 MAX_MESSAGE = 300
 
@@ -43,15 +45,22 @@ def read_session(
     workers = _workers(out / "workers.json")
     cases, collect_errors, strays = _junit(out / "junit.xml")
     if not (out / "junit.xml").is_file():
-        cases = _progress(out / "progress.jsonl")  # stopped before its report: what finished still counts
+        cases = _progress(
+            out / "progress.jsonl"
+        )  # stopped before its report: what finished still counts
     if strays:
         for code in envs:
-            problems[code] = f"{len(strays)} test(s) ran in the controller instead of a branch worker: distribution failed"
+            problems[code] = (
+                f"{len(strays)} test(s) ran in the controller instead of a branch worker: distribution failed"
+            )
     for code, env in envs.items():
         info = workers.get(code)
         if info is None:
             if code not in problems:
-                problems[code] = process_error or "its pytest worker never reported back (it did not start or crashed)"
+                problems[code] = (
+                    process_error
+                    or "its pytest worker never reported back (it did not start or crashed)"
+                )
             continue
         origin = info.get("vllm")
         if origin and not Path(origin).resolve().is_relative_to((env / "overlay").resolve()):
@@ -59,8 +68,14 @@ def read_session(
                 f"its pytest worker imported vLLM from {origin}, not from its own environment {env}: "
                 "its results would be another branch's"
             )
-    every_test = list(dict.fromkeys([*(t for ids in (w.get("collected") or [] for w in workers.values()) for t in ids),
-                                     *(test for _, test in cases)]))
+    every_test = list(
+        dict.fromkeys(
+            [
+                *(t for ids in (w.get("collected") or [] for w in workers.values()) for t in ids),
+                *(test for _, test in cases),
+            ]
+        )
+    )
     outcomes: list[RawOutcome] = []
     for code in envs:
         if code in problems:
@@ -75,7 +90,11 @@ def read_session(
             elif test not in collected:
                 outcome, message, duration = "not-collected", _collect_error(test, errors), 0.0
             else:
-                outcome, message, duration = "not-run", down or process_error or "the worker never reported this test", 0.0
+                outcome, message, duration = (
+                    "not-run",
+                    down or process_error or "the worker never reported this test",
+                    0.0,
+                )
             outcomes += _owned(session, code, test, outcome, message, duration)
         for node, message in errors.items():
             # A module that failed here and collected nowhere else has no test ids: it stands for them.
@@ -115,7 +134,9 @@ def _workers(path: Path) -> dict[str, dict]:
 
 def _junit(
     path: Path,
-) -> tuple[dict[tuple[str, str], tuple[TestOutcome, str, float]], dict[tuple[str, str], str], list[str]]:
+) -> tuple[
+    dict[tuple[str, str], tuple[TestOutcome, str, float]], dict[tuple[str, str], str], list[str]
+]:
     """({(branch, node id): (outcome, message, seconds)}, {(branch, node): collection error}, tests run unlabelled)."""
     cases: dict[tuple[str, str], tuple[TestOutcome, str, float]] = {}
     collect_errors: dict[tuple[str, str], str] = {}
@@ -134,7 +155,9 @@ def _junit(
             for child in children:
                 label = _LABEL.search(_text(child))
                 if label is not None:
-                    collect_errors[(label["code"], label["node"])] = _message(_LABEL.sub("", _text(child), count=1))
+                    collect_errors[(label["code"], label["node"])] = _message(
+                        _LABEL.sub("", _text(child), count=1)
+                    )
             continue
         if code == "controller":
             strays.append(node)
@@ -157,7 +180,9 @@ def _progress(path: Path) -> dict[tuple[str, str], tuple[TestOutcome, str, float
             continue  # a torn last line
         if isinstance(record, dict) and "outcome" in record and record.get("outcome") in _OUTCOMES:
             cases[(str(record["code"]), str(record["test"]))] = (
-                record["outcome"], _message(str(record.get("message") or "")), float(record.get("duration_s") or 0.0)
+                record["outcome"],
+                _message(str(record.get("message") or "")),
+                float(record.get("duration_s") or 0.0),
             )
     return cases
 
@@ -172,7 +197,9 @@ def _outcome(children: list[ET.Element], seconds: float) -> tuple[TestOutcome, s
             return outcome, _crash_line(tags[tag]), seconds  # type: ignore[return-value]
     if "skipped" in tags:
         skipped = tags["skipped"]
-        kind: TestOutcome = "xfailed" if (skipped.get("type") or "") == "pytest.xfail" else "skipped"
+        kind: TestOutcome = (
+            "xfailed" if (skipped.get("type") or "") == "pytest.xfail" else "skipped"
+        )
         return kind, _message(skipped.get("message") or _text(skipped)), seconds
     return "passed", "", seconds
 

@@ -89,11 +89,15 @@ def write_copy(path: Path, entry_sha256: str, records: ReadRecords) -> bool:
         body = records.model_dump_json(exclude_unset=True)
         back = ReadRecords.model_validate_json(body)
         encoded = body.encode("utf-8")
-    except ValueError:  # not serializable, not valid once serialized, or not UTF-8 (pydantic's errors included)
+    except (
+        ValueError
+    ):  # not serializable, not valid once serialized, or not UTF-8 (pydantic's errors included)
         return False
     if back != records or back.model_dump_json(exclude_unset=True) != body:
         return False
-    head = json.dumps({"format": COPY_FORMAT, "entry_sha256": entry_sha256, "sha256": sha256_bytes(encoded)})
+    head = json.dumps(
+        {"format": COPY_FORMAT, "entry_sha256": entry_sha256, "sha256": sha256_bytes(encoded)}
+    )
     try:
         atomic_write_text(path, f"{head}\n{body}")
     except OSError:

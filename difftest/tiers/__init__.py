@@ -12,7 +12,9 @@ from difftest.tiers.engine.tier import EngineTier
 from difftest.tiers.scheduler.tier import SchedulerTier
 from difftest.tiers.tests.tier import TestsTier
 
-REGISTRY: dict[str, Tier] = {tier.name: tier for tier in (SchedulerTier(), EngineTier(), TestsTier())}
+REGISTRY: dict[str, Tier] = {
+    tier.name: tier for tier in (SchedulerTier(), EngineTier(), TestsTier())
+}
 
 
 def names() -> list[str]:

@@ -79,7 +79,6 @@ class Tier:
     #: caps how many probes run at once (`run.capacity`).
     probe_memory_mb: ClassVar[int] = 1024
 
-
     def scenarios(self, config: Config, explicit: bool) -> list[ScenarioIdentity] | None:
         """This tier's validated scenarios for `config`; None when the config has none for it (a run
         of every tier then leaves it out). `explicit`: the user named the tier (`--tier NAME`)."""
@@ -134,7 +133,9 @@ class Tier:
 
     # -- tiers measured by test suites (`method = "suites"`) -----------------------------------
 
-    def plan_suites(self, scenario: ScenarioIdentity, baseline: BranchTests, branches: list[BranchTests]) -> SuitePlan:
+    def plan_suites(
+        self, scenario: ScenarioIdentity, baseline: BranchTests, branches: list[BranchTests]
+    ) -> SuitePlan:
         """Which tests come from where (`TestSource`s) and the pytest sessions that run them."""
         raise NotImplementedError
 
@@ -156,7 +157,9 @@ class Tier:
         whose code ran nothing, and why."""
         raise NotImplementedError
 
-    def expected_steps(self, scenario: ScenarioBase, run: ProbeRun, reading: Reading) -> list[Totals | None]:
+    def expected_steps(
+        self, scenario: ScenarioBase, run: ProbeRun, reading: Reading
+    ) -> list[Totals | None]:
         """The oracle's stats row for each of `run.steps`, in order; None where the tier cannot say.
 
         Summed over the steps they equal `expected(scenario, run, reading)`. Set

@@ -23,7 +23,13 @@ def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
+    for var in (
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_DATE",
+    ):
         monkeypatch.delenv(var, raising=False)
     return config
 
@@ -44,5 +50,3 @@ def user(fixture: Path, tmp_path: Path) -> Iterator[git.Repo]:
     repo = git.Repo.clone_from(str(fixture), str(tmp_path / "user"))
     yield repo
     repo.close()
-
-

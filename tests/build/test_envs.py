@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from difftest.core import paths
-from difftest.core.config import BaseSpec, BranchSpec
 from difftest.build.envs import branch as branch_module
 from difftest.build.envs.base import ensure_base
 from difftest.build.envs.branch import ensure_branch_env
 from difftest.build.envs.cache import list_envs, prune
 from difftest.build.envs.fingerprint import read_fingerprint
-from difftest.core.errors import NativeCodeChanged
 from difftest.build.refs import read_blob, resolve_branch
+from difftest.core import paths
+from difftest.core.config import BaseSpec, BranchSpec
+from difftest.core.errors import NativeCodeChanged
 from tests.patching import make_patch
 
 pytestmark = pytest.mark.slow
@@ -32,14 +32,18 @@ VERSION_FILE = "vllm/_version.py"
 def version_patch(tmp_path: Path, repo, marker: str) -> Path:
     """A patch that changes a value visible after `import vllm`: its version string."""
     old = read_blob(repo, "v0.32.0", VERSION_FILE).decode()
-    new = old.replace("__version__ = version = '0.32.0'", f"__version__ = version = '0.32.0+{marker}'")
+    new = old.replace(
+        "__version__ = version = '0.32.0'", f"__version__ = version = '0.32.0+{marker}'"
+    )
     assert new != old
     return make_patch(tmp_path / f"{marker}.patch", VERSION_FILE, old, new)
 
 
 def run_python(python: Path, code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -51,15 +55,21 @@ def home(tmp_path, monkeypatch) -> Path:
     return paths.difftest_home()
 
 
-def test_each_branch_env_imports_its_own_code_and_leaves_the_base_alone(base_env, fixture_repo, home, tmp_path):
+def test_each_branch_env_imports_its_own_code_and_leaves_the_base_alone(
+    base_env, fixture_repo, home, tmp_path
+):
     base_version_file = base_env.vllm_dir / "_version.py"
     before = (base_version_file.read_bytes(), base_version_file.stat().st_ino)
     branches = {
         "plain": BranchSpec(name="plain", ref="main"),
-        "marked": BranchSpec(name="marked", ref="main", patches=[version_patch(tmp_path, fixture_repo, "alpha")]),
+        "marked": BranchSpec(
+            name="marked", ref="main", patches=[version_patch(tmp_path, fixture_repo, "alpha")]
+        ),
     }
     envs = {
-        name: ensure_branch_env(base_env, fixture_repo, resolve_branch(fixture_repo, spec), "v0.32.0")
+        name: ensure_branch_env(
+            base_env, fixture_repo, resolve_branch(fixture_repo, spec), "v0.32.0"
+        )
         for name, spec in branches.items()
     }
     code = "import vllm, difftest.probe; print(vllm.__version__); print(vllm.__file__)"
@@ -67,18 +77,27 @@ def test_each_branch_env_imports_its_own_code_and_leaves_the_base_alone(base_env
     marked_version, marked_file = run_python(envs["marked"].python, code).splitlines()
     assert plain_version == "0.32.0"
     assert marked_version == "0.32.0+alpha"
-    assert plain_file.startswith(str(envs["plain"].path)) and marked_file.startswith(str(envs["marked"].path))
+    assert plain_file.startswith(str(envs["plain"].path)) and marked_file.startswith(
+        str(envs["marked"].path)
+    )
     # The base's file is neither edited nor replaced.
     assert (base_version_file.read_bytes(), base_version_file.stat().st_ino) == before
     assert run_python(base_env.python, "import vllm; print(vllm.__version__)") == "0.32.0"
     fp = envs["marked"].fingerprint
     assert fp["changed_files"] == [f"M {VERSION_FILE}"]
-    assert fp["patches"] == {"alpha.patch": resolve_branch(fixture_repo, branches["marked"]).patches[0].sha256}
+    assert fp["patches"] == {
+        "alpha.patch": resolve_branch(fixture_repo, branches["marked"]).patches[0].sha256
+    }
     assert fp["base"]["wheel_hash"] == base_env.fingerprint["wheel_hash"]
 
 
 def test_compiled_artifacts_are_hard_links_of_the_base(base_env, fixture_repo, home):
-    env = ensure_branch_env(base_env, fixture_repo, resolve_branch(fixture_repo, BranchSpec(name="m", ref="main")), "v0.32.0")
+    env = ensure_branch_env(
+        base_env,
+        fixture_repo,
+        resolve_branch(fixture_repo, BranchSpec(name="m", ref="main")),
+        "v0.32.0",
+    )
     so_files = sorted(base_env.vllm_dir.glob("*.so"))
     assert so_files, "the base wheel ships compiled extensions"
     for so in so_files:
@@ -92,7 +111,10 @@ def test_cache_reuse_and_invalidation(base_env, fixture_repo, home, tmp_path, mo
     assert again.path == first.path
     assert again.fingerprint["created_at"] == first.fingerprint["created_at"]  # reused, not rebuilt
 
-    other = resolve_branch(fixture_repo, BranchSpec(name="b", ref="main", patches=[version_patch(tmp_path, fixture_repo, "beta")]))
+    other = resolve_branch(
+        fixture_repo,
+        BranchSpec(name="b", ref="main", patches=[version_patch(tmp_path, fixture_repo, "beta")]),
+    )
     assert ensure_branch_env(base_env, fixture_repo, other, "v0.32.0").path != first.path
 
     # A new probe invalidates every branch environment; prune then removes the old ones.
@@ -154,12 +176,19 @@ def test_prune_during_a_build_leaves_the_build_alone(base_env, fixture_repo, hom
     copy_probe = branch_module._copy_probe
 
     def prune_then_copy(dest: Path) -> None:
-        assert any(p.name.startswith(".branch-") for p in paths.envs_dir().iterdir())  # the half-built folder
+        assert any(
+            p.name.startswith(".branch-") for p in paths.envs_dir().iterdir()
+        )  # the half-built folder
         pruned.append(main(["envs", "--prune"]))
         copy_probe(dest)
 
     monkeypatch.setattr(branch_module, "_copy_probe", prune_then_copy)
-    env = ensure_branch_env(base_env, fixture_repo, resolve_branch(fixture_repo, BranchSpec(name="m", ref="main")), "v0.32.0")
+    env = ensure_branch_env(
+        base_env,
+        fixture_repo,
+        resolve_branch(fixture_repo, BranchSpec(name="m", ref="main")),
+        "v0.32.0",
+    )
     assert pruned == [0]
     assert read_fingerprint(env.path) is not None
     assert run_python(env.python, "import difftest.probe, vllm.version; print('ok')") == "ok"

@@ -23,9 +23,6 @@ from refs_helpers import (
     write_git_config,
 )
 
-from difftest.core import paths
-from difftest.core.config import DEFAULT_STATS_PATHS, BranchSpec
-from difftest.core.errors import RefError
 from difftest.build.refs import (
     BRANCH_PREFIX,
     NATIVE_PATHS,
@@ -46,6 +43,9 @@ from difftest.build.refs import (
     touches,
 )
 from difftest.build.refs.fixture import MARKER
+from difftest.core import paths
+from difftest.core.config import DEFAULT_STATS_PATHS, BranchSpec
+from difftest.core.errors import RefError
 
 #: The fixture commit of refs_helpers' tree. Pinned so a change of recipe (identity,
 #: date, message, modes, layout) or any machine dependence shows up as a failure.
@@ -74,7 +74,9 @@ def test_fixture_holds_sources_only_with_normal_modes(fixture: Path) -> None:
     assert set(listing.values()) == {"100644"}
     for path, data in SOURCES.items():
         assert read_blob(repo, "main", path) == data
-    assert resolve_ref(repo, f"v{VERSION}") == resolve_ref(repo, "main") == resolve_ref(repo, "HEAD")
+    assert (
+        resolve_ref(repo, f"v{VERSION}") == resolve_ref(repo, "main") == resolve_ref(repo, "HEAD")
+    )
     commit = repo.commit("main")
     identity = (commit.author.name, commit.committer.email, commit.authored_date)
     assert identity == ("difftest", "difftest@localhost", 946684800)
@@ -83,7 +85,9 @@ def test_fixture_holds_sources_only_with_normal_modes(fixture: Path) -> None:
     repo.close()
 
 
-def test_fixture_sha_same_in_other_folder_despite_modes_and_umask(src: Path, fixture: Path, tmp_path: Path) -> None:
+def test_fixture_sha_same_in_other_folder_despite_modes_and_umask(
+    src: Path, fixture: Path, tmp_path: Path
+) -> None:
     other_src = tmp_path / "other" / "vllm"
     shutil.copytree(src, other_src)
     (other_src / "v1" / "engine" / "core.py").chmod(0o755)
@@ -101,8 +105,12 @@ def test_fixture_sha_same_in_other_folder_despite_modes_and_umask(src: Path, fix
     b.close()
 
 
-def test_fixture_sha_ignores_user_git_config(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(write_git_config(tmp_path / "hostile", HOSTILE_CONFIG)))
+def test_fixture_sha_ignores_user_git_config(
+    src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "GIT_CONFIG_GLOBAL", str(write_git_config(tmp_path / "hostile", HOSTILE_CONFIG))
+    )
     monkeypatch.setenv("GIT_AUTHOR_DATE", "1700000000 +0100")
     monkeypatch.setenv("GIT_COMMITTER_NAME", "Someone Else")
     dest = build_fixture_repo(src, VERSION, tmp_path / "fx-hostile")
@@ -137,7 +145,9 @@ def test_untrusted_dest_is_rebuilt(src: Path, fixture: Path, damage: str) -> Non
     if damage == "no-marker":
         (fixture / MARKER).unlink()
     elif damage == "ref-moved":
-        empty_tree = repo.git.write_tree(env={"GIT_INDEX_FILE": str(fixture.parent / "empty-index")})
+        empty_tree = repo.git.write_tree(
+            env={"GIT_INDEX_FILE": str(fixture.parent / "empty-index")}
+        )
         bogus = repo.git.commit_tree("-m", "bogus", empty_tree)
         repo.git.update_ref(f"refs/tags/v{VERSION}", bogus)
     elif damage == "wrong-version":
@@ -150,7 +160,9 @@ def test_untrusted_dest_is_rebuilt(src: Path, fixture: Path, damage: str) -> Non
     if damage != "empty-folder":
         (fixture / "sentinel").write_text("from the untrusted build")
     build_fixture_repo(src, VERSION, fixture)
-    assert not (fixture / "sentinel").exists(), "an untrusted fixture must be rebuilt, not patched up"
+    assert not (fixture / "sentinel").exists(), (
+        "an untrusted fixture must be rebuilt, not patched up"
+    )
     assert fixture_commit(fixture) == PINNED_FIXTURE_SHA
 
 
@@ -204,7 +216,9 @@ def test_source_digest_and_cache_path(src: Path, tmp_path: Path) -> None:
     assert built.parent == paths.repos_dir() and fixture_commit(built)
 
 
-def test_the_sources_walk_takes_linked_files_but_never_follows_linked_folders(src: Path, tmp_path: Path) -> None:
+def test_the_sources_walk_takes_linked_files_but_never_follows_linked_folders(
+    src: Path, tmp_path: Path
+) -> None:
     """As `os.walk` did: a link to a file is a file; a link to a folder is neither walked nor a file."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -282,14 +296,21 @@ def test_unknown_ref_names_ref_repo_and_fix(user: git.Repo) -> None:
 
 # --------------------------------------------------------------------------- patch series
 
-EDIT_1 = {"vllm/v1/spec_decode/metrics.py": "def accepted(n):\n    return n + 1\n", "vllm/v1/new.py": "NEW = 1\n"}
+EDIT_1 = {
+    "vllm/v1/spec_decode/metrics.py": "def accepted(n):\n    return n + 1\n",
+    "vllm/v1/new.py": "NEW = 1\n",
+}
 EDIT_2 = {"vllm/v1/spec_decode/metrics.py": "def accepted(n):\n    return n + 2\n"}
 
 
 def test_branch_without_patches_is_the_ref(user: git.Repo) -> None:
     branch = resolve_branch(user, spec("plain", "main"))
     assert branch.sha == branch.ref_sha == PINNED_FIXTURE_SHA and branch.patches == []
-    assert resolve_ref(user, BRANCH_PREFIX + "plain") == branch.sha == resolve_ref(user, branch.local_ref)
+    assert (
+        resolve_ref(user, BRANCH_PREFIX + "plain")
+        == branch.sha
+        == resolve_ref(user, branch.local_ref)
+    )
 
 
 def test_single_patch(user: git.Repo, fixture: Path, tmp_path: Path) -> None:
@@ -301,7 +322,10 @@ def test_single_patch(user: git.Repo, fixture: Path, tmp_path: Path) -> None:
     commit = user.commit(branch.sha)
     assert [p.hexsha for p in commit.parents] == [branch.ref_sha]
     assert commit.summary == f"Apply {patch.name}"
-    assert read_blob(user, branch.sha, "vllm/v1/spec_decode/metrics.py") == b"def accepted(n):\n    return n + 1\n"
+    assert (
+        read_blob(user, branch.sha, "vllm/v1/spec_decode/metrics.py")
+        == b"def accepted(n):\n    return n + 1\n"
+    )
     assert resolve_ref(user, "difftest/one") == branch.sha
 
 
@@ -311,7 +335,10 @@ def test_patch_series_in_order(user: git.Repo, fixture: Path, tmp_path: Path) ->
     tip = user.commit(branch.sha)
     assert [c.summary for c in (tip.parents[0], tip)] == [f"Apply {p.name}" for p in patches]
     assert tip.parents[0].parents[0].hexsha == branch.ref_sha
-    assert read_blob(user, branch.sha, "vllm/v1/spec_decode/metrics.py") == b"def accepted(n):\n    return n + 2\n"
+    assert (
+        read_blob(user, branch.sha, "vllm/v1/spec_decode/metrics.py")
+        == b"def accepted(n):\n    return n + 2\n"
+    )
     assert read_blob(user, branch.sha, "vllm/v1/new.py") == b"NEW = 1\n"
     assert [c for c in changed_files(user, branch.ref_sha, branch.sha)] == [
         Change("A", "vllm/v1/new.py"),
@@ -326,7 +353,9 @@ def test_patch_series_in_order(user: git.Repo, fixture: Path, tmp_path: Path) ->
     assert "after the 1 patch(es) listed before it" in str(exc.value)
 
 
-def test_patched_sha_is_deterministic_across_copies(src: Path, fixture: Path, user: git.Repo, tmp_path: Path) -> None:
+def test_patched_sha_is_deterministic_across_copies(
+    src: Path, fixture: Path, user: git.Repo, tmp_path: Path
+) -> None:
     patches = make_patches(fixture, tmp_path / "p", [EDIT_1, EDIT_2])
     copies = []
     for i, patch in enumerate(patches):
@@ -347,12 +376,16 @@ def test_patching_ignores_hostile_user_config(
 ) -> None:
     patches = make_patches(fixture, tmp_path / "p", [EDIT_1])
     clean = resolve_branch(user, spec("clean", patches=patches)).sha
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(write_git_config(tmp_path / "hostile", HOSTILE_CONFIG)))
+    monkeypatch.setenv(
+        "GIT_CONFIG_GLOBAL", str(write_git_config(tmp_path / "hostile", HOSTILE_CONFIG))
+    )
     monkeypatch.setenv("GIT_COMMITTER_DATE", "1700000000 +0100")
     assert resolve_branch(user, spec("hostile", patches=patches)).sha == clean
 
 
-def test_user_worktree_index_and_head_untouched(user: git.Repo, fixture: Path, tmp_path: Path) -> None:
+def test_user_worktree_index_and_head_untouched(
+    user: git.Repo, fixture: Path, tmp_path: Path
+) -> None:
     patches = make_patches(fixture, tmp_path / "p", [EDIT_1, EDIT_2])
     work = Path(user.working_tree_dir)
     (work / "vllm" / "v1" / "engine" / "core.py").write_text("CORE = 'edited'\n")  # unstaged edit
@@ -360,7 +393,11 @@ def test_user_worktree_index_and_head_untouched(user: git.Repo, fixture: Path, t
     user.git.add("vllm/staged.py")  # staged addition
     (work / "untracked.txt").write_text("scratch\n")
     status = user.git.status("--porcelain")
-    head, head_ref, index = user.head.commit.hexsha, user.git.symbolic_ref("HEAD"), index_bytes(user)
+    head, head_ref, index = (
+        user.head.commit.hexsha,
+        user.git.symbolic_ref("HEAD"),
+        index_bytes(user),
+    )
     metrics = (work / "vllm" / "v1" / "spec_decode" / "metrics.py").read_bytes()
 
     resolve_branch(user, spec("feature", patches=patches))
@@ -412,13 +449,28 @@ def test_changed_files_statuses_and_read_blob(tmp_path: Path) -> None:
     repo = git.Repo.init(tmp_path / "r")
     body = "".join(f"line {i}\n" for i in range(40))
     base = commit_files(
-        repo, {"vllm/a.py": "A = 1\n", "vllm/b.py": "B = 1\n", "vllm/old.py": body, "vllm/kind.py": "K = 1\n"}, "base"
+        repo,
+        {
+            "vllm/a.py": "A = 1\n",
+            "vllm/b.py": "B = 1\n",
+            "vllm/old.py": body,
+            "vllm/kind.py": "K = 1\n",
+        },
+        "base",
     )
     (Path(repo.working_tree_dir) / "vllm" / "kind.py").unlink()
-    os.symlink("a.py", Path(repo.working_tree_dir) / "vllm" / "kind.py")  # type change: file -> symlink
+    os.symlink(
+        "a.py", Path(repo.working_tree_dir) / "vllm" / "kind.py"
+    )  # type change: file -> symlink
     head = commit_files(
         repo,
-        {"vllm/a.py": "A = 2\n", "vllm/b.py": None, "vllm/old.py": None, "vllm/new.py": body, "csrc/x.cu": "//\n"},
+        {
+            "vllm/a.py": "A = 2\n",
+            "vllm/b.py": None,
+            "vllm/old.py": None,
+            "vllm/new.py": body,
+            "csrc/x.cu": "//\n",
+        },
         "head",
     )
     assert "R" in repo.git.diff("--name-status", "-M", base, head), "git itself sees a rename here"
@@ -467,14 +519,27 @@ def test_native_changes_and_touches() -> None:
     changes = [Change("M", p) for p in paths_]
     assert NATIVE_PATHS == ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
     assert native_changes(changes) == [
-        "csrc/attention/kernel.cu", "cmake/utils.cmake", "CMakeLists.txt", "setup.py",
-        "csrcx/a.cu", "vllm/_C.abi3.so", "vllm/lib/libfoo.so.1.2", "vllm/ext.pyd", "vllm/attention/ops/kernel.cpp",
+        "csrc/attention/kernel.cu",
+        "cmake/utils.cmake",
+        "CMakeLists.txt",
+        "setup.py",
+        "csrcx/a.cu",
+        "vllm/_C.abi3.so",
+        "vllm/lib/libfoo.so.1.2",
+        "vllm/ext.pyd",
+        "vllm/attention/ops/kernel.cpp",
     ]
-    assert native_changes(changes[:1], binary=["vllm/data.bin"]) == ["csrc/attention/kernel.cu", "vllm/data.bin"]
+    assert native_changes(changes[:1], binary=["vllm/data.bin"]) == [
+        "csrc/attention/kernel.cu",
+        "vllm/data.bin",
+    ]
     assert touches(changes, DEFAULT_STATS_PATHS) == [
         "vllm/v1/spec_decode/metrics.py",
         "vllm/v1/core/sched/scheduler.py",
         "vllm/v1/metrics/stats.py",
     ]
-    assert touches(changes, ["vllm/v1/metrics", "./cmake/"]) == ["cmake/utils.cmake", "vllm/v1/metrics/stats.py"]
+    assert touches(changes, ["vllm/v1/metrics", "./cmake/"]) == [
+        "cmake/utils.cmake",
+        "vllm/v1/metrics/stats.py",
+    ]
     assert touches(changes, []) == [] and native_changes([]) == []

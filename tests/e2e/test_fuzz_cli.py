@@ -42,10 +42,17 @@ def shipped(tmp_path_factory) -> tuple[int, Path, FuzzReport]:
     out = shared / "out"
     with FileLock(str(shared / "lock")):
         if not (shared / "code").exists():
-            (shared / "no-scenarios").mkdir(exist_ok=True)  # an empty scenarios_dir: fuzz reads none
-            config = write_config(shared, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
-                                  scenarios_dir=str(shared / "no-scenarios"))
-            code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out)
+            (shared / "no-scenarios").mkdir(
+                exist_ok=True
+            )  # an empty scenarios_dir: fuzz reads none
+            config = write_config(
+                shared,
+                [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
+                scenarios_dir=str(shared / "no-scenarios"),
+            )
+            code = run_cli(
+                "fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out
+            )
             (shared / "code").write_text(str(code))
     code = int((shared / "code").read_text())
     return code, out, FuzzReport.model_validate_json((out / "fuzz.json").read_text())
@@ -79,7 +86,9 @@ def test_the_shipped_search_finds_each_branch_s_known_story(shipped) -> None:
     assert {verdict for verdict, _ in lost} == {"broken"}
     mixed = scenario_of(out, lost[("broken", "stats-lost")])
     assert 2 <= len(mixed["requests"]) <= 3 and mixed["draft_path"] == "async"
-    assert any("grammar" in r for r in mixed["requests"]) and any("grammar" not in r for r in mixed["requests"])
+    assert any("grammar" in r for r in mixed["requests"]) and any(
+        "grammar" not in r for r in mixed["requests"]
+    )
 
 
 def test_found_files_name_branch_difference_and_seed(shipped) -> None:
@@ -90,7 +99,10 @@ def test_found_files_name_branch_difference_and_seed(shipped) -> None:
         comments = [line for line in text.splitlines() if line.startswith("#")]
         assert "--seed 0" in comments[0]
         for obs in finding.observations:
-            assert any(line.startswith(f"# {obs.kind.branch}: {obs.kind.verdict}") and obs.reason in line for line in comments)
+            assert any(
+                line.startswith(f"# {obs.kind.branch}: {obs.kind.verdict}") and obs.reason in line
+                for line in comments
+            )
         assert f"-k {finding.name}" in comments[-1]
 
 
@@ -101,9 +113,22 @@ def test_difftest_run_on_the_found_files_reproduces_every_finding(shipped, tmp_p
     results = results_of(again)
     for finding in report.findings:
         for obs in finding.observations:
-            ours = [r for r in results if r["scenario"] == finding.name and r["branch"] == obs.kind.branch]
-            shown = {(r["verdict"], r["differences"][0]["counter"]) for r in ours if r["verdict"] == "diverge"}
-            shown |= {("broken", v["invariant"]) for r in ours if r["verdict"] == "broken" for v in r["violations"]}
+            ours = [
+                r
+                for r in results
+                if r["scenario"] == finding.name and r["branch"] == obs.kind.branch
+            ]
+            shown = {
+                (r["verdict"], r["differences"][0]["counter"])
+                for r in ours
+                if r["verdict"] == "diverge"
+            }
+            shown |= {
+                ("broken", v["invariant"])
+                for r in ours
+                if r["verdict"] == "broken"
+                for v in r["violations"]
+            }
             assert (obs.kind.verdict, obs.kind.what) in shown, (finding.name, obs.kind)
 
 
@@ -120,31 +145,66 @@ def test_each_finding_has_its_evidence(shipped) -> None:
     assert all(f.file in summary for f in report.findings)
 
 
-def test_against_main_a_renamed_local_shows_nothing_and_a_real_fix_shows_its_difference(tmp_path, fixture_repo) -> None:
+def test_against_main_a_renamed_local_shows_nothing_and_a_real_fix_shows_its_difference(
+    tmp_path, fixture_repo
+) -> None:
     """One search, two branches judged against main: one that only renames a local variable of the
     stats path, and pr-56137-style, which counts committed tokens where main counts accepted + 1."""
     old = read_blob(fixture_repo, "v0.32.0", SCHEDULER).decode()
-    assert old.count("scheduled_spec_token_ids") == 3  # the one local variable of update_from_output renamed
-    patch = make_patch(tmp_path / "rename.patch", SCHEDULER, old, old.replace("scheduled_spec_token_ids", "spec_ids_of_step"))
+    assert (
+        old.count("scheduled_spec_token_ids") == 3
+    )  # the one local variable of update_from_output renamed
+    patch = make_patch(
+        tmp_path / "rename.patch",
+        SCHEDULER,
+        old,
+        old.replace("scheduled_spec_token_ids", "spec_ids_of_step"),
+    )
     rename = {"name": "rename", "ref": "main", "patches": [str(patch)]}
-    config = write_config(tmp_path, [shipped_branch("main"), rename, shipped_branch("pr-56137-style")])
+    config = write_config(
+        tmp_path, [shipped_branch("main"), rename, shipped_branch("pr-56137-style")]
+    )
     out = tmp_path / "out"
-    assert run_cli("fuzz", "-c", config, "--against", "main", "--examples", EXAMPLES, "--out", out) == 1
+    assert (
+        run_cli("fuzz", "-c", config, "--against", "main", "--examples", EXAMPLES, "--out", out)
+        == 1
+    )
     report = FuzzReport.model_validate_json((out / "fuzz.json").read_text())
-    assert (report.branches, report.against, report.unmeasured) == (["rename", "pr-56137-style"], "main", {})
+    assert (report.branches, report.against, report.unmeasured) == (
+        ["rename", "pr-56137-style"],
+        "main",
+        {},
+    )
     assert report.searched == EXAMPLES and report.by_branch()["rename"] == []
     assert "| rename | nothing found |" in (out / "fuzz.md").read_text()
     found = kinds(report, "pr-56137-style")
     assert ("diverge", "num_emitted_tokens") in found
     assert len(scenario_of(out, found[("diverge", "num_emitted_tokens")])["requests"]) == 1
-    obs = next(o for o, _ in report.by_branch()["pr-56137-style"] if o.kind.what == "num_emitted_tokens")
+    obs = next(
+        o for o, _ in report.by_branch()["pr-56137-style"] if o.kind.what == "num_emitted_tokens"
+    )
     assert obs.reason.startswith("num_emitted_tokens: measured") and ", main " in obs.reason
 
 
 def test_under_the_lenient_reading_pr_56137_style_shows_nothing(tmp_path) -> None:
     config = write_config(tmp_path, [shipped_branch("pr-56137-style")], baseline="pr-56137-style")
     out = tmp_path / "out"
-    assert run_cli("fuzz", "-c", config, "--reading", "lenient", "--seed", "0", "--examples", EXAMPLES, "--out", out) == 0
+    assert (
+        run_cli(
+            "fuzz",
+            "-c",
+            config,
+            "--reading",
+            "lenient",
+            "--seed",
+            "0",
+            "--examples",
+            EXAMPLES,
+            "--out",
+            out,
+        )
+        == 0
+    )
     report = FuzzReport.model_validate_json((out / "fuzz.json").read_text())
     assert (report.reading, report.findings, report.searched) == ("lenient", [], EXAMPLES)
 
@@ -152,7 +212,9 @@ def test_under_the_lenient_reading_pr_56137_style_shows_nothing(tmp_path) -> Non
 def test_usage_errors_exit_2_before_anything_is_built(tmp_path) -> None:
     config = write_config(tmp_path, [shipped_branch("main")])
     assert run_cli("fuzz", "-c", config, "--against", "main", "main", "--out", tmp_path / "o") == 2
-    assert run_cli("fuzz", "-c", config, "--against", "main", "--out", tmp_path / "o") == 2  # nothing left to fuzz
+    assert (
+        run_cli("fuzz", "-c", config, "--against", "main", "--out", tmp_path / "o") == 2
+    )  # nothing left to fuzz
     with pytest.raises(SystemExit) as exc:
         run_cli("fuzz", "-c", config, "--examples", "0")
     assert exc.value.code == 2

@@ -22,35 +22,78 @@ def rows(markdown: str, heading: str) -> set[tuple[str, str]]:
     if f"### {heading}" not in markdown:
         return set()
     section = markdown.split(f"### {heading}", 1)[1].split("###", 1)[0]
-    cells = [line.split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| scenario")]
+    cells = [
+        line.split("|")
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| scenario")
+    ]
     return {(c[1].strip().replace("\\", ""), c[2].strip()) for c in cells}
 
 
 def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path, capsys):
-    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style", "--tier", "scheduler",
-                   "--format", "json", "--out", tmp_path)
+    code = run_cli(
+        "gate",
+        "-c",
+        SHIPPED,
+        "--base",
+        "main",
+        "--head",
+        "pr-56195-style",
+        "--tier",
+        "scheduler",
+        "--format",
+        "json",
+        "--out",
+        tmp_path,
+    )
     document = json.loads(capsys.readouterr().out)
     assert code == document["exit_code"] == 1
-    assert document["gate"]["worse"] and (document["base"], document["head"]) == ("main", "pr-56195-style")
+    assert document["gate"]["worse"] and (document["base"], document["head"]) == (
+        "main",
+        "pr-56195-style",
+    )
     broken = [f for f in document["gate"]["findings"] if f["kind"] == "broken"]
     assert {f["scenario"] for f in broken} == {"mixed-batch-invalid-async"}
     assert {r["branch"] for r in document["results"]} == {"main", "pr-56195-style"}
-    summary = (tmp_path / "gate.md").read_text()  # the Markdown summary is written whatever is printed
+    summary = (
+        tmp_path / "gate.md"
+    ).read_text()  # the Markdown summary is written whatever is printed
     assert summary.startswith("## ❌ difftest gate") and "mixed-batch-invalid-async" in summary
     # A broken run is only ever "worse", never also "better" (it is closer to the oracle on some counter).
     broken_runs = {(f["scenario"], f["label"]) for f in broken}
     assert rows(summary, "Why it is worse") >= broken_runs
     better = rows(summary, "Better than the base")
     assert better and not better & broken_runs
-    assert not any(f["kind"] == "improved" and (f["scenario"], f["label"]) in broken_runs for f in document["gate"]["findings"])
+    assert not any(
+        f["kind"] == "improved" and (f["scenario"], f["label"]) in broken_runs
+        for f in document["gate"]["findings"]
+    )
 
 
 def test_gate_exits_3_when_the_base_cannot_be_measured(tmp_path, fixture_repo, capsys):
     """The base fails to import: nothing can be compared, and the gate says so instead of passing."""
-    patch = prepend(tmp_path / "broken.patch", fixture_repo, SCHEDULER, 'raise ImportError("planted: the base cannot import")')
+    patch = prepend(
+        tmp_path / "broken.patch",
+        fixture_repo,
+        SCHEDULER,
+        'raise ImportError("planted: the base cannot import")',
+    )
     config = faulty_config(tmp_path, "broken-base", patch)
-    code = run_cli("gate", "-c", config, "--base", "broken-base", "--head", "main", "--tier", "scheduler", "-k", CONTROL,
-                   "--out", tmp_path / "out")
+    code = run_cli(
+        "gate",
+        "-c",
+        config,
+        "--base",
+        "broken-base",
+        "--head",
+        "main",
+        "--tier",
+        "scheduler",
+        "-k",
+        CONTROL,
+        "--out",
+        tmp_path / "out",
+    )
     printed = capsys.readouterr().out
     assert code == 3
     assert "could not measure the base (broken-base)" in printed
@@ -64,23 +107,58 @@ def test_gate_fails_a_head_whose_engine_never_finishes(tmp_path, fixture_repo, c
     old = read_blob(fixture_repo, BASE_TAG, SCHEDULER).decode()
     rollback = "request.num_computed_tokens -= num_rejected"
     assert old.count(rollback) == 1
-    patch = make_patch(tmp_path / "no-rollback.patch", SCHEDULER, old, old.replace(rollback, "pass  # rollback dropped"))
+    patch = make_patch(
+        tmp_path / "no-rollback.patch",
+        SCHEDULER,
+        old,
+        old.replace(rollback, "pass  # rollback dropped"),
+    )
     config = faulty_config(tmp_path, "no-rollback", patch)
-    code = run_cli("gate", "-c", config, "--base", "main", "--head", "no-rollback", "--tier", "engine",
-                   "-k", "engine-max-tokens-mid-block", "--out", tmp_path / "out")
+    code = run_cli(
+        "gate",
+        "-c",
+        config,
+        "--base",
+        "main",
+        "--head",
+        "no-rollback",
+        "--tier",
+        "engine",
+        "-k",
+        "engine-max-tokens-mid-block",
+        "--out",
+        tmp_path / "out",
+    )
     printed = capsys.readouterr().out
     assert code == 1, printed
     assert "no-rollback is worse than main" in printed
     (why,) = [line for line in printed.splitlines() if "head is broken" in line]
     assert "did not finish" in why and "within 5000 engine steps" in why
-    assert "unfinished: cut (" in why and "tokens computed)" in why and re.search(r"\(main completes this run in \d+\.\d\d s\)", why)
+    assert (
+        "unfinished: cut (" in why
+        and "tokens computed)" in why
+        and re.search(r"\(main completes this run in \d+\.\d\d s\)", why)
+    )
     assert " at difftest/probe/engine/session.py:" in why
 
 
 @pytest.mark.parametrize("reading", ["strict", "lenient"])
 def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, capsys, reading):
-    code = run_cli("gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56137-style",
-                   "--tier", "scheduler", "--reading", reading, "--out", tmp_path)
+    code = run_cli(
+        "gate",
+        "-c",
+        SHIPPED,
+        "--base",
+        "main",
+        "--head",
+        "pr-56137-style",
+        "--tier",
+        "scheduler",
+        "--reading",
+        reading,
+        "--out",
+        tmp_path,
+    )
     printed = capsys.readouterr().out  # piped: Markdown, as written to gate.md
     assert printed.strip() == (tmp_path / "gate.md").read_text().strip()
     # Not worse than main under either reading: it fixes truncation, and its residuals are main's too:
@@ -98,7 +176,15 @@ def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, ca
 
 def test_gate_skips_when_no_stats_path_file_changes(tmp_path, fixture_repo, capsys):
     old = read_blob(fixture_repo, BASE_TAG, "vllm/version.py").decode()
-    unrelated = make_patch(tmp_path / "docs.patch", "vllm/version.py", old, old + "\n# unrelated change\n")
-    config = write_config(tmp_path, [shipped_branch("main"), {"name": "docs-only", "ref": "main", "patches": [str(unrelated)]}])
-    assert run_cli("gate", "-c", config, "--base", "main", "--head", "docs-only", "--out", tmp_path) == 0
+    unrelated = make_patch(
+        tmp_path / "docs.patch", "vllm/version.py", old, old + "\n# unrelated change\n"
+    )
+    config = write_config(
+        tmp_path,
+        [shipped_branch("main"), {"name": "docs-only", "ref": "main", "patches": [str(unrelated)]}],
+    )
+    assert (
+        run_cli("gate", "-c", config, "--base", "main", "--head", "docs-only", "--out", tmp_path)
+        == 0
+    )
     assert "skipped" in capsys.readouterr().out

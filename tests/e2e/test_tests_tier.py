@@ -24,7 +24,7 @@ from difftest.build.workspace import prepare
 from difftest.core.config import load_config
 from difftest.core.suites import UPSTREAM, source_label
 from difftest.run.suite import measure_suites
-from tests.e2e.cli_helpers import METRICS, SCHEDULER, run_cli
+from tests.e2e.cli_helpers import run_cli
 from tests.factories import ROOT, shipped_branch, write_config
 from tests.patching import insert_after, make_patch
 
@@ -47,12 +47,18 @@ def evidence_of(out: Path) -> dict:
 
 def records(evidence: dict, source: str, test: str | None = None) -> dict[str, dict]:
     """code branch -> the record of `test` (or the only test) of `source`."""
-    found = [r for r in evidence["tests"] if r["source"] == source and (test is None or r["test"] == test)]
+    found = [
+        r
+        for r in evidence["tests"]
+        if r["source"] == source and (test is None or r["test"] == test)
+    ]
     return {r["code"]: r for r in found}
 
 
 def verdicts(evidence: dict) -> dict[tuple[str, str], str]:
-    return {(r["branch"], r["label"]): r["verdict"] for r in evidence["results"] if r["tier"] == "tests"}
+    return {
+        (r["branch"], r["label"]): r["verdict"] for r in evidence["results"] if r["tier"] == "tests"
+    }
 
 
 def snapshot(folders: list[Path]) -> dict[str, tuple[int, int, int]]:
@@ -94,7 +100,9 @@ def test_upstreams_selection_does_not_separate_the_branches(shipped_tests_run):
     for r in upstream:
         by_test.setdefault(r["test"], set()).add(r["outcome"])
     assert len(by_test) >= 60 and {r["code"] for r in upstream} == {"main", PR37, PR95}
-    assert all(len(outcomes) == 1 for outcomes in by_test.values()), "no upstream test differs between branches"
+    assert all(len(outcomes) == 1 for outcomes in by_test.values()), (
+        "no upstream test differs between branches"
+    )
     assert sum(outcomes == {"passed"} for outcomes in by_test.values()) >= 60
     assert {r["judgement"] for r in upstream} <= {"pass", "fails-on-baseline", "skipped"}
     found = verdicts(evidence)
@@ -107,12 +115,18 @@ def test_the_56137_regression_test_breaks_the_56195_code(shipped_tests_run):
     assert code == 1
     evidence = evidence_of(out)
     test = records(evidence, source_label(PR37), REGRESSION_TEST)
-    assert {b: r["outcome"] for b, r in test.items()} == {"main": "passed", PR37: "passed", PR95: "failed"}
+    assert {b: r["outcome"] for b, r in test.items()} == {
+        "main": "passed",
+        PR37: "passed",
+        PR95: "failed",
+    }
     assert test[PR95]["judgement"] == "regression" and test[PR95]["message"] == "assert 3 == 6"
     found = verdicts(evidence)
     assert found[(PR95, source_label(PR37))] == "broken"
     assert {v for k, v in found.items() if k != (PR95, source_label(PR37))} == {"pass"}
-    detail = next(r for r in evidence["results"] if (r["branch"], r["label"]) == (PR95, source_label(PR37)))
+    detail = next(
+        r for r in evidence["results"] if (r["branch"], r["label"]) == (PR95, source_label(PR37))
+    )
     assert detail["violations"][0]["detail"] == f"{REGRESSION_TEST}: assert 3 == 6"
 
 
@@ -122,11 +136,17 @@ def test_both_prs_tests_pass_on_the_56137_code(shipped_tests_run):
     evidence = evidence_of(out)
     emitted = records(evidence, source_label(PR95), EMITTED_TEST)
     assert {b: (r["outcome"], r["judgement"]) for b, r in emitted.items()} == {
-        "main": ("failed", "fails-on-baseline"), PR37: ("passed", "fixed"), PR95: ("passed", "fixed")}
+        "main": ("failed", "fails-on-baseline"),
+        PR37: ("passed", "fixed"),
+        PR95: ("passed", "fixed"),
+    }
     assert "4.0" in emitted["main"]["message"], "main's mean acceptance length counts accepted + 1"
     assert records(evidence, source_label(PR37), REGRESSION_TEST)[PR37]["outcome"] == "passed"
     sources = evidence["test_sources"]
-    assert sources[source_label(PR37)]["selection"] == [REGRESSION_TEST] and sources[source_label(PR37)]["session"] == "shared"
+    assert (
+        sources[source_label(PR37)]["selection"] == [REGRESSION_TEST]
+        and sources[source_label(PR37)]["session"] == "shared"
+    )
     assert sources[UPSTREAM]["origin"] == "main" and len(sources[UPSTREAM]["sha"]) == 40
 
 
@@ -161,20 +181,32 @@ def renamed_patch(path: Path, repo) -> Path:
     parts = []
     for repo_path in (UTILS, CORE, WORKER):
         old = read_blob(repo, "v0.32.0", repo_path).decode()
-        single = make_patch(path.with_suffix(f".{len(parts)}"), repo_path, old, old.replace("compute_iteration_details", RENAMED))
+        single = make_patch(
+            path.with_suffix(f".{len(parts)}"),
+            repo_path,
+            old,
+            old.replace("compute_iteration_details", RENAMED),
+        )
         parts.append(single.read_text())
     path.write_text("".join(parts))
     return path
 
 
 def small_config(tmp: Path, *branches: dict) -> Path:
-    return write_config(tmp, list(branches), tests={"select": [STATS_TESTS]}, timeouts={"probe_s": 600, "run_s": 300})
+    return write_config(
+        tmp,
+        list(branches),
+        tests={"select": [STATS_TESTS]},
+        timeouts={"probe_s": 600, "run_s": 300},
+    )
 
 
 @pytest.fixture(scope="module")
 def faulty_branches(tmp_path_factory, fixture_repo) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("faulty-tests")
-    planted = insert_after(tmp / "undercount.patch", fixture_repo, STATS, "        self.hits += num_hits\n", UNDERCOUNT)
+    planted = insert_after(
+        tmp / "undercount.patch", fixture_repo, STATS, "        self.hits += num_hits\n", UNDERCOUNT
+    )
     renamed = renamed_patch(tmp / "renamed.patch", fixture_repo)
     return {
         "main": shipped_branch("main"),
@@ -201,23 +233,32 @@ def test_a_planted_bug_upstreams_tests_catch_reads_broken(faulty_tests_run):
     evidence = evidence_of(out)
     found = verdicts(evidence)
     assert found[("main", UPSTREAM)] == "pass" and found[("undercount", UPSTREAM)] == "broken"
-    regressions = [r for r in evidence["tests"] if r["code"] == "undercount" and r["judgement"] == "regression"]
+    regressions = [
+        r for r in evidence["tests"] if r["code"] == "undercount" and r["judgement"] == "regression"
+    ]
     assert regressions, "some upstream test of the stats module catches the planted undercount"
     for regression in regressions:
         caught = records(evidence, UPSTREAM, regression["test"])
         assert caught["main"]["outcome"] == "passed" and caught["undercount"]["outcome"] == "failed"
-        assert regression["test"].startswith(f"{STATS_TESTS}::") and "assert" in regression["message"]
+        assert (
+            regression["test"].startswith(f"{STATS_TESTS}::") and "assert" in regression["message"]
+        )
 
 
 @faulty
-def test_a_module_that_does_not_import_on_one_branch_reads_could_not_measure_there_only(faulty_tests_run):
+def test_a_module_that_does_not_import_on_one_branch_reads_could_not_measure_there_only(
+    faulty_tests_run,
+):
     _, out, _ = faulty_tests_run
     evidence = evidence_of(out)
     assert verdicts(evidence)[("renamed", UPSTREAM)] == "error"
     renamed = [r for r in evidence["tests"] if r["code"] == "renamed"]
     assert len(renamed) == 15 and {r["outcome"] for r in renamed} == {"not-collected"}
-    assert all(f"could not collect {STATS_TESTS}" in r["message"] and "compute_iteration_details" in r["message"]
-               for r in renamed)
+    assert all(
+        f"could not collect {STATS_TESTS}" in r["message"]
+        and "compute_iteration_details" in r["message"]
+        for r in renamed
+    )
     assert {r["outcome"] for r in evidence["tests"] if r["code"] == "main"} == {"passed"}
 
 
@@ -229,23 +270,43 @@ def test_verify_reruns_the_tests_tier(faulty_tests_run, tmp_path, capsys):
 
 
 @faulty
-def test_the_gate_fails_on_a_head_that_breaks_an_upstream_test(faulty_tests_run, faulty_branches, tmp_path, capsys):
+def test_the_gate_fails_on_a_head_that_breaks_an_upstream_test(
+    faulty_tests_run, faulty_branches, tmp_path, capsys
+):
     config = small_config(tmp_path, faulty_branches["main"], faulty_branches["undercount"])
-    code = run_cli("gate", "-c", config, "--base", "main", "--head", "undercount", "--tier", "tests", "--out", tmp_path / "o")
+    code = run_cli(
+        "gate",
+        "-c",
+        config,
+        "--base",
+        "main",
+        "--head",
+        "undercount",
+        "--tier",
+        "tests",
+        "--out",
+        tmp_path / "o",
+    )
     assert code == 1
     summary = (tmp_path / "o" / "gate.md").read_text()
-    assert "is worse than main" in summary and "head is broken (base pass): test-regression" in summary
+    assert (
+        "is worse than main" in summary and "head is broken (base pass): test-regression" in summary
+    )
 
 
 @faulty
 def test_workers_on_the_controllers_path_are_caught_not_passed(faulty_branches, tmp_path):
     """xdist's default hands each worker the controller's sys.path: undercount's worker would import main's
     vLLM and its planted bug would pass. With the plugin's fix off, the host must catch it."""
-    config = load_config(small_config(tmp_path, faulty_branches["main"], faulty_branches["undercount"]))
+    config = load_config(
+        small_config(tmp_path, faulty_branches["main"], faulty_branches["undercount"])
+    )
     workspace = prepare(config)
     tier = tiers.get("tests")
     (selection,) = tier.scenarios(config, explicit=True)
-    measured = measure_suites(workspace, tier, selection, tmp_path / "suite", "strict", inherit_controller_path=True)
+    measured = measure_suites(
+        workspace, tier, selection, tmp_path / "suite", "strict", inherit_controller_path=True
+    )
     found = {(r.branch, r.label): r for r in measured.results}
     wrong = found[("undercount", UPSTREAM)]
     assert wrong.verdict == "error" and "imported vLLM from" in (wrong.error or "")

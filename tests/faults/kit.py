@@ -66,10 +66,7 @@ FIFO = (
     "            _os.mkfifo(_out)\n"
 )
 #: Exits 1 after every record and the trailer are written.
-EXIT_ONE = (
-    "import atexit as _atexit, os as _os\n"
-    "_atexit.register(lambda: _os._exit(1))\n"
-)
+EXIT_ONE = "import atexit as _atexit, os as _os\n_atexit.register(lambda: _os._exit(1))\n"
 
 
 def _orphan(tmp: Path) -> str:
@@ -102,37 +99,82 @@ ENV_COUNT = (
 ENV_COUNT_MARKER = "        self.num_accepted_tokens += num_accepted_tokens\n"
 
 FAULTS = (
-    Fault("exit-hang", "starts a non-daemon thread at import of metrics.py: the probe never exits",
-          lambda tmp, repo: prepend(tmp / "exit-hang.patch", repo, METRICS, EXIT_HANG),
-          frozenset({"broken"}), says="'stats-flusher'"),
-    Fault("sched-hang", "schedule() never returns",
-          lambda tmp, repo: insert_after(tmp / "sched-hang.patch", repo, SCHEDULER, "        self.current_step += 1\n",
-                                         "        import time as _time\n        _time.sleep(3600)\n"),
-          frozenset({"broken"}), says="did not finish"),
-    Fault("sched-crash", "raises inside schedule() on every step",
-          lambda tmp, repo: insert_after(tmp / "sched-crash.patch", repo, SCHEDULER, "        self.current_step += 1\n",
-                                         '        raise RuntimeError("difftest fault kit: planted crash")\n'),
-          frozenset({"broken"}), says="crashed in vLLM: RuntimeError: difftest fault kit: planted crash"),
-    Fault("truncate", "truncates its own records file at exit",
-
-          lambda tmp, repo: prepend(tmp / "truncate.patch", repo, METRICS, TRUNCATE),
-          frozenset({"error"})),
-    Fault("fifo", "replaces its own records file with a FIFO",
-          lambda tmp, repo: insert_after(tmp / "fifo.patch", repo, SCHEDULER, INIT_MARKER, FIFO),
-          frozenset({"error"})),
-    Fault("exit-one", "exits 1 after its last run",
-          lambda tmp, repo: prepend(tmp / "exit-one.patch", repo, METRICS, EXIT_ONE),
-          frozenset({"broken"}), says="exited with code 1"),
-    Fault("orphan", "starts a child that leaves the probe's session",
-          lambda tmp, repo: insert_after(tmp / "orphan.patch", repo, SCHEDULER, INIT_MARKER,
-                                         "".join("        " + line + "\n" for line in _orphan(tmp).splitlines())),
-          frozenset({"pass"})),
-    Fault("environ", "reads its own process's environment, looking for the nonce",
-          lambda tmp, repo: prepend(tmp / "environ.patch", repo, METRICS, _environ_reader(tmp)),
-          frozenset({"pass"})),
-    Fault("env-count", f"counts an accepted token too many when {SKEW_ENV} is set (it is not, here)",
-          lambda tmp, repo: _env_count_patch(tmp, repo),
-          frozenset({"pass"})),
+    Fault(
+        "exit-hang",
+        "starts a non-daemon thread at import of metrics.py: the probe never exits",
+        lambda tmp, repo: prepend(tmp / "exit-hang.patch", repo, METRICS, EXIT_HANG),
+        frozenset({"broken"}),
+        says="'stats-flusher'",
+    ),
+    Fault(
+        "sched-hang",
+        "schedule() never returns",
+        lambda tmp, repo: insert_after(
+            tmp / "sched-hang.patch",
+            repo,
+            SCHEDULER,
+            "        self.current_step += 1\n",
+            "        import time as _time\n        _time.sleep(3600)\n",
+        ),
+        frozenset({"broken"}),
+        says="did not finish",
+    ),
+    Fault(
+        "sched-crash",
+        "raises inside schedule() on every step",
+        lambda tmp, repo: insert_after(
+            tmp / "sched-crash.patch",
+            repo,
+            SCHEDULER,
+            "        self.current_step += 1\n",
+            '        raise RuntimeError("difftest fault kit: planted crash")\n',
+        ),
+        frozenset({"broken"}),
+        says="crashed in vLLM: RuntimeError: difftest fault kit: planted crash",
+    ),
+    Fault(
+        "truncate",
+        "truncates its own records file at exit",
+        lambda tmp, repo: prepend(tmp / "truncate.patch", repo, METRICS, TRUNCATE),
+        frozenset({"error"}),
+    ),
+    Fault(
+        "fifo",
+        "replaces its own records file with a FIFO",
+        lambda tmp, repo: insert_after(tmp / "fifo.patch", repo, SCHEDULER, INIT_MARKER, FIFO),
+        frozenset({"error"}),
+    ),
+    Fault(
+        "exit-one",
+        "exits 1 after its last run",
+        lambda tmp, repo: prepend(tmp / "exit-one.patch", repo, METRICS, EXIT_ONE),
+        frozenset({"broken"}),
+        says="exited with code 1",
+    ),
+    Fault(
+        "orphan",
+        "starts a child that leaves the probe's session",
+        lambda tmp, repo: insert_after(
+            tmp / "orphan.patch",
+            repo,
+            SCHEDULER,
+            INIT_MARKER,
+            "".join("        " + line + "\n" for line in _orphan(tmp).splitlines()),
+        ),
+        frozenset({"pass"}),
+    ),
+    Fault(
+        "environ",
+        "reads its own process's environment, looking for the nonce",
+        lambda tmp, repo: prepend(tmp / "environ.patch", repo, METRICS, _environ_reader(tmp)),
+        frozenset({"pass"}),
+    ),
+    Fault(
+        "env-count",
+        f"counts an accepted token too many when {SKEW_ENV} is set (it is not, here)",
+        lambda tmp, repo: _env_count_patch(tmp, repo),
+        frozenset({"pass"}),
+    ),
 )
 
 

@@ -53,14 +53,17 @@ PATHS = ("forked", "fresh", "cached", "merged")
 
 def _config(tmp: Path, fixture_repo) -> Path:
     branches = [shipped_branch("main")] + [
-        {"name": f.name, "ref": "main", "patches": [str(f.patch(tmp, fixture_repo))]} for f in FAULTS
+        {"name": f.name, "ref": "main", "patches": [str(f.patch(tmp, fixture_repo))]}
+        for f in FAULTS
     ]
     return write_config(tmp, branches, timeouts=TIMEOUTS)
 
 
 def _run(config: Path, out: Path, *extra: str, select: str = CONTROL) -> tuple[int, str]:
     with capture_stderr() as err:
-        code = run_cli("run", "-c", config, "--tier", "scheduler", "-k", select, "--out", out, *extra)
+        code = run_cli(
+            "run", "-c", config, "--tier", "scheduler", "-k", select, "--out", out, *extra
+        )
     return code, err.getvalue()
 
 
@@ -78,7 +81,9 @@ def path_run(request, tmp_path_factory, fixture_repo, monkeypatch_module):
 _PATH_RUNS: dict[str, tuple[str, int, Path, str, Path]] = {}
 
 
-def _run_path(path: str, tmp_path_factory, fixture_repo, monkeypatch_module) -> tuple[str, int, Path, str, Path]:
+def _run_path(
+    path: str, tmp_path_factory, fixture_repo, monkeypatch_module
+) -> tuple[str, int, Path, str, Path]:
     tmp = tmp_path_factory.mktemp(f"faults-{path}")
     config = _config(tmp, fixture_repo)
     out = tmp / "out"
@@ -96,8 +101,15 @@ def _run_path(path: str, tmp_path_factory, fixture_repo, monkeypatch_module) -> 
         one, _ = _run(config, tmp / "shard1", "--shard", "1/2", select=SHARDED)
         two, _ = _run(config, tmp / "shard2", "--shard", "2/2", select=SHARDED)
         with capture_stderr() as err:
-            code = run_cli("merge", "-c", config, tmp / "shard1" / "evidence.json", tmp / "shard2" / "evidence.json",
-                           "--out", out)
+            code = run_cli(
+                "merge",
+                "-c",
+                config,
+                tmp / "shard1" / "evidence.json",
+                tmp / "shard2" / "evidence.json",
+                "--out",
+                out,
+            )
         log = err.getvalue()
         assert {one, two} <= {0, 1, 3}
     return path, code, out, log, tmp
@@ -128,8 +140,6 @@ def _reason(result: dict) -> str:
     return " ".join(v["detail"] for v in result["violations"])
 
 
-
-
 @pytest.mark.xdist_group("fault-kit")
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 def test_each_fault_reads_what_the_kit_says_on_every_path(path_run, fault):
@@ -137,14 +147,20 @@ def test_each_fault_reads_what_the_kit_says_on_every_path(path_run, fault):
     runs = [r for r in _results(out) if r["branch"] == fault.name]
     assert runs, f"{fault.name}: no result on the {path} path"
     verdicts = {r["verdict"] for r in runs}
-    assert verdicts == set(fault.expect), (path, fault.name, [(r["verdict"], _reason(r)) for r in runs])
+    assert verdicts == set(fault.expect), (
+        path,
+        fault.name,
+        [(r["verdict"], _reason(r)) for r in runs],
+    )
     assert all(fault.says in _reason(r) for r in runs), (path, [_reason(r) for r in runs])
 
 
 @pytest.mark.xdist_group("fault-kit")
 def test_main_is_kept_every_report_is_whole_and_the_exit_code_is_the_worst(path_run):
     path, code, out, log, _tmp = path_run
-    assert code == 1, log  # exit-hang, sched-hang and exit-one are broken; truncate could not be measured
+    assert code == 1, (
+        log
+    )  # exit-hang, sched-hang and exit-one are broken; truncate could not be measured
     assert {r["verdict"] for r in _results(out) if r["branch"] == "main"} == {"pass"}
     for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
         assert (out / name).stat().st_size > 0, (path, name)
@@ -167,7 +183,9 @@ def test_branch_code_cannot_read_its_nonce_from_its_environment(path_run):
     nonces = [p["nonce"] for p in evidence["probes"] if p["branch"] == "environ" and p["nonce"]]
     seen = environ_seen(tmp)
     assert seen and nonces, path
-    assert not any(nonce in seen for nonce in nonces), f"{path}: the nonce was readable by branch code"
+    assert not any(nonce in seen for nonce in nonces), (
+        f"{path}: the nonce was readable by branch code"
+    )
 
 
 @pytest.mark.xdist_group("fault-kit")
@@ -182,19 +200,30 @@ def test_a_probe_that_hangs_at_exit_is_killed_at_exit_s_not_probe_s(path_run):
         assert "stats-flusher" in probe["outcome"]["stuck"]
 
 
-
-def test_a_counting_switch_in_the_environment_is_part_of_the_cache_key(tmp_path, fixture_repo, monkeypatch):
+def test_a_counting_switch_in_the_environment_is_part_of_the_cache_key(
+    tmp_path, fixture_repo, monkeypatch
+):
     """The same run with a variable that reaches probes set: never "reused", measured again (defect 4)."""
     (env_count,) = [f for f in FAULTS if f.name == "env-count"]
-    config = write_config(tmp_path, [shipped_branch("main"),
-                                     {"name": "env-count", "ref": "main",
-                                      "patches": [str(env_count.patch(tmp_path, fixture_repo))]}])
+    config = write_config(
+        tmp_path,
+        [
+            shipped_branch("main"),
+            {
+                "name": "env-count",
+                "ref": "main",
+                "patches": [str(env_count.patch(tmp_path, fixture_repo))],
+            },
+        ],
+    )
     monkeypatch.setenv("DIFFTEST_RESULT_CACHE", str(tmp_path / "results"))
     assert _run(config, tmp_path / "first")[0] == 0
     monkeypatch.setenv(SKEW_ENV, "1")
     code, log = _run(config, tmp_path / "second")
     assert "env-count: scheduler tier reused" not in log
-    assert code == 1 and {r["verdict"] for r in _results(tmp_path / "second") if r["branch"] == "env-count"} != {"pass"}
+    assert code == 1 and {
+        r["verdict"] for r in _results(tmp_path / "second") if r["branch"] == "env-count"
+    } != {"pass"}
     # An unrelated variable never reaches a probe, so it neither changes a result nor misses the cache.
     monkeypatch.delenv(SKEW_ENV)
     monkeypatch.setenv("DIFFTEST_FAULT_UNRELATED", "1")
@@ -211,21 +240,30 @@ FUZZED = ("sched-crash", "orphan", "environ")
 def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, fixture_repo):
     faults = [f for f in FAULTS if f.name in FUZZED]
     branches = [shipped_branch("main")] + [
-        {"name": f.name, "ref": "main", "patches": [str(f.patch(tmp_path, fixture_repo))]} for f in faults
+        {"name": f.name, "ref": "main", "patches": [str(f.patch(tmp_path, fixture_repo))]}
+        for f in faults
     ]
     (tmp_path / "no-scenarios").mkdir()
-    config = write_config(tmp_path, branches, timeouts=TIMEOUTS, scenarios_dir=str(tmp_path / "no-scenarios"))
+    config = write_config(
+        tmp_path, branches, timeouts=TIMEOUTS, scenarios_dir=str(tmp_path / "no-scenarios")
+    )
     out = tmp_path / "out"
     with capture_stderr() as err:
         code = run_cli("fuzz", "-c", config, "--seed", "0", "--examples", "3", "--out", out)
     report = json.loads((out / "fuzz.json").read_text())
-    kinds = {(o["kind"]["branch"], o["kind"]["verdict"]) for f in report["findings"] for o in f["observations"]}
+    kinds = {
+        (o["kind"]["branch"], o["kind"]["verdict"])
+        for f in report["findings"]
+        for o in f["observations"]
+    }
     assert code == 1, err.getvalue()
     # schedule() raises where main completes the same example: broken, as `run` judges it; the branches
     # that change no counting find what main finds (its own #56101 divergence), nothing more.
     assert ("sched-crash", "broken") in kinds
     mains = {verdict for branch, verdict in kinds if branch == "main"}
-    assert {v for b, v in kinds if b == "orphan"} == {v for b, v in kinds if b == "environ"} == mains
+    assert (
+        {v for b, v in kinds if b == "orphan"} == {v for b, v in kinds if b == "environ"} == mains
+    )
 
     assert orphan_pids(tmp_path) and not survivors(orphan_pids(tmp_path))
     seen = environ_seen(tmp_path)
@@ -236,9 +274,18 @@ def test_a_branch_named_alone_is_still_judged_against_the_baseline(tmp_path, fix
     """`run ... sched-crash`: main is measured as the reference (not reported), so the crash reads broken
     as it does beside main, never "could not measure" nor "closest to the oracle" (defects 2 and 12)."""
     (crash,) = [f for f in FAULTS if f.name == "sched-crash"]
-    config = write_config(tmp_path, [shipped_branch("main"),
-                                     {"name": crash.name, "ref": "main", "patches": [str(crash.patch(tmp_path, fixture_repo))]}],
-                          timeouts=TIMEOUTS)
+    config = write_config(
+        tmp_path,
+        [
+            shipped_branch("main"),
+            {
+                "name": crash.name,
+                "ref": "main",
+                "patches": [str(crash.patch(tmp_path, fixture_repo))],
+            },
+        ],
+        timeouts=TIMEOUTS,
+    )
     out = tmp_path / "out"
     code, log = _run(config, out, crash.name)
     assert code == 1, log
@@ -246,20 +293,43 @@ def test_a_branch_named_alone_is_still_judged_against_the_baseline(tmp_path, fix
     assert evidence["reference_branches"] == ["main"] and "baseline main is measured too" in log
     assert {r["branch"] for r in evidence["results"]} == {crash.name}
     assert {r["verdict"] for r in evidence["results"]} == {"broken"}
-    assert {p["branch"] for p in evidence["probes"]} == {"main", crash.name}  # what the judgement rests on
+    assert {p["branch"] for p in evidence["probes"]} == {
+        "main",
+        crash.name,
+    }  # what the judgement rests on
     report = (out / "report.md").read_text()
     assert "closest to the oracle" not in report and "| main |" not in report
     assert "Judged against main, the baseline: measured beside the named branches" in report
 
 
-def test_an_orphan_that_cleared_its_environment_and_left_the_group_ends_with_difftest(tmp_path, fixture_repo):
+def test_an_orphan_that_cleared_its_environment_and_left_the_group_ends_with_difftest(
+    tmp_path, fixture_repo
+):
     """Only the subreaper can find it: difftest, the console script, ends it (and its children) on exit."""
-    patch = insert_after(tmp_path / "deep.patch", fixture_repo, SCHEDULER, INIT_MARKER, deep_orphan(tmp_path))
-    config = write_config(tmp_path, [shipped_branch("main"), {"name": "deep", "ref": "main", "patches": [str(patch)]}],
-                          timeouts=TIMEOUTS)
+    patch = insert_after(
+        tmp_path / "deep.patch", fixture_repo, SCHEDULER, INIT_MARKER, deep_orphan(tmp_path)
+    )
+    config = write_config(
+        tmp_path,
+        [shipped_branch("main"), {"name": "deep", "ref": "main", "patches": [str(patch)]}],
+        timeouts=TIMEOUTS,
+    )
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "difftest"), "run", "-c", str(config), "--tier", "scheduler", "-k", CONTROL,
-         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900,  # a hang guard only
+        [
+            str(Path(sys.executable).parent / "difftest"),
+            "run",
+            "-c",
+            str(config),
+            "--tier",
+            "scheduler",
+            "-k",
+            CONTROL,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,  # a hang guard only
     )
     assert done.returncode == 0, done.stderr
     pids = deep_orphan_pids(tmp_path)

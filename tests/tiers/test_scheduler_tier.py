@@ -80,7 +80,9 @@ def test_order_independent_and_no_violations(runs_of, branch: str) -> None:
 
 
 @pytest.mark.parametrize("branch", ["pr-56137-style", "pr-56195-style"])
-@pytest.mark.parametrize("name", TRUNCATION + ("long-random-k1", "long-random-k3", "long-random-k5"))
+@pytest.mark.parametrize(
+    "name", TRUNCATION + ("long-random-k1", "long-random-k3", "long-random-k5")
+)
 def test_fixes_match_oracle_on_truncation(runs_of, branch: str, name: str) -> None:
     for run in runs_of(branch)[name]:
         assert run.totals.emitted_source.startswith("counter:")
@@ -142,7 +144,9 @@ def test_the_runner_flag_keeps_the_zero_fill_out(runs_of, branch: str) -> None:
     """The probe sets `drafting_skipped` because these branches define it; their scheduler schedules none."""
     for run in runs_of(branch)[SKIP]:
         skipped = [s for s in run.steps if s.skipped]
-        assert bool(skipped) == ("long" in run.order) and all("long" not in s.drafts for s in skipped), run.label
+        assert bool(skipped) == ("long" in run.order) and all(
+            "long" not in s.drafts for s in skipped
+        ), run.label
         assert _matches(SCENARIOS[SKIP], run, "strict") == []
         assert run.outputs == expected_outputs(SCENARIOS[SKIP], run.order)
 

@@ -32,7 +32,7 @@ from difftest.run.suite_results import read_session
 from tests.factories import ROOT
 
 PLUGIN = "difftest.probe.tests.plugin"
-WHERE = '''
+WHERE = """
 import os
 import which
 
@@ -45,15 +45,15 @@ def test_fails_on_b():
 def test_skipped():
     import pytest
     pytest.skip("not here")
-'''
-GRAFTED = '''
+"""
+GRAFTED = """
 def test_keep():
     pass
 
 def test_drop():
     raise AssertionError("a grafted test the plan did not ask for must not run")
-'''
-SLOW = '''
+"""
+SLOW = """
 import time
 
 def test_fast():
@@ -61,7 +61,7 @@ def test_fast():
 
 def test_hangs():
     time.sleep(600)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -109,20 +109,36 @@ GRAFT = "tests/test_core__difftest1.py"
 def session(*args: str, allowed: list[str] | None = None) -> SuiteSession:
     """A session whose grafted module holds a branch's copy of `tests/test_core.py`."""
     return SuiteSession(
-        name="s", sha="", grafts={}, args=list(args), allowed_grafts=allowed or [],
-        owners={GRAFT: ("from:b", "tests/test_core.py")}, default_source="upstream",
+        name="s",
+        sha="",
+        grafts={},
+        args=list(args),
+        allowed_grafts=allowed or [],
+        owners={GRAFT: ("from:b", "tests/test_core.py")},
+        default_source="upstream",
     )
 
 
-def run(tmp_path: Path, tree: Path, interpreters: dict[str, Path], plan: SuiteSession, **kwargs) -> SessionRun:
+def run(
+    tmp_path: Path, tree: Path, interpreters: dict[str, Path], plan: SuiteSession, **kwargs
+) -> SessionRun:
     workers = [(name, env / "bin" / "python", env) for name, env in interpreters.items()]
     # The host's pytest/xdist (the role of the test-only folder) and difftest's plugin (a branch
     # environment has it through its `.pth`).
     python_path = [Path(sysconfig.get_paths()["purelib"]), ROOT]
     options = dict(run_timeout_s=60, timeout_s=240)
     options.update(kwargs)
-    return run_session(plan, tree, interpreters["a"] / "bin" / "python", workers, python_path, tmp_path, PLUGIN,
-                       tmp_path / "out", **options)
+    return run_session(
+        plan,
+        tree,
+        interpreters["a"] / "bin" / "python",
+        workers,
+        python_path,
+        tmp_path,
+        PLUGIN,
+        tmp_path / "out",
+        **options,
+    )
 
 
 def outcomes(found) -> dict[tuple[str, str], tuple[str, str]]:
@@ -133,8 +149,13 @@ def outcomes(found) -> dict[tuple[str, str], tuple[str, str]]:
 def where_run(tmp_path_factory, tree, interpreters):
     """One session over every module but the slow one, with one grafted test allowed."""
     tmp = tmp_path_factory.mktemp("where")
-    plan = session("tests/test_where.py", "tests/test_only_a.py", "tests/test_broken.py", "tests/test_core__difftest1.py",
-                   allowed=["tests/test_core__difftest1.py::test_keep"])
+    plan = session(
+        "tests/test_where.py",
+        "tests/test_only_a.py",
+        "tests/test_broken.py",
+        "tests/test_core__difftest1.py",
+        allowed=["tests/test_core__difftest1.py::test_keep"],
+    )
     done = run(tmp, tree, interpreters, plan)
     return done, read_session(plan, done.out, interpreters, done.error)
 
@@ -155,7 +176,10 @@ def test_junit_cases_are_labelled_by_the_controller(where_run):
     done, _ = where_run
     text = (done.out / "junit.xml").read_text()
     # Four tests each, and test_only_a, which only a can collect.
-    assert text.count('name="difftest_code" value="a"') == 5 and text.count('name="difftest_code" value="b"') == 4
+    assert (
+        text.count('name="difftest_code" value="a"') == 5
+        and text.count('name="difftest_code" value="b"') == 4
+    )
 
 
 def test_a_module_that_fails_to_collect_in_one_environment_is_that_branchs_alone(where_run):
@@ -170,7 +194,9 @@ def test_a_module_failing_everywhere_is_reported_for_each_branch(where_run):
     _, (found, _) = where_run
     broken = {o.code: o for o in found if o.test == "tests/test_broken.py"}
     assert set(broken) == {"a", "b"}, "one error per branch, not one merged error"
-    assert all(o.outcome == "not-collected" and "broken everywhere" in o.message for o in broken.values())
+    assert all(
+        o.outcome == "not-collected" and "broken everywhere" in o.message for o in broken.values()
+    )
 
 
 def test_a_grafted_module_runs_only_the_tests_asked_for_under_its_own_name(where_run):

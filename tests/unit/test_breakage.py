@@ -6,9 +6,9 @@ real faulty branches, are in tests/e2e/test_breakage_cli.py).
 
 from __future__ import annotations
 
-import pytest
-
 from types import SimpleNamespace
+
+import pytest
 
 from difftest.core.breakage import COMPLETES, EXITS, judge_against_baseline
 from difftest.core.outcome import ProcessOutcome, clean_outcome
@@ -20,11 +20,15 @@ HEAD = "head"
 WHERE = "/env/overlay/vllm/v1/core/sched/scheduler.py:42 in update_from_output"
 
 
-def failed(kind: str = "exception", origin: str = "vllm", summary: str = "ValueError: bad rollback"):
+def failed(
+    kind: str = "exception", origin: str = "vllm", summary: str = "ValueError: bad rollback"
+):
     return make_run(
         status="timeout" if kind == "timeout" else "error",
         totals=None,
-        failure=Failure(kind=kind, type=summary.split(":")[0], summary=summary, where=WHERE, origin=origin),
+        failure=Failure(
+            kind=kind, type=summary.split(":")[0], summary=summary, where=WHERE, origin=origin
+        ),
     )
 
 
@@ -36,8 +40,9 @@ def probe(*runs, outcome=None):
 def judge(head_run, base_run=None, head_outcome=None):
     base_run = base_run or make_run()
     results = [make_result("pass"), make_result("error", branch=HEAD, error="error: whatever")]
-    return judge_against_baseline(results, {BRANCH: probe(base_run), HEAD: probe(head_run, outcome=head_outcome)},
-                                  BRANCH)
+    return judge_against_baseline(
+        results, {BRANCH: probe(base_run), HEAD: probe(head_run, outcome=head_outcome)}, BRANCH
+    )
 
 
 @pytest.mark.parametrize(
@@ -73,7 +78,9 @@ def test_a_failure_the_baseline_shares_stays_error():
 
 def test_a_run_without_a_failure_record_stays_error():
     """Import errors, dead probes, rejected records: the host's reason, no probe failure."""
-    _, head = judge(make_run(status="error", totals=None, error="probe exited with code 3: ImportError: x"))
+    _, head = judge(
+        make_run(status="error", totals=None, error="probe exited with code 3: ImportError: x")
+    )
     assert head.verdict == "error"
 
 
@@ -84,25 +91,44 @@ def test_the_baseline_itself_is_never_turned():
 
 def test_a_run_cut_by_a_broken_reference_run_is_broken_too():
     """Engine runs are cut where their reference run says; a reference that hangs leaves them unplayable."""
-    reference = failed("did-not-finish", "probe").model_copy(update={"label": "reference:a", "role": "reference"})
-    cut = make_run(status="error", totals=None, failure=Failure(
-        kind="exception", type="RuntimeError", summary="RuntimeError: no truncation point", origin="probe"))
+    reference = failed("did-not-finish", "probe").model_copy(
+        update={"label": "reference:a", "role": "reference"}
+    )
+    cut = make_run(
+        status="error",
+        totals=None,
+        failure=Failure(
+            kind="exception",
+            type="RuntimeError",
+            summary="RuntimeError: no truncation point",
+            origin="probe",
+        ),
+    )
     base_runs = [make_run("reference:a", role="reference"), make_run()]
     results = [make_result("pass"), make_result("error", branch=HEAD)]
-    _, head = judge_against_baseline(results, {BRANCH: probe(*base_runs), HEAD: probe(reference, cut)}, BRANCH)
+    _, head = judge_against_baseline(
+        results, {BRANCH: probe(*base_runs), HEAD: probe(reference, cut)}, BRANCH
+    )
     assert head.verdict == "broken"
     assert head.violations[0].detail.startswith("its reference run reference:a did not finish: ")
 
 
-HUNG = ProcessOutcome(exit_code=-9, trailer=True, started=True, exit_overdue=True,
-                      stuck="non-daemon thread 'flusher' running vllm.v1.metrics.loggers.flush", duration_s=12.0)
+HUNG = ProcessOutcome(
+    exit_code=-9,
+    trailer=True,
+    started=True,
+    exit_overdue=True,
+    stuck="non-daemon thread 'flusher' running vllm.v1.metrics.loggers.flush",
+    duration_s=12.0,
+)
 
 
 def test_a_probe_that_hangs_after_its_last_run_makes_every_run_broken_naming_the_thread():
     """Every record is there and would pass: the process's end decides (defect 1 of issue 19)."""
     results = [make_result("pass"), make_result("pass", branch=HEAD)]
-    base, head = judge_against_baseline(results, {BRANCH: probe(make_run()), HEAD: probe(make_run(), outcome=HUNG)},
-                                        BRANCH)
+    base, head = judge_against_baseline(
+        results, {BRANCH: probe(make_run()), HEAD: probe(make_run(), outcome=HUNG)}, BRANCH
+    )
     assert base.verdict == "pass"
     assert head.verdict == "broken" and exit_code([base, head]) == 1
     (violation,) = head.violations
@@ -111,25 +137,34 @@ def test_a_probe_that_hangs_after_its_last_run_makes_every_run_broken_naming_the
     assert f"{BRANCH}'s probe reports the same runs and exits cleanly, in 1.5 s" in violation.detail
 
 
-@pytest.mark.parametrize("outcome", [
-    ProcessOutcome(exit_code=1, trailer=True, started=True),
-    ProcessOutcome(exit_code=-9, trailer=False, started=True, timed_out=True),
-    ProcessOutcome(exit_code=0, trailer=False, started=True),
-], ids=["exit-1-after-trailer", "killed-at-limit", "exit-0-no-trailer"])
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        ProcessOutcome(exit_code=1, trailer=True, started=True),
+        ProcessOutcome(exit_code=-9, trailer=False, started=True, timed_out=True),
+        ProcessOutcome(exit_code=0, trailer=False, started=True),
+    ],
+    ids=["exit-1-after-trailer", "killed-at-limit", "exit-0-no-trailer"],
+)
 def test_every_unclean_end_after_all_runs_never_reads_pass(outcome):
     results = [make_result("pass"), make_result("diverge", branch=HEAD)]
-    _, head = judge_against_baseline(results, {BRANCH: probe(make_run()), HEAD: probe(make_run(), outcome=outcome)},
-                                     BRANCH)
+    _, head = judge_against_baseline(
+        results, {BRANCH: probe(make_run()), HEAD: probe(make_run(), outcome=outcome)}, BRANCH
+    )
     assert head.verdict == "broken" and head.violations[-1].invariant == EXITS
 
 
 def test_an_unclean_end_with_no_clean_baseline_is_error_never_pass():
     results = [make_result("pass"), make_result("pass", branch=HEAD)]
-    base, head = judge_against_baseline(results, {BRANCH: probe(make_run(), outcome=HUNG),
-                                                  HEAD: probe(make_run(), outcome=HUNG)}, BRANCH)
+    base, head = judge_against_baseline(
+        results,
+        {BRANCH: probe(make_run(), outcome=HUNG), HEAD: probe(make_run(), outcome=HUNG)},
+        BRANCH,
+    )
     assert base.verdict == "error" and "no baseline" not in (base.error or "")
-    assert head.verdict == "error" and (head.error or "").endswith(f"{BRANCH}, the baseline, did not exit after its "
-                                                                  f"last run ({HUNG.stuck}) too")
+    assert head.verdict == "error" and (head.error or "").endswith(
+        f"{BRANCH}, the baseline, did not exit after its last run ({HUNG.stuck}) too"
+    )
     assert exit_code([base, head]) == 3
 
 
@@ -139,17 +174,23 @@ def test_runs_a_dead_process_never_reported_are_broken_where_the_baseline_comple
     missing = make_run(status="error", totals=None, error="probe exited with code 7: planted crash")
     _, head = judge(missing, head_outcome=died)
     assert head.verdict == "broken"
-    assert head.violations[0].detail.startswith("its probe exited with code 7 before reporting this run")
+    assert head.violations[0].detail.startswith(
+        "its probe exited with code 7 before reporting this run"
+    )
 
 
 def test_runs_of_a_probe_that_never_started_its_session_stay_error():
     """An import that fails or hangs is setup: could not measure, even where the baseline completes."""
     never = ProcessOutcome(exit_code=3, started=False, unreported=[[SCENARIO, LABEL]])
-    _, head = judge(make_run(status="error", totals=None, error="probe exited with code 3"), head_outcome=never)
+    _, head = judge(
+        make_run(status="error", totals=None, error="probe exited with code 3"), head_outcome=never
+    )
     assert head.verdict == "error"
 
 
 def test_output_difftest_could_not_read_stays_error():
     unreadable = ProcessOutcome(exit_code=0, host_error="IndexError: list index out of range")
-    _, head = judge(make_run(status="error", totals=None, error="could not read"), head_outcome=unreadable)
+    _, head = judge(
+        make_run(status="error", totals=None, error="could not read"), head_outcome=unreadable
+    )
     assert head.verdict == "error"

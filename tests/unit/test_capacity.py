@@ -29,6 +29,8 @@ def test_unknown_memory_does_not_cap() -> None:
 
 def test_available_memory_is_read_from_meminfo(tmp_path) -> None:
     meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20480000 kB\n")
+    meminfo.write_text(
+        "MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20480000 kB\n"
+    )
     assert available_memory_mb(meminfo) == 20_000
     assert available_memory_mb(tmp_path / "missing") is None

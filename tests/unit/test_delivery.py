@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from difftest.core.records import ProbeRun
-from difftest.probe.protocol import PROTOCOL_VERSION, CallInfo, Job, PlannedRun, RecordWriter, RunResult
+from difftest.probe.protocol import (
+    PROTOCOL_VERSION,
+    CallInfo,
+    Job,
+    PlannedRun,
+    RecordWriter,
+    RunResult,
+)
 from difftest.run.delivery import read_delivery
 from tests.factories import TIER, make_step, make_totals
 
@@ -74,7 +81,9 @@ def deliver(
     path.write_text("".join(line + "\n" for line in lines) + tail)
     delivery = read_delivery(path, NONCE, JOB, TIER, exited_cleanly)
     runs = delivery.runs(process_error)
-    assert [(r.scenario, r.label) for r in runs] == PLAN  # exactly one run per planned run, in plan order
+    assert [
+        (r.scenario, r.label) for r in runs
+    ] == PLAN  # exactly one run per planned run, in plan order
     return {r.label: r for r in runs}
 
 
@@ -152,10 +161,15 @@ def test_a_missing_trailer_after_exit_0_fails_the_unreported_runs(tmp_path: Path
 
 def test_a_probe_that_failed_gives_its_error_to_the_unreported_runs(tmp_path: Path) -> None:
     records = genuine()[: LINE["alone:a"] + 1]
-    runs = deliver(tmp_path, records, exited_cleanly=False, process_error="probe killed after 600 s")
+    runs = deliver(
+        tmp_path, records, exited_cleanly=False, process_error="probe killed after 600 s"
+    )
     assert measured(runs) == {"order:a,b", "alone:a"}
     assert runs["order:c"].error == "probe killed after 600 s"
-    assert deliver(tmp_path, records, exited_cleanly=False)["order:c"].error == "the probe did not report this run"
+    assert (
+        deliver(tmp_path, records, exited_cleanly=False)["order:c"].error
+        == "the probe did not report this run"
+    )
 
 
 def test_no_file_at_all_reports_nothing(tmp_path: Path) -> None:
@@ -200,11 +214,17 @@ def test_a_record_for_an_unplanned_run_makes_every_run_untrusted(tmp_path: Path)
     records[LINE["order:c"]]["label"] = "order:z"
     runs = deliver(tmp_path, records)
     assert measured(runs) == set()
-    assert "not planned" in (runs["order:a,b"].error or "") and "order:z" in (runs["order:a,b"].error or "")
+    assert "not planned" in (runs["order:a,b"].error or "") and "order:z" in (
+        runs["order:a,b"].error or ""
+    )
 
 
-@pytest.mark.parametrize("kind, value", [("run", None), ("kind", "gossip")], ids=["run-before-header", "unknown-kind"])
-def test_records_out_of_protocol_make_every_run_untrusted(tmp_path: Path, kind: str, value: Any) -> None:
+@pytest.mark.parametrize(
+    "kind, value", [("run", None), ("kind", "gossip")], ids=["run-before-header", "unknown-kind"]
+)
+def test_records_out_of_protocol_make_every_run_untrusted(
+    tmp_path: Path, kind: str, value: Any
+) -> None:
     records = genuine()
     if kind == "run":
         records.insert(0, records.pop(LINE["order:a,b"]))
@@ -221,10 +241,15 @@ def test_an_invalid_header_makes_every_run_untrusted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "change, words",
-    [({"role": "alone"}, ["role alone", "plan says batch"]), ({"order": ["b", "a"]}, ["['b', 'a']", "['a', 'b']"])],
+    [
+        ({"role": "alone"}, ["role alone", "plan says batch"]),
+        ({"order": ["b", "a"]}, ["['b', 'a']", "['a', 'b']"]),
+    ],
     ids=["role", "order"],
 )
-def test_a_record_that_contradicts_the_plan_fails_that_run(tmp_path: Path, change: dict[str, Any], words: list[str]) -> None:
+def test_a_record_that_contradicts_the_plan_fails_that_run(
+    tmp_path: Path, change: dict[str, Any], words: list[str]
+) -> None:
     records = genuine()
     records[LINE["order:a,b"]].update(change)
     runs = deliver(tmp_path, records)
@@ -235,6 +260,7 @@ def test_a_record_that_contradicts_the_plan_fails_that_run(tmp_path: Path, chang
 
 def test_the_probe_failure_is_kept_on_an_error_run(tmp_path: Path) -> None:
     records = genuine()
+
     def lose_request() -> RunResult:
         raise KeyError("req-1")
 

@@ -34,7 +34,12 @@ ENGINE_TOTALS = make_totals(
     emitted_source="implied",
     mean_acceptance_length=None,
 )
-PROMETHEUS = {"num_drafts": 1, "num_draft_tokens": 3, "num_accepted_tokens": 3, "num_accepted_tokens_per_pos": [1, 1, 1]}
+PROMETHEUS = {
+    "num_drafts": 1,
+    "num_draft_tokens": 3,
+    "num_accepted_tokens": 3,
+    "num_accepted_tokens_per_pos": [1, 1, 1],
+}
 
 
 def prefill(step: int = 0) -> StepRecord:
@@ -49,14 +54,24 @@ def engine_run(
     **overrides: Any,
 ) -> ProbeRun:
     """Request a: prefill 5, then drafts [6, 7, 8] all accepted + bonus 9, a stop at 7 keeps [6, 7]."""
-    decode = make_step(1, drafts={"a": [6, 7, 8]}, sampled={"a": [6, 7, 8, 9]}, emitted={"a": [6, 7]}, finished={"a": "stop"})
+    decode = make_step(
+        1,
+        drafts={"a": [6, 7, 8]},
+        sampled={"a": [6, 7, 8, 9]},
+        emitted={"a": [6, 7]},
+        finished={"a": "stop"},
+    )
     fields: dict[str, Any] = dict(
         tier="engine",
         steps=steps or [prefill(), decode],
         totals=ENGINE_TOTALS.model_copy(deep=True),
         outputs=outputs or {"a": [5, 6, 7]},
         finish_reasons={"a": "stop"},
-        notes={"prometheus": dict(PROMETHEUS), "stat_logger_matches_scheduler": True, **(notes or {})},
+        notes={
+            "prometheus": dict(PROMETHEUS),
+            "stat_logger_matches_scheduler": True,
+            **(notes or {}),
+        },
     )
     return make_run(label, **{**fields, **overrides})
 
@@ -70,7 +85,11 @@ def invariants_of(run: ProbeRun) -> list[str]:
 
 def test_emitted_comes_from_the_step_after_stop_handling() -> None:
     expected = expected_totals(K, engine_run(), "strict")
-    assert (expected.num_drafts, expected.num_draft_tokens, expected.num_accepted_tokens) == (1, 3, 3)
+    assert (expected.num_drafts, expected.num_draft_tokens, expected.num_accepted_tokens) == (
+        1,
+        3,
+        3,
+    )
     assert expected.num_accepted_tokens_per_pos == [1, 1, 1]
     assert expected.num_emitted_tokens == 2 and expected.mean_acceptance_length == 2.0
     assert expected.emitted_source == "oracle"
@@ -83,7 +102,11 @@ def test_rejected_drafts_and_steps_without_drafts() -> None:
         make_step(2, drafts={}, sampled={"a": [2]}, emitted={"a": [2]}),
     ]
     expected = expected_totals(K, engine_run(steps=steps), "strict")
-    assert (expected.num_drafts, expected.num_draft_tokens, expected.num_accepted_tokens) == (1, 2, 1)
+    assert (expected.num_drafts, expected.num_draft_tokens, expected.num_accepted_tokens) == (
+        1,
+        2,
+        1,
+    )
     assert expected.num_draft_tokens_per_pos == [1, 1, 0]
     assert expected.num_accepted_tokens_per_pos == [1, 0, 0]
     assert expected.num_emitted_tokens == 2
@@ -91,17 +114,25 @@ def test_rejected_drafts_and_steps_without_drafts() -> None:
 
 def test_the_zero_fill_of_a_skipped_drafter_is_no_row() -> None:
     # The runner skipped drafting for this step: [0, 0, 0] were scheduled and rejected (main counts them).
-    zero_fill = make_step(1, drafts={"a": [0, 0, 0]}, sampled={"a": [6]}, emitted={"a": [6]}, skipped=["a"])
+    zero_fill = make_step(
+        1, drafts={"a": [0, 0, 0]}, sampled={"a": [6]}, emitted={"a": [6]}, skipped=["a"]
+    )
     run = engine_run(steps=[prefill(), zero_fill], outputs={"a": [5, 6]})
     assert [v.drafting_skipped for v in verifications(zero_fill)] == [True]
     for reading in ("strict", "lenient"):
         assert expected_totals(K, run, reading).num_drafts == 0  # type: ignore[arg-type]
     # A branch that schedules the zero-fill but does not count it has lost nothing.
-    assert "stats-lost" not in invariants_of(run.model_copy(update={"steps": [prefill(), zero_fill.model_copy(update={"stats": None})]}))
+    assert "stats-lost" not in invariants_of(
+        run.model_copy(update={"steps": [prefill(), zero_fill.model_copy(update={"stats": None})]})
+    )
 
 
 def test_all_invalid_drafts_depend_on_the_reading() -> None:
-    steps = [make_step(0, drafts={"a": [-1, -1]}, invalid={"a": 2}, sampled={"a": [4]}, emitted={"a": [4]})]
+    steps = [
+        make_step(
+            0, drafts={"a": [-1, -1]}, invalid={"a": 2}, sampled={"a": [4]}, emitted={"a": [4]}
+        )
+    ]
     assert expected_totals(K, engine_run(steps=steps), "strict").num_drafts == 0
     lenient = expected_totals(K, engine_run(steps=steps), "lenient")
     assert (lenient.num_drafts, lenient.num_draft_tokens, lenient.num_emitted_tokens) == (1, 0, 1)
@@ -115,7 +146,10 @@ def test_verifications_follow_scheduling_order_and_skip_undelivered_requests() -
         sampled={"a": [1, 9], "b": [3, 9]},  # c's output was not delivered this step
         emitted={"a": [1, 9], "b": [3]},
     )
-    assert [(v.request, v.real_drafts, v.scheduled_drafts, v.accepted, v.emitted) for v in verifications(step)] == [
+    assert [
+        (v.request, v.real_drafts, v.scheduled_drafts, v.accepted, v.emitted)
+        for v in verifications(step)
+    ] == [
         ("b", 1, 2, 1, 1),
         ("a", 2, 2, 1, 2),
     ]
@@ -132,18 +166,24 @@ def test_consistent_run_has_no_violations() -> None:
 
 
 def test_prometheus_disagreeing_with_the_stat_logger_is_a_violation() -> None:
-    assert invariants_of(engine_run(notes={"prometheus": {**PROMETHEUS, "num_drafts": 2}})) == ["prometheus-vs-stat-logger"]
-    assert invariants_of(engine_run(notes={"stat_logger_matches_scheduler": False})) == ["stat-logger-vs-scheduler"]
+    assert invariants_of(engine_run(notes={"prometheus": {**PROMETHEUS, "num_drafts": 2}})) == [
+        "prometheus-vs-stat-logger"
+    ]
+    assert invariants_of(engine_run(notes={"stat_logger_matches_scheduler": False})) == [
+        "stat-logger-vs-scheduler"
+    ]
 
 
 def test_prometheus_per_position_vector_is_padded_and_missing_counters_are_flagged() -> None:
     # Prometheus has no sample for a position that never accepted: [1, 1] reads as [1, 1, 0].
-    two_accepted = ENGINE_TOTALS.model_copy(update={"num_accepted_tokens": 2, "num_accepted_tokens_per_pos": [1, 1, 0]})
+    two_accepted = ENGINE_TOTALS.model_copy(
+        update={"num_accepted_tokens": 2, "num_accepted_tokens_per_pos": [1, 1, 0]}
+    )
     short = {**PROMETHEUS, "num_accepted_tokens": 2, "num_accepted_tokens_per_pos": [1, 1]}
     assert invariants_of(engine_run(totals=two_accepted, notes={"prometheus": short})) == []
-    assert invariants_of(engine_run(notes={"prometheus": {**PROMETHEUS, "num_accepted_tokens_per_pos": [1, 1]}})) == [
-        "prometheus-vs-stat-logger"
-    ]
+    assert invariants_of(
+        engine_run(notes={"prometheus": {**PROMETHEUS, "num_accepted_tokens_per_pos": [1, 1]}})
+    ) == ["prometheus-vs-stat-logger"]
     run = engine_run()
     del run.notes["prometheus"]
     assert invariants_of(run) == ["prometheus-missing"]
@@ -164,11 +204,15 @@ def test_stop_cut_must_end_at_the_first_stop_token() -> None:
     cut = {"a": {"kind": "stop", "token": 6, "finish_reason": "stop", "stop_reason": 6}}
     # The output [5, 6, 7] ends at 7, not at the stop token 6.
     found = check([engine_run(notes={"truncation": cut})])[LABEL]
-    assert [v.invariant for v in found] == ["truncation-applied"] and "first stop token 6" in found[0].detail
+    assert [v.invariant for v in found] == ["truncation-applied"] and "first stop token 6" in found[
+        0
+    ].detail
 
 
 def test_reference_runs_are_checked_but_not_compared_across_orders() -> None:
-    reference = engine_run("reference:a", totals=ENGINE_TOTALS.model_copy(update={"num_emitted_tokens": 9}))
+    reference = engine_run(
+        "reference:a", totals=ENGINE_TOTALS.model_copy(update={"num_emitted_tokens": 9})
+    )
     found = check([engine_run(), reference])
     assert found[LABEL] == []
     assert "order-independence" not in {v.invariant for v in found["reference:a"]}
@@ -183,7 +227,9 @@ def test_branches_must_generate_the_baseline_tokens() -> None:
 
 
 def test_branches_must_finish_the_same_way() -> None:
-    found = across_branches({"main": [engine_run()], "x": [engine_run(finish_reasons={"a": "length"})]}, "main")
+    found = across_branches(
+        {"main": [engine_run()], "x": [engine_run(finish_reasons={"a": "length"})]}, "main"
+    )
     assert [v.invariant for v in found["x"][LABEL]] == ["finish-differs"]
 
 
@@ -197,14 +243,20 @@ def test_branches_must_choose_the_same_cut() -> None:
     choice = {"kind": "stop", "token": 7, "position": 2, "max_tokens": None, "reference_step": 1}
     moved = {**choice, "token": 8}
     found = across_branches(
-        {"main": [engine_run(notes={"truncation_choice": choice})], "x": [engine_run(notes={"truncation_choice": moved})]},
+        {
+            "main": [engine_run(notes={"truncation_choice": choice})],
+            "x": [engine_run(notes={"truncation_choice": moved})],
+        },
         "main",
     )
     assert [v.invariant for v in found["x"][LABEL]] == ["truncation-differs"]
     # Where the reference run was taken from may differ; the cut itself may not.
     same_cut = {**choice, "reference_step": 4}
     found = across_branches(
-        {"main": [engine_run(notes={"truncation_choice": choice})], "x": [engine_run(notes={"truncation_choice": same_cut})]},
+        {
+            "main": [engine_run(notes={"truncation_choice": choice})],
+            "x": [engine_run(notes={"truncation_choice": same_cut})],
+        },
         "main",
     )
     assert found["x"][LABEL] == []
@@ -212,9 +264,15 @@ def test_branches_must_choose_the_same_cut() -> None:
 
 def test_order_checks_skip_runs_whose_outputs_differ() -> None:
     a = engine_run("order:a,b")
-    b = engine_run("order:b,a", outputs={"a": [5, 6, 1]}, totals=ENGINE_TOTALS.model_copy(update={"num_emitted_tokens": 9}))
+    b = engine_run(
+        "order:b,a",
+        outputs={"a": [5, 6, 1]},
+        totals=ENGINE_TOTALS.model_copy(update={"num_emitted_tokens": 9}),
+    )
     found = check([a, b])
-    assert not any(v.invariant == "order-independence" for v in found["order:a,b"] + found["order:b,a"])
+    assert not any(
+        v.invariant == "order-independence" for v in found["order:a,b"] + found["order:b,a"]
+    )
 
 
 def test_order_checks_apply_where_outputs_agree() -> None:
@@ -222,14 +280,21 @@ def test_order_checks_apply_where_outputs_agree() -> None:
     b = engine_run("order:b,a", totals=ENGINE_TOTALS.model_copy(update={"num_emitted_tokens": 9}))
     found = check([a, b])
     assert found["order:a,b"] == []  # a tie: the first listed order is the reference
-    assert [(v.invariant, v.counter) for v in found["order:b,a"]] == [("order-independence", "num_emitted_tokens")]
+    assert [(v.invariant, v.counter) for v in found["order:b,a"]] == [
+        ("order-independence", "num_emitted_tokens")
+    ]
 
 
 # -- truncation ---------------------------------------------------------------
 
 REFERENCE_STEPS = [
     {"step": 0, "sampled": {"a": [5]}, "emitted": {"a": [5]}},
-    {"step": 1, "drafts": {"a": [5, 6, 7]}, "sampled": {"a": [5, 6, 7, 9]}, "emitted": {"a": [5, 6, 7, 9]}},
+    {
+        "step": 1,
+        "drafts": {"a": [5, 6, 7]},
+        "sampled": {"a": [5, 6, 7, 9]},
+        "emitted": {"a": [5, 6, 7, 9]},
+    },
 ]
 REFERENCE_OUTPUT = [5, 5, 6, 7, 9]
 
@@ -238,9 +303,13 @@ def test_cut_is_the_first_new_accepted_draft_never_the_last_accepted() -> None:
     cut = choose("stop", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, avoid=set())
     # 5 occurred before; 7 is the last accepted draft.
     assert (cut["token"], cut["position"], cut["index_in_block"]) == (6, 2, 1)
-    assert choose("max_tokens", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, avoid=set())["max_tokens"] == 2
+    assert (
+        choose("max_tokens", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, avoid=set())["max_tokens"] == 2
+    )
     with pytest.raises(NoTruncationPoint):
-        choose("eos", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, avoid={6})  # 6 excluded, 7 the last accepted: no cut
+        choose(
+            "eos", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, avoid={6}
+        )  # 6 excluded, 7 the last accepted: no cut
 
 
 def test_boundary_cut_ends_on_the_last_whole_step() -> None:
@@ -269,7 +338,9 @@ def test_cuda_only_methods_need_requires_cuda(tmp_path: Path) -> None:
         load_engine_scenarios(tmp_path)
 
 
-@pytest.mark.parametrize("folder", [SCENARIOS_DIR / "engine", SCENARIOS_DIR / "gpu" / "engine"], ids=["cpu", "gpu"])
+@pytest.mark.parametrize(
+    "folder", [SCENARIOS_DIR / "engine", SCENARIOS_DIR / "gpu" / "engine"], ids=["cpu", "gpu"]
+)
 def test_shipped_engine_scenarios_plan_reference_runs_first(folder: Path) -> None:
     scenarios = load_engine_scenarios(folder)
     assert scenarios
@@ -287,8 +358,13 @@ def test_shipped_engine_scenarios_plan_reference_runs_first(folder: Path) -> Non
 
 
 def _engine_scenario(**request: Any) -> dict[str, Any]:
-    return {"name": "ctx", "statement": "x", "k": 3, "engine": {"max_model_len": 128},
-            "requests": [{"id": "a", "prompt": "abcd", "max_tokens": 200, **request}]}
+    return {
+        "name": "ctx",
+        "statement": "x",
+        "k": 3,
+        "engine": {"max_model_len": 128},
+        "requests": [{"id": "a", "prompt": "abcd", "max_tokens": 200, **request}],
+    }
 
 
 def test_a_request_vllm_would_cap_is_refused_unless_it_is_meant_to_end_there() -> None:
@@ -296,7 +372,9 @@ def test_a_request_vllm_would_cap_is_refused_unless_it_is_meant_to_end_there() -
 
     from difftest.tiers.engine.scenario import EngineScenario
 
-    with pytest.raises(ValidationError, match=r"requests\.a: may need 209 tokens.*until_max_model_len: true"):
+    with pytest.raises(
+        ValidationError, match=r"requests\.a: may need 209 tokens.*until_max_model_len: true"
+    ):
         EngineScenario.model_validate(_engine_scenario())
     scenario = EngineScenario.model_validate(_engine_scenario(until_max_model_len=True))
     assert scenario.requests[0].until_max_model_len

@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from difftest.core.errors import DifftestError
-from difftest.core.evidence import SCHEMA_VERSION, UPGRADES, Evidence, ReusedProbe, evidence_json, read_evidence, write_evidence
+from difftest.core.evidence import (
+    SCHEMA_VERSION,
+    UPGRADES,
+    Evidence,
+    ReusedProbe,
+    evidence_json,
+    read_evidence,
+    write_evidence,
+)
 from difftest.core.records import Difference, Failure
 from tests.factories import (
     TEST_SOURCE,
@@ -23,9 +31,9 @@ from tests.factories import (
     make_probe_files,
     make_result,
     make_run,
+    make_stack_branch,
     make_test_record,
     make_test_source,
-    make_stack_branch,
     make_totals,
     make_transplanted_branch,
     make_violation,
@@ -45,9 +53,15 @@ def rich_evidence(with_runs: bool = True, with_tests: bool = True) -> Evidence:
         make_run("alone:a", duration_s=0.5, notes={"prometheus": {"num_drafts": 4}}),
         make_run("reference:a", totals=None, status="error", error="ValueError: x"),
     ]
-    broken = make_result("broken", label="order:b,a", violations=[make_violation(label="order:b,a", requests=["a"])])
-    tests = [make_test_record(), make_test_record(code="pr-56195-style", outcome="failed", message="assert 3 == 6",
-                                                  judgement="regression")]
+    broken = make_result(
+        "broken", label="order:b,a", violations=[make_violation(label="order:b,a", requests=["a"])]
+    )
+    tests = [
+        make_test_record(),
+        make_test_record(
+            code="pr-56195-style", outcome="failed", message="assert 3 == 6", judgement="regression"
+        ),
+    ]
     return make_evidence(
         reading="lenient",
         results=[result, broken],
@@ -68,7 +82,10 @@ def as_version_7(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-7 file: no fork server (probes do not say how they started)."""
     raw = json.loads(evidence_json(evidence))
     for probe in raw["probes"]:
-        assert probe.pop("launch") == (None if probe["reused"] else "fresh") and probe.pop("launch_note") == ""
+        assert (
+            probe.pop("launch") == (None if probe["reused"] else "fresh")
+            and probe.pop("launch_note") == ""
+        )
     raw["schema_version"] = "7"
     return raw
 
@@ -114,7 +131,9 @@ def as_version_2(evidence: Evidence) -> dict[str, Any]:
 def _without_version_3(evidence: Evidence) -> Evidence:
     """What a version-2 file could hold of `evidence`."""
     results = [
-        r.model_copy(update={"violations": [v.model_copy(update={"requests": []}) for v in r.violations]})
+        r.model_copy(
+            update={"violations": [v.model_copy(update={"requests": []}) for v in r.violations]}
+        )
         for r in evidence.results
     ]
     return evidence.model_copy(update={"probes": [], "results": results})
@@ -139,7 +158,13 @@ def as_version_1(evidence: Evidence) -> dict[str, Any]:
 
 def test_round_trip_is_lossless(tmp_path: Path) -> None:
     evidence = rich_evidence()
-    failure = Failure(kind="exception", type="ValueError", summary="ValueError: x", where="f.py:1 in g", origin="vllm")
+    failure = Failure(
+        kind="exception",
+        type="ValueError",
+        summary="ValueError: x",
+        where="f.py:1 in g",
+        origin="vllm",
+    )
     evidence.runs["main"][2] = evidence.runs["main"][2].model_copy(update={"failure": failure})  # type: ignore[index]
     path = write_evidence(evidence, tmp_path / "sub" / "evidence.json")
     assert read_evidence(path) == evidence
@@ -152,15 +177,30 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     assert raw["schema_version"] == SCHEMA_VERSION == "9" and raw["reading"] == "lenient"
     record = raw["results"][0]
-    for key in ("branch", "scenario", "tier", "label", "verdict", "measured", "expected", "differences", "statement", "duration_s"):
+    for key in (
+        "branch",
+        "scenario",
+        "tier",
+        "label",
+        "verdict",
+        "measured",
+        "expected",
+        "differences",
+        "statement",
+        "duration_s",
+    ):
         assert key in record
     assert "order" not in record and "explanation" not in record
     assert raw["difftest_version"] and raw["created_at"]
     assert raw["runs"] is None
     test = raw["tests"][1]
     assert {k: test[k] for k in ("source", "code", "test", "outcome", "message", "judgement")} == {
-        "source": TEST_SOURCE, "code": "pr-56195-style", "test": "tests/v1/core/test_scheduler.py::test_stats_survive",
-        "outcome": "failed", "message": "assert 3 == 6", "judgement": "regression",
+        "source": TEST_SOURCE,
+        "code": "pr-56195-style",
+        "test": "tests/v1/core/test_scheduler.py::test_stats_survive",
+        "outcome": "failed",
+        "message": "assert 3 == 6",
+        "judgement": "regression",
     }
     assert raw["test_sources"][TEST_SOURCE]["origin"] == "pr-56137-style"
 
@@ -196,7 +236,9 @@ def test_version_6_file_reads_as_measured_probes(tmp_path: Path) -> None:
 
 def test_version_7_file_reads_as_probes_started_fresh(tmp_path: Path) -> None:
     reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
-    evidence = make_evidence(probes=[make_probe_files(), make_probe_files(branch="other", reused=reused, launch=None)])
+    evidence = make_evidence(
+        probes=[make_probe_files(), make_probe_files(branch="other", reused=reused, launch=None)]
+    )
     raw = as_version_7(evidence)
     assert "launch" not in raw["probes"][0]
     upgraded = read_evidence(write_raw(tmp_path, raw))
@@ -205,8 +247,12 @@ def test_version_7_file_reads_as_probes_started_fresh(tmp_path: Path) -> None:
 
 
 def test_a_forked_probe_and_a_fallback_round_trip(tmp_path: Path) -> None:
-    probes = [make_probe_files(launch="forked"),
-              make_probe_files(branch="other", launch="fresh", launch_note="3 threads run after the shared imports")]
+    probes = [
+        make_probe_files(launch="forked"),
+        make_probe_files(
+            branch="other", launch="fresh", launch_note="3 threads run after the shared imports"
+        ),
+    ]
     evidence = make_evidence(probes=probes)
     assert read_evidence(write_evidence(evidence, tmp_path / "evidence.json")).probes == probes
 
@@ -214,7 +260,10 @@ def test_a_forked_probe_and_a_fallback_round_trip(tmp_path: Path) -> None:
 def test_a_reused_probe_round_trips(tmp_path: Path) -> None:
     reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
     evidence = make_evidence(probes=[make_probe_files(reused=reused, launch=None)])
-    assert read_evidence(write_evidence(evidence, tmp_path / "evidence.json")).probes[0].reused == reused
+    assert (
+        read_evidence(write_evidence(evidence, tmp_path / "evidence.json")).probes[0].reused
+        == reused
+    )
 
 
 def test_version_3_file_reads_as_the_same_current_data(tmp_path: Path) -> None:
@@ -223,7 +272,9 @@ def test_version_3_file_reads_as_the_same_current_data(tmp_path: Path) -> None:
 
 
 def test_transplants_and_stacks_round_trip(tmp_path: Path) -> None:
-    evidence = make_evidence(branches={"pr": make_transplanted_branch(), "both": make_stack_branch()})
+    evidence = make_evidence(
+        branches={"pr": make_transplanted_branch(), "both": make_stack_branch()}
+    )
     raw = json.loads(evidence_json(evidence))
     moved = raw["branches"]["pr"]["transplants"][0]
     assert {"original_sha", "merge_base", "replayed", "onto_sha"} <= set(moved)
@@ -294,7 +345,9 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )
-def test_bad_files_raise_difftest_error_with_a_fix(tmp_path: Path, content: str, needle: str) -> None:
+def test_bad_files_raise_difftest_error_with_a_fix(
+    tmp_path: Path, content: str, needle: str
+) -> None:
     path = tmp_path / "evidence.json"
     path.write_text(content)
     with pytest.raises(DifftestError) as info:

@@ -20,26 +20,60 @@ def kinds(results, runs=()) -> list[tuple[str, str, str]]:
 
 
 def test_a_divergence_is_one_kind_per_first_counter() -> None:
-    results = [make_result("diverge", differences=[EMITTED, MAL]), make_result("diverge", label="alone:a", differences=[EMITTED])]
-    assert kinds(results) == [(BRANCH, "diverge", "num_emitted_tokens")], "the derived mean is not a kind of its own"
+    results = [
+        make_result("diverge", differences=[EMITTED, MAL]),
+        make_result("diverge", label="alone:a", differences=[EMITTED]),
+    ]
+    assert kinds(results) == [(BRANCH, "diverge", "num_emitted_tokens")], (
+        "the derived mean is not a kind of its own"
+    )
     (obs,) = observations(results, [])
     assert obs.label == LABEL and obs.reason == "num_emitted_tokens: measured 4, oracle 2"
-    assert observations(results, [], reference="main")[0].reason == "num_emitted_tokens: measured 4, main 2"
+    assert (
+        observations(results, [], reference="main")[0].reason
+        == "num_emitted_tokens: measured 4, main 2"
+    )
 
 
 def test_a_broken_result_is_one_kind_per_invariant() -> None:
-    violations = [make_violation(invariant="stats-lost", detail="step 1 lost r0"), make_violation(invariant="stats-lost", detail="step 2"),
-                  make_violation(invariant="additivity", detail="sums differ")]
-    assert kinds([make_result("broken", violations=violations)]) == [(BRANCH, "broken", "stats-lost"), (BRANCH, "broken", "additivity")]
-    assert observations([make_result("broken", violations=violations)], [])[0].reason == "stats-lost: step 1 lost r0"
+    violations = [
+        make_violation(invariant="stats-lost", detail="step 1 lost r0"),
+        make_violation(invariant="stats-lost", detail="step 2"),
+        make_violation(invariant="additivity", detail="sums differ"),
+    ]
+    assert kinds([make_result("broken", violations=violations)]) == [
+        (BRANCH, "broken", "stats-lost"),
+        (BRANCH, "broken", "additivity"),
+    ]
+    assert (
+        observations([make_result("broken", violations=violations)], [])[0].reason
+        == "stats-lost: step 1 lost r0"
+    )
 
 
 def test_an_error_is_a_kind_per_failure() -> None:
-    raised = make_run(status="error", totals=None, failure=Failure(kind="exception", type="AssertionError", summary="AssertionError"))
-    timed_out = make_run(label="alone:a", status="timeout", totals=None, failure=Failure(kind="timeout", type="RunTimeout", summary="t"))
-    died = make_run(label="alone:b", status="error", totals=None, error="probe exited with code 7: boom")
-    results = [make_result("error", label=r.label, error=r.error or "x") for r in (raised, timed_out, died)]
-    assert [what for _, _, what in kinds(results, [raised, timed_out, died])] == ["AssertionError", "timeout", "probe"]
+    raised = make_run(
+        status="error",
+        totals=None,
+        failure=Failure(kind="exception", type="AssertionError", summary="AssertionError"),
+    )
+    timed_out = make_run(
+        label="alone:a",
+        status="timeout",
+        totals=None,
+        failure=Failure(kind="timeout", type="RunTimeout", summary="t"),
+    )
+    died = make_run(
+        label="alone:b", status="error", totals=None, error="probe exited with code 7: boom"
+    )
+    results = [
+        make_result("error", label=r.label, error=r.error or "x") for r in (raised, timed_out, died)
+    ]
+    assert [what for _, _, what in kinds(results, [raised, timed_out, died])] == [
+        "AssertionError",
+        "timeout",
+        "probe",
+    ]
 
 
 def test_passing_results_show_nothing() -> None:
@@ -48,12 +82,31 @@ def test_passing_results_show_nothing() -> None:
 
 def report(*verdicts: str, **extra) -> FuzzReport:
     findings = [
-        Finding(name=f"fuzz-{i}", file=f"found/scheduler/fuzz-{i}.yaml", evidence=f"found/evidence/fuzz-{i}.json",
-                observations=[Observation(kind=Kind(branch="main", verdict=v, what="num_drafts"), label=LABEL, reason="r | <b>")],
-                round=i, found_after_s=float(i))
+        Finding(
+            name=f"fuzz-{i}",
+            file=f"found/scheduler/fuzz-{i}.yaml",
+            evidence=f"found/evidence/fuzz-{i}.json",
+            observations=[
+                Observation(
+                    kind=Kind(branch="main", verdict=v, what="num_drafts"),
+                    label=LABEL,
+                    reason="r | <b>",
+                )
+            ],
+            round=i,
+            found_after_s=float(i),
+        )
         for i, v in enumerate(verdicts, 1)
     ]
-    return FuzzReport(tier="scheduler", seed=0, examples=10, reading="strict", branches=["main", "other"], findings=findings, **extra)
+    return FuzzReport(
+        tier="scheduler",
+        seed=0,
+        examples=10,
+        reading="strict",
+        branches=["main", "other"],
+        findings=findings,
+        **extra,
+    )
 
 
 def test_exit_codes_follow_run() -> None:
@@ -73,14 +126,28 @@ def test_the_summary_lists_each_kind_per_branch_and_the_branches_with_nothing() 
         ("other", "error", "could not measure", "", "could not start: ImportError"),
     ]
     markdown = render_fuzz_markdown(summary)
-    assert "r \\| &lt;b&gt;" in markdown and "<b>" not in markdown, "reasons from branches are escaped"
+    assert "r \\| &lt;b&gt;" in markdown and "<b>" not in markdown, (
+        "reasons from branches are escaped"
+    )
     assert "`found/scheduler/fuzz-1.yaml`" in markdown and "first finding after 1.0 s" in markdown
     assert "nothing found" in render_fuzz_markdown(report())
 
 
 SCENARIO = parse_scenario(
-    {"name": "s", "statement": "s", "k": 3, "requests": [{"id": "a", "prompt": "hi", "max_tokens": 9, "target": "abcdefghij",
-                                                          "drafter": {"kind": "scripted", "steps": [], "then": "perfect"}}]},
+    {
+        "name": "s",
+        "statement": "s",
+        "k": 3,
+        "requests": [
+            {
+                "id": "a",
+                "prompt": "hi",
+                "max_tokens": 9,
+                "target": "abcdefghij",
+                "drafter": {"kind": "scripted", "steps": [], "then": "perfect"},
+            }
+        ],
+    },
     "s",
 )
 
@@ -95,9 +162,21 @@ def test_judged_against_a_branch_its_totals_are_the_expected_ones() -> None:
 
 def test_judged_against_a_branch_its_own_violations_are_not_ours() -> None:
     tier = tiers.get("scheduler")
-    run = make_run(label="order:a", outputs={"a": [1]})  # not what the script emits: outputs-follow-script breaks
+    run = make_run(
+        label="order:a", outputs={"a": [1]}
+    )  # not what the script emits: outputs-follow-script breaks
     (alone,) = judge_runs(tier, SCENARIO, BRANCH, [run], "strict", expected={"order:a": run.totals})
-    assert alone.verdict == "broken" and {v.invariant for v in alone.violations} == {"outputs-follow-script"}
+    assert alone.verdict == "broken" and {v.invariant for v in alone.violations} == {
+        "outputs-follow-script"
+    }
     shared = tier.invariants(SCENARIO, [run])
-    (result,) = judge_runs(tier, SCENARIO, BRANCH, [run], "strict", expected={"order:a": run.totals}, baseline_violations=shared)
+    (result,) = judge_runs(
+        tier,
+        SCENARIO,
+        BRANCH,
+        [run],
+        "strict",
+        expected={"order:a": run.totals},
+        baseline_violations=shared,
+    )
     assert result.verdict == "pass"

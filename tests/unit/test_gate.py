@@ -20,14 +20,18 @@ from difftest.reports.gate_terminal import render_gate_terminal
 from tests.factories import EMITTED, LABEL, SCENARIO, make_expected, make_result, make_totals
 
 
-def result(verdict: Verdict = "pass", label: str = LABEL, reading: str = "strict", **measured: Any) -> Result:
+def result(
+    verdict: Verdict = "pass", label: str = LABEL, reading: str = "strict", **measured: Any
+) -> Result:
     """A result with this verdict; `measured` overrides counters of the oracle's totals (MAL derived from them)."""
     expected = make_expected()
     return make_result(
         verdict,
         label=label,
         reading=reading,
-        measured=None if verdict == "error" else make_totals(**{"mean_acceptance_length": None, **measured}),
+        measured=None
+        if verdict == "error"
+        else make_totals(**{"mean_acceptance_length": None, **measured}),
         differences=[
             Difference(counter=k, measured=v, expected=getattr(expected, k))
             for k, v in measured.items()
@@ -46,7 +50,9 @@ def test_identical_passing_runs_are_not_worse() -> None:
 def test_head_broken_anywhere_is_worse_even_if_base_is_broken() -> None:
     outcome = compare_for_gate([result("broken", num_drafts=2)], [result("broken", num_drafts=2)])
     assert outcome.worse
-    assert any("head is broken (base broken)" in r and "request a lost" in r for r in outcome.reasons)
+    assert any(
+        "head is broken (base broken)" in r and "request a lost" in r for r in outcome.reasons
+    )
     assert gate_exit_code(outcome, []) == EXIT_FAILED
 
 
@@ -60,9 +66,14 @@ def test_pass_turning_bad_is_worse(verdict: Verdict) -> None:
     head = result(verdict, num_emitted_tokens=13)
     outcome = compare_for_gate([result()], [head])
     assert outcome.worse
-    assert any(f.kind == ("broken" if verdict == "broken" else "regressed") and "base pass" in f.text for f in outcome.findings)
     assert any(
-        f.kind == "further" and f.counter == "num_emitted_tokens" and (f.base, f.head, f.expected) == (EMITTED, 13, EMITTED)
+        f.kind == ("broken" if verdict == "broken" else "regressed") and "base pass" in f.text
+        for f in outcome.findings
+    )
+    assert any(
+        f.kind == "further"
+        and f.counter == "num_emitted_tokens"
+        and (f.base, f.head, f.expected) == (EMITTED, 13, EMITTED)
         for f in outcome.findings
     )
     assert all(f.label == LABEL and f.scenario == SCENARIO for f in outcome.findings)
@@ -73,12 +84,16 @@ def test_diverging_less_than_base_is_not_worse_and_is_reported_as_better() -> No
     head = result("diverge", num_emitted_tokens=12, mean_acceptance_length=3.0)
     outcome = compare_for_gate([base], [head])
     assert not outcome.worse
-    assert {f.counter for f in outcome.improved} == {"num_emitted_tokens"}  # MAL is derived: not repeated
+    assert {f.counter for f in outcome.improved} == {
+        "num_emitted_tokens"
+    }  # MAL is derived: not repeated
     assert gate_exit_code(outcome, [head]) == EXIT_OK
 
 
 def test_same_divergence_is_not_worse_but_is_still_shown() -> None:
-    outcome = compare_for_gate([result("diverge", num_emitted_tokens=13)], [result("diverge", num_emitted_tokens=13)])
+    outcome = compare_for_gate(
+        [result("diverge", num_emitted_tokens=13)], [result("diverge", num_emitted_tokens=13)]
+    )
     assert not outcome.worse and gate_exit_code(outcome, [result("diverge")]) == EXIT_OK
     assert [(f.kind, f.counter) for f in outcome.findings] == [("unchanged", "num_emitted_tokens")]
     assert outcome.unchanged == outcome.findings
@@ -87,7 +102,9 @@ def test_same_divergence_is_not_worse_but_is_still_shown() -> None:
 
 
 def test_counter_further_from_oracle_is_worse() -> None:
-    outcome = compare_for_gate([result("diverge", num_emitted_tokens=12)], [result("diverge", num_emitted_tokens=14)])
+    outcome = compare_for_gate(
+        [result("diverge", num_emitted_tokens=12)], [result("diverge", num_emitted_tokens=14)]
+    )
     assert outcome.worse
     (reason,) = outcome.reasons
     assert "num_emitted_tokens" in reason and "1 on base, 3 on head" in reason
@@ -107,7 +124,9 @@ def test_per_position_distance_is_elementwise_sum() -> None:
 def test_mal_further_is_worse_beyond_tolerance_only() -> None:
     assert not compare_for_gate([result()], [result(mean_acceptance_length=2.75 + 1e-9)]).worse
     worse = compare_for_gate([result()], [result("diverge", mean_acceptance_length=3.0)])
-    assert worse.worse and any(f.counter == "mean_acceptance_length" for f in worse.findings if f.kind == "further")
+    assert worse.worse and any(
+        f.counter == "mean_acceptance_length" for f in worse.findings if f.kind == "further"
+    )
 
 
 def test_head_error_is_unmeasured_not_worse() -> None:
@@ -185,11 +204,16 @@ def test_mixed_readings_are_refused() -> None:
 
 
 def test_outcome_records_the_reading() -> None:
-    assert compare_for_gate([result(reading="lenient")], [result(reading="lenient")]).reading == "lenient"
+    assert (
+        compare_for_gate([result(reading="lenient")], [result(reading="lenient")]).reading
+        == "lenient"
+    )
 
 
 def test_markdown_explains_why() -> None:
-    outcome = compare_for_gate([result("diverge", num_emitted_tokens=12)], [result("diverge", num_emitted_tokens=14)])
+    outcome = compare_for_gate(
+        [result("diverge", num_emitted_tokens=12)], [result("diverge", num_emitted_tokens=14)]
+    )
     md = render_gate_markdown(outcome, "main", "pr|<b>")
     assert "is worse than main" in md
     assert "pr\\|&lt;b&gt;" in md and "<b>" not in md
@@ -202,7 +226,9 @@ def test_markdown_when_not_worse_and_unmeasured() -> None:
     ok = render_gate_markdown(compare_for_gate([result()], [result()]), "main", "head")
     assert "is not worse than main" in ok
     assert "matches the oracle" in ok
-    unmeasured = render_gate_markdown(compare_for_gate([result()], [result("error")]), "main", "head")
+    unmeasured = render_gate_markdown(
+        compare_for_gate([result()], [result("error")]), "main", "head"
+    )
     assert "could not measure" in unmeasured.lower() and "ImportError: boom" in unmeasured
 
 

@@ -63,7 +63,9 @@ class Tables(HTMLParser):
         if tag in ("h2", "h3") and self._heading is not None:
             self._last_heading, self._heading = " ".join("".join(self._heading).split()), None
         elif tag in ("td", "th") and self._cell is not None:
-            self.tables[-1].rows[-1].append((self._cell_tag, self._cell_class, "".join(self._cell).strip()))
+            self.tables[-1].rows[-1].append(
+                (self._cell_tag, self._cell_class, "".join(self._cell).strip())
+            )
             self._cell = None
 
     def handle_data(self, data: str) -> None:
@@ -85,7 +87,9 @@ def test_every_table_is_markup_and_branch_text_stays_text() -> None:
     # table, the other run's (order:a,b), racy's violations and differences.
     assert len(tables) == page.count("<table") == 8
     assert [t.heading for t in counter_tables(tables)] == [
-        f"{EOS} [scheduler]", f"{GRAMMAR} [scheduler]", f"run {ORDERS[0]}",
+        f"{EOS} [scheduler]",
+        f"{GRAMMAR} [scheduler]",
+        f"run {ORDERS[0]}",
     ]
     assert "<script" not in page and XSS.replace("<", "&lt;").replace(">", "&gt;") in page
     assert EVIL in counter_tables(tables)[0].header, "the hostile name is a column header, as text"

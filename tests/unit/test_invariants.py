@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from difftest.core.records import ProbeRun, RunRole, StepRecord, Totals
+from difftest.probe.scheduler import script
 from difftest.tiers.common.invariants import (
     COMPARED,
     ByLabel,
@@ -20,7 +21,6 @@ from difftest.tiers.common.invariants import (
     per_run_checks,
     reference_run,
 )
-from difftest.probe.scheduler import script
 from difftest.tiers.scheduler import invariants as scheduler_invariants
 from difftest.tiers.scheduler.oracle import expected_outputs
 from difftest.tiers.scheduler.scenario import Scenario
@@ -53,7 +53,13 @@ def plus(*parts: Totals) -> Totals:
     return make_totals(**{n: add(n) for n in COMPARED})
 
 
-def run(label: str, totals: Totals, steps: list[StepRecord] | None = None, role: RunRole | None = None, **kw: Any) -> ProbeRun:
+def run(
+    label: str,
+    totals: Totals,
+    steps: list[StepRecord] | None = None,
+    role: RunRole | None = None,
+    **kw: Any,
+) -> ProbeRun:
     return make_run(label, role=role, totals=totals, steps=steps or [], **kw)
 
 
@@ -74,7 +80,12 @@ def test_consistent_runs_have_no_violations() -> None:
 
 
 def test_order_dependence_flags_only_the_deviating_order() -> None:
-    runs = [run("order:a,b", plus(A, B)), run("order:b,a", counts(1, 3, 3)), run("alone:a", A), run("alone:b", B)]
+    runs = [
+        run("order:a,b", plus(A, B)),
+        run("order:b,a", counts(1, 3, 3)),
+        run("alone:a", A),
+        run("alone:b", B),
+    ]
     found = check(runs)
     assert found["order:a,b"] == []
     kinds = {v.invariant for v in found["order:b,a"]}
@@ -106,7 +117,10 @@ def test_reference_runs_are_neither_batches_nor_alone() -> None:
 
 
 def test_unmeasured_runs_are_not_checked() -> None:
-    runs = [run("order:a,b", plus(A, B)), make_run("order:b,a", totals=None, status="error", error="boom")]
+    runs = [
+        run("order:a,b", plus(A, B)),
+        make_run("order:b,a", totals=None, status="error", error="boom"),
+    ]
     assert check(runs) == {"order:a,b": []}
 
 
@@ -174,13 +188,25 @@ def test_lost_stats_name_the_request_whose_row_is_missing() -> None:
         emitted={},
         stats=make_step_stats(num_accepted_tokens=1, num_accepted_tokens_per_pos=[1, 0, 0]),
     )
-    (lost,) = [v for v in check([run("order:p,g,q", counts(1, 3, 1), [step])])["order:p,g,q"] if v.invariant == "stats-lost"]
+    (lost,) = [
+        v
+        for v in check([run("order:p,g,q", counts(1, 3, 1), [step])])["order:p,g,q"]
+        if v.invariant == "stats-lost"
+    ]
     assert lost.requests == ["p"]
     assert lost.detail.endswith("but the step reports 1 row(s); lost: p")
 
 
 def test_all_invalid_row_is_not_required() -> None:
-    step = make_step(1, scheduled=["g"], drafts={"g": [-1, -1, -1]}, invalid={"g": 3}, sampled={"g": [7]}, emitted={}, stats=None)
+    step = make_step(
+        1,
+        scheduled=["g"],
+        drafts={"g": [-1, -1, -1]},
+        invalid={"g": 3},
+        sampled={"g": [7]},
+        emitted={},
+        stats=None,
+    )
     assert check([run("order:g", counts(0, 0, 0), [step])]) == {"order:g": []}
 
 
@@ -198,9 +224,14 @@ def test_accepted_above_drafts_and_per_pos_mismatch() -> None:
 
 
 def test_step_stats_are_checked_like_totals() -> None:
-    step = make_step(stats=make_step_stats(num_accepted_tokens=4, num_accepted_tokens_per_pos=[1, 1, 1]))
+    step = make_step(
+        stats=make_step_stats(num_accepted_tokens=4, num_accepted_tokens_per_pos=[1, 1, 1])
+    )
     found = check([run("order:a", counts(1, 3, 3), [step])])["order:a"]
-    assert [(v.invariant, v.detail.split(":")[0]) for v in found] == [("accepted-le-drafts", "step 1"), ("per-pos-sum", "step 1")]
+    assert [(v.invariant, v.detail.split(":")[0]) for v in found] == [
+        ("accepted-le-drafts", "step 1"),
+        ("per-pos-sum", "step 1"),
+    ]
 
 
 def test_emitted_counter_bounds_per_step() -> None:
@@ -226,7 +257,13 @@ SCRIPTED = Scenario.model_validate(
         "statement": "s",
         "k": 3,
         "requests": [
-            {"id": "a", "prompt": "hi", "max_tokens": 20, "target": "xa<eos>cd", "drafter": {"kind": "scripted", "steps": ["a<eos>c"]}}
+            {
+                "id": "a",
+                "prompt": "hi",
+                "max_tokens": 20,
+                "target": "xa<eos>cd",
+                "drafter": {"kind": "scripted", "steps": ["a<eos>c"]},
+            }
         ],
     }
 )
@@ -244,5 +281,9 @@ def test_outputs_past_the_stop_break_the_script() -> None:
     want = expected_outputs(SCRIPTED, ["a"])["a"]
     bad = run("order:a", counts(1, 3, 3), outputs={"a": [*want, want[-1]]})
     (violation,) = scheduler_invariants.check(SCRIPTED, [bad])["order:a"]
-    assert (violation.invariant, violation.counter, violation.expected) == ("outputs-follow-script", "outputs", want)
+    assert (violation.invariant, violation.counter, violation.expected) == (
+        "outputs-follow-script",
+        "outputs",
+        want,
+    )
     assert "request a emitted" in violation.detail

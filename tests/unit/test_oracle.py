@@ -22,9 +22,17 @@ SCENARIOS = SCENARIOS_DIR / "scheduler"
 def _one(target: str, steps: list[str], k: int = 3, path: str = "sync", **req: object) -> Scenario:
     """One request `r` (prompt `hi`, max_tokens 20 unless given) with a scripted target and drafter."""
     then = "perfect" if path == "async" else "none"
-    request = {"id": "r", "prompt": "hi", "max_tokens": 20, "target": target,
-               "drafter": {"kind": "scripted", "steps": steps, "then": then}, **req}
-    return Scenario.model_validate({"name": "t", "statement": "s", "k": k, "draft_path": path, "requests": [request]})
+    request = {
+        "id": "r",
+        "prompt": "hi",
+        "max_tokens": 20,
+        "target": target,
+        "drafter": {"kind": "scripted", "steps": steps, "then": then},
+        **req,
+    }
+    return Scenario.model_validate(
+        {"name": "t", "statement": "s", "k": k, "draft_path": path, "requests": [request]}
+    )
 
 
 def test_eos_inside_accepted_drafts_emits_two() -> None:
@@ -61,10 +69,16 @@ def test_rejection_keeps_verifier_semantics() -> None:
 
 
 def test_all_invalid_async_request_depends_on_reading() -> None:
-    scenario = _one("yes<eos>", ["zzz", "zzz", "zzz"], path="async", grammar={"choice": ["yes", "no"]})
+    scenario = _one(
+        "yes<eos>", ["zzz", "zzz", "zzz"], path="async", grammar={"choice": ["yes", "no"]}
+    )
     strict = expected_totals(scenario, ["r"], "strict")
     lenient = expected_totals(scenario, ["r"], "lenient")
-    assert (strict.num_drafts, strict.num_emitted_tokens, strict.mean_acceptance_length) == (0, 0, None)
+    assert (strict.num_drafts, strict.num_emitted_tokens, strict.mean_acceptance_length) == (
+        0,
+        0,
+        None,
+    )
     assert (lenient.num_drafts, lenient.num_draft_tokens, lenient.num_emitted_tokens) == (3, 0, 3)
 
 
@@ -72,13 +86,18 @@ def test_sync_grammar_trims_before_counting() -> None:
     scenario = _one("green<eos>", ["rzz", "enz"], grammar={"choice": ["red", "green", "blue"]})
     played = play_request(scenario.probe_data(), "r")
     rows = played.verifications
-    assert [(r.real_drafts, r.scheduled_drafts, r.accepted, r.emitted) for r in rows] == [(1, 1, 1, 2), (2, 2, 2, 3)]
+    assert [(r.real_drafts, r.scheduled_drafts, r.accepted, r.emitted) for r in rows] == [
+        (1, 1, 1, 2),
+        (2, 2, 2, 3),
+    ]
     assert played.output == script.tokens("green<eos>") and played.finish == "stop"
 
 
 def test_async_pads_invalid_drafts_to_k() -> None:
     # k placeholders are scheduled; `zzz` is invalid under the grammar: 0 real drafts, 3 scheduled.
-    scenario = _one("yes<eos>", ["zzz", "zzz", "zzz"], path="async", grammar={"choice": ["yes", "no"]})
+    scenario = _one(
+        "yes<eos>", ["zzz", "zzz", "zzz"], path="async", grammar={"choice": ["yes", "no"]}
+    )
     rows = play_request(scenario.probe_data(), "r").verifications
     assert {(r.real_drafts, r.scheduled_drafts) for r in rows} == {(0, 3)}
 
@@ -111,16 +130,28 @@ def test_every_shipped_scenario_has_consistent_oracle(scenario: Scenario) -> Non
         assert batch.num_accepted_tokens <= batch.num_draft_tokens
         assert sum(batch.num_accepted_tokens_per_pos) == batch.num_accepted_tokens
         assert sum(batch.num_draft_tokens_per_pos) == batch.num_draft_tokens
-        assert batch.num_drafts <= batch.num_emitted_tokens <= batch.num_accepted_tokens + batch.num_drafts
+        assert (
+            batch.num_drafts
+            <= batch.num_emitted_tokens
+            <= batch.num_accepted_tokens + batch.num_drafts
+        )
 
 
 def test_skipped_drafting_is_no_row_and_a_plain_decode_step() -> None:
     # perfect drafts (k=3): prefill x, step 1 abc+d, step 2 SKIPPED (one token e), step 3 fgh+i; max_tokens 10
     scenario = _one("xabcdefghijk", [], max_tokens=10)
     data = scenario.probe_data()
-    data["requests"][0]["drafter"] = {"kind": "scripted", "steps": [], "then": "perfect", "skipped": [2]}
+    data["requests"][0]["drafter"] = {
+        "kind": "scripted",
+        "steps": [],
+        "then": "perfect",
+        "skipped": [2],
+    }
     played = play_request(data, "r")
-    rows = [(v.real_drafts, v.scheduled_drafts, v.emitted, v.drafting_skipped) for v in played.verifications]
+    rows = [
+        (v.real_drafts, v.scheduled_drafts, v.emitted, v.drafting_skipped)
+        for v in played.verifications
+    ]
     assert rows == [(3, 3, 4, False), (0, 0, 1, True), (3, 3, 4, False)]
     assert played.output == script.tokens("xabcdefghi") and played.finish == "length"
 
@@ -140,4 +171,6 @@ def test_shipped_drafter_skip_scenario_counts_no_row_for_the_skipped_steps() -> 
     totals = expected_totals(scenario, ["long", "short"])
     # long: 3 rows of 3 drafts (steps 1, 4, 5; 2 and 3 skipped); short: 2 rows; every row emits 4 tokens
     assert (totals.num_drafts, totals.num_draft_tokens, totals.num_emitted_tokens) == (5, 15, 20)
-    assert expected_totals(scenario, ["long"], "lenient") == expected_totals(scenario, ["long"], "strict")
+    assert expected_totals(scenario, ["long"], "lenient") == expected_totals(
+        scenario, ["long"], "strict"
+    )

@@ -48,7 +48,10 @@ with locked_out(sys.argv[1]):
 def held_elsewhere(out: Path) -> Iterator[subprocess.Popen[str]]:
     """`out` locked by another process (as a second difftest command would be) for the `with` block."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
@@ -68,7 +71,12 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "tiny"
     mount.mkdir()
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=False, capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
     except FileNotFoundError:
         pytest.skip("no mount command on this machine")
     if done.returncode != 0:
@@ -94,7 +102,9 @@ def fill(folder: Path, leave: int = 0) -> None:
 
 def report_names(out: Path) -> list[str]:
     """What of a report set (or its staging) is in `out`."""
-    return sorted(p.name for p in out.iterdir() if p.name in REPORT_FILES or p.name.startswith(STAGING_PREFIX))
+    return sorted(
+        p.name for p in out.iterdir() if p.name in REPORT_FILES or p.name.startswith(STAGING_PREFIX)
+    )
 
 
 # -- the lock -------------------------------------------------------------------------
@@ -108,7 +118,10 @@ def test_a_second_command_is_refused_at_once_naming_the_holder_and_the_fix(tmp_p
         with pytest.raises(DifftestError) as refused, locked_out(out):
             pytest.fail("the lock was taken twice")
     assert refused.value.exit_code == 2
-    assert f"--out {str(out)!r} is in use by another difftest command: PID {os.getpid()}" in refused.value.problem
+    assert (
+        f"--out {str(out)!r} is in use by another difftest command: PID {os.getpid()}"
+        in refused.value.problem
+    )
     assert shlex.join(sys.argv) in refused.value.problem
     assert refused.value.hint == "wait for it to finish, or pass another --out"
 
@@ -118,7 +131,9 @@ def test_a_lock_held_by_another_process_is_refused_with_its_pid_and_command(tmp_
     with held_elsewhere(out) as proc, pytest.raises(DifftestError) as refused, locked_out(out):
         pass
     assert f"PID {proc.pid} on " in refused.value.problem
-    assert refused.value.problem.endswith(f": -c {shlex.quote(str(out))}")  # its command line (python -c HOLDER OUT)
+    assert refused.value.problem.endswith(
+        f": -c {shlex.quote(str(out))}"
+    )  # its command line (python -c HOLDER OUT)
     with locked_out(out):  # the holder ended: free again
         assert json.loads((out / HOLDER_FILE).read_text())["pid"] == os.getpid()
 
@@ -128,7 +143,9 @@ def test_a_killed_holder_never_leaves_the_lock_stuck(tmp_path: Path) -> None:
     with held_elsewhere(out) as proc:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert json.loads((out / HOLDER_FILE).read_text())["pid"] == proc.pid  # it could not clean up
+        assert (
+            json.loads((out / HOLDER_FILE).read_text())["pid"] == proc.pid
+        )  # it could not clean up
         with locked_out(out):
             assert json.loads((out / HOLDER_FILE).read_text())["pid"] == os.getpid()
 
@@ -161,12 +178,17 @@ def test_a_folder_the_lock_made_and_nothing_used_is_removed_again(tmp_path: Path
 def test_an_out_that_is_not_a_folder_is_unusable_not_locked(tmp_path: Path, where: str) -> None:
     (tmp_path / "a-file").write_text("not a folder")
     out = tmp_path / where
-    with pytest.raises(DifftestError, match=f"--out {str(out)!r} cannot be used for reports") as exc, locked_out(out):
+    with (
+        pytest.raises(DifftestError, match=f"--out {str(out)!r} cannot be used for reports") as exc,
+        locked_out(out),
+    ):
         pass
     assert exc.value.exit_code == 2 and exc.value.hint
 
 
-def test_prepare_out_under_the_lock_keeps_it_and_clears_a_killed_commands_staging(tmp_path: Path) -> None:
+def test_prepare_out_under_the_lock_keeps_it_and_clears_a_killed_commands_staging(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "out"
     (out / f"{STAGING_PREFIX}abc").mkdir(parents=True)
     (out / f"{STAGING_PREFIX}abc" / "report.md").write_text("half a set")
@@ -186,7 +208,9 @@ def test_write_reports_writes_the_extra_files_in_the_same_set(tmp_path: Path) ->
     assert list(paths)[-1] == "evidence"
     assert (tmp_path / "out" / "gate.md").read_text() == "## gate\n"
     assert read_evidence(paths["evidence"]) == evidence
-    assert report_names(tmp_path / "out") == sorted(["evidence.json", "gate.md", "junit.xml", "report.html", "report.md"])
+    assert report_names(tmp_path / "out") == sorted(
+        ["evidence.json", "gate.md", "junit.xml", "report.html", "report.md"]
+    )
 
 
 @pytest.mark.parametrize("raised", [OSError(errno.EIO, "Input/output error"), KeyboardInterrupt()])
@@ -198,7 +222,9 @@ def test_a_failure_between_renames_leaves_no_report_of_either_set(
     real_replace, calls = os.replace, []
 
     def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        if Path(dst).parent == out:  # a staged file moved into place (not a write into the staging folder)
+        if (
+            Path(dst).parent == out
+        ):  # a staged file moved into place (not a write into the staging folder)
             calls.append(dst)
             if len(calls) == 3:
                 raise raised
@@ -206,14 +232,19 @@ def test_a_failure_between_renames_leaves_no_report_of_either_set(
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(DifftestError if isinstance(raised, OSError) else KeyboardInterrupt) as exc:
-        write_report_set(out, {"report.md": "new", "report.html": "new", "junit.xml": "new", "evidence.json": "{}"})
+        write_report_set(
+            out,
+            {"report.md": "new", "report.html": "new", "junit.xml": "new", "evidence.json": "{}"},
+        )
     monkeypatch.undo()
     assert len(calls) == 3
     # The older set lost its evidence first, the new files moved so far were removed: no set looks complete.
     assert "evidence.json" not in report_names(out) and not (out / "report.md").exists()
     assert not any(p.name.startswith(STAGING_PREFIX) for p in out.iterdir())
     if isinstance(raised, OSError):
-        assert f"--out {str(out)!r}" in str(exc.value) and "EIO: Input/output error" in str(exc.value)
+        assert f"--out {str(out)!r}" in str(exc.value) and "EIO: Input/output error" in str(
+            exc.value
+        )
 
 
 @pytest.mark.parametrize("free", [0, 8192], ids=["full", "room-for-some"])
@@ -230,14 +261,21 @@ def test_a_full_disk_leaves_no_partial_set_and_says_so(tiny_fs: Path, free: int)
     assert "the disk is full (ENOSPC: No space left on device)" in exc.value.problem
     assert "free space" in exc.value.hint
     assert report_names(out) == []
-    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # the holder removed, nothing half-written
+    assert sorted(p.name for p in out.iterdir()) == [
+        LOCK_FILE
+    ]  # the holder removed, nothing half-written
 
 
 def test_a_full_disk_before_anything_runs_is_refused_naming_the_folder(tiny_fs: Path) -> None:
     out = tiny_fs / "out"
     out.mkdir()
     fill(tiny_fs)
-    with pytest.raises(DifftestError, match=r"--out .* cannot be used for reports: the disk is full \(ENOSPC"), locked_out(out):
+    with (
+        pytest.raises(
+            DifftestError, match=r"--out .* cannot be used for reports: the disk is full \(ENOSPC"
+        ),
+        locked_out(out),
+    ):
         pass
     (tiny_fs / "filler").unlink()
     with locked_out(out):  # the refusal left no lock behind
@@ -249,6 +287,11 @@ def test_a_disk_full_error_escaping_the_command_names_the_file(tmp_path: Path) -
     target = out / "fuzz.json"
     with pytest.raises(DifftestError) as exc, locked_out(out):
         raise OSError(errno.ENOSPC, "No space left on device", str(target))
-    assert exc.value.problem == f"cannot write {str(target)!r}: the disk is full (ENOSPC: No space left on device)"
+    assert (
+        exc.value.problem
+        == f"cannot write {str(target)!r}: the disk is full (ENOSPC: No space left on device)"
+    )
     with pytest.raises(OSError, match="Permission denied"), locked_out(out):
-        raise PermissionError(errno.EACCES, "Permission denied")  # other OSErrors are not disk-full: unchanged
+        raise PermissionError(
+            errno.EACCES, "Permission denied"
+        )  # other OSErrors are not disk-full: unchanged

@@ -29,7 +29,11 @@ def test_only_allow_listed_variables_reach_a_probe(monkeypatch):
     monkeypatch.setenv(NONCE_ENV, "n" * 32)
     passed = passed_environ()
     assert passed["VLLM_SOME_SWITCH"] == "1" and "PATH" in passed
-    assert "CI_SECRET_TOKEN" not in passed and "DIFFTEST_FAULT_EXTRA" not in passed and NONCE_ENV not in passed
+    assert (
+        "CI_SECRET_TOKEN" not in passed
+        and "DIFFTEST_FAULT_EXTRA" not in passed
+        and NONCE_ENV not in passed
+    )
     monkeypatch.setenv(PASS_ENV, "DIFFTEST_FAULT_EXTRA, OTHER_MISSING")
     assert passed_environ()["DIFFTEST_FAULT_EXTRA"] == "x"
     env = probe_environ()
@@ -38,12 +42,19 @@ def test_only_allow_listed_variables_reach_a_probe(monkeypatch):
 
 def test_every_process_carrying_a_probes_token_is_ended_even_outside_its_session():
     token = descendants.new_token()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
-                             env={**os.environ, descendants.TOKEN_ENV: token})
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                             env={**os.environ, descendants.TOKEN_ENV: descendants.new_token()})
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        start_new_session=True,
+        env={**os.environ, descendants.TOKEN_ENV: token},
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={**os.environ, descendants.TOKEN_ENV: descendants.new_token()},
+    )
     try:
-        deadline = time.monotonic() + 30  # a hang guard only: the child's environment is readable at once
+        deadline = (
+            time.monotonic() + 30
+        )  # a hang guard only: the child's environment is readable at once
         while descendants.TOKEN_ENV.encode() not in Path(f"/proc/{child.pid}/environ").read_bytes():
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -92,8 +103,10 @@ def test_what_a_stuck_probe_said_is_kept_in_one_line(tmp_path):
         '  File "/usr/lib/python3.11/threading.py", line 1590 in _shutdown\n'
     )
     said = _stuck(log.read_text().splitlines())
-    assert said.startswith("non-daemon thread 'stats-flusher' running vllm.v1.spec_decode.metrics._flush_forever")
-    assert "metrics.py\", line 5 in _flush_forever" in said and "line 1590 in _shutdown" in said
+    assert said.startswith(
+        "non-daemon thread 'stats-flusher' running vllm.v1.spec_decode.metrics._flush_forever"
+    )
+    assert 'metrics.py", line 5 in _flush_forever' in said and "line 1590 in _shutdown" in said
 
 
 @pytest.mark.parametrize("variable", [NONCE_ENV, NONCE_FD_ENV])

@@ -28,7 +28,13 @@ from difftest.probe.protocol import (
     step_record,
 )
 
-RESULT: protocol.RunResult = {"steps": [], "totals": {"num_drafts": 1}, "outputs": {"a": [1]}, "finish_reasons": {}, "notes": {}}
+RESULT: protocol.RunResult = {
+    "steps": [],
+    "totals": {"num_drafts": 1},
+    "outputs": {"a": [1]},
+    "finish_reasons": {},
+    "notes": {},
+}
 
 
 def module_function(module_name: str, source: str, filename: str) -> Callable[..., Any]:
@@ -39,11 +45,15 @@ def module_function(module_name: str, source: str, filename: str) -> Callable[..
 
 
 VLLM_BOOM = module_function(
-    "vllm.v1.core.sched.fake", "def boom():\n    raise KeyError('req-1')\n", "vllm/v1/core/sched/fake.py"
+    "vllm.v1.core.sched.fake",
+    "def boom():\n    raise KeyError('req-1')\n",
+    "vllm/v1/core/sched/fake.py",
 )
 #: vLLM code calling back into the probe (the scripted model), which raises.
 PROBE_CALLBACK = module_function(
-    "difftest.probe.scheduler.fake", "def boom():\n    raise ValueError('script ran out')\n", "difftest/probe/scheduler/fake.py"
+    "difftest.probe.scheduler.fake",
+    "def boom():\n    raise ValueError('script ran out')\n",
+    "difftest/probe/scheduler/fake.py",
 )
 VLLM_CALLING_PROBE = module_function(
     "vllm.v1.worker.fake", "def boom(callback):\n    callback()\n", "vllm/v1/worker/fake.py"
@@ -58,7 +68,9 @@ def test_a_call_that_returns_is_ok_and_takes_what_its_clock_says(monkeypatch) ->
     """The duration is the clock's reading after the call less the one before (a stand-in clock: what
     is checked is what is recorded, not how fast the call was)."""
     ticks = iter([100.0, 100.25])
-    monkeypatch.setattr(protocol, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))  # this module's clock only
+    monkeypatch.setattr(
+        protocol, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks))
+    )  # this module's clock only
     call = CallInfo.from_call(lambda: RESULT, limit_s=5)
     assert (call.result, call.failure, call.status) == (RESULT, None, "ok")
     assert call.duration_s == 0.25
@@ -74,7 +86,9 @@ def test_a_call_that_raises_is_an_error_summarised_in_one_line() -> None:
     assert failure["summary"] == "ValueError: bad value ..."
     assert not failure["summary"].startswith("Traceback")
     assert failure["traceback"].startswith("Traceback (most recent call last)")
-    assert failure["where"].endswith(f"{raise_here.__code__.co_filename.split('/')[-1]}:{raise_here.__code__.co_firstlineno + 1} in raise_here")
+    assert failure["where"].endswith(
+        f"{raise_here.__code__.co_filename.split('/')[-1]}:{raise_here.__code__.co_firstlineno + 1} in raise_here"
+    )
 
 
 def test_summary_is_type_and_message() -> None:
@@ -95,9 +109,15 @@ def test_a_call_past_its_time_limit_is_a_timeout() -> None:
         return RESULT
 
     call = CallInfo.from_call(slow, limit_s=0.05)
-    assert not finished, "the call was interrupted at its limit, not waited for and then called late"
+    assert not finished, (
+        "the call was interrupted at its limit, not waited for and then called late"
+    )
     assert call.status == "timeout" and call.result is None
-    assert call.failure is not None and call.failure["kind"] == "timeout" and call.failure["type"] == "RunTimeout"
+    assert (
+        call.failure is not None
+        and call.failure["kind"] == "timeout"
+        and call.failure["type"] == "RunTimeout"
+    )
     assert "0.05 s" in call.failure["summary"]
 
 
@@ -143,7 +163,11 @@ def test_a_driver_out_of_steps_did_not_finish() -> None:
     "call, origin, where",
     [
         (lambda: VLLM_BOOM(), "vllm", "vllm/v1/core/sched/fake.py:2 in boom"),
-        (lambda: VLLM_CALLING_PROBE(PROBE_CALLBACK), "probe", "difftest/probe/scheduler/fake.py:2 in boom"),
+        (
+            lambda: VLLM_CALLING_PROBE(PROBE_CALLBACK),
+            "probe",
+            "difftest/probe/scheduler/fake.py:2 in boom",
+        ),
         (raise_here, "other", "in raise_here"),
     ],
     ids=["raised-in-vllm", "probe-callback-under-vllm", "raised-elsewhere"],
@@ -171,7 +195,9 @@ def test_an_exception_that_was_never_raised_has_no_frame() -> None:
 
 
 def test_step_record_drops_requests_without_drafts() -> None:
-    record = step_record(3, ["a", "b"], {"a": [1, 2], "b": []}, {}, {"a": [1, 9]}, {"a": [1, 9]}, {}, None)
+    record = step_record(
+        3, ["a", "b"], {"a": [1, 2], "b": []}, {}, {"a": [1, 9]}, {"a": [1, 9]}, {}, None
+    )
     assert record["drafts"] == {"a": [1, 2]}
     assert record["step"] == 3 and record["stats"] is None
     assert set(record) == set(protocol.StepRecord.__annotations__)
@@ -190,7 +216,11 @@ def test_record_writer_stamps_every_record_and_counts_runs() -> None:
     assert [r["kind"] for r in records] == ["header", "run", "run", "trailer"]
     assert {r["nonce"] for r in records} == {"n0nce"}
     assert records[0]["protocol"] == protocol.PROTOCOL_VERSION and records[0]["import_s"] == 1.235
-    assert (records[1]["status"], records[1]["totals"], records[1]["role"]) == ("ok", {"num_drafts": 1}, "batch")
+    assert (records[1]["status"], records[1]["totals"], records[1]["role"]) == (
+        "ok",
+        {"num_drafts": 1},
+        "batch",
+    )
     assert (records[2]["status"], records[2]["totals"], records[2]["steps"]) == ("error", None, [])
     assert records[3]["runs"] == 2
 
@@ -227,7 +257,9 @@ def served_job(*names: str, work_dir: str = "w", entry: str = "scheduler") -> st
     return json.dumps(job) + "\n"
 
 
-def serve(jobs: str, start: Callable[[protocol.Job], Any] | None = None) -> tuple[int, list[list[dict[str, Any]]], list[Any]]:
+def serve(
+    jobs: str, start: Callable[[protocol.Job], Any] | None = None
+) -> tuple[int, list[list[dict[str, Any]]], list[Any]]:
     """Run the loop on `jobs`; its exit code, each job's answer (header .. trailer) and the sessions started."""
     sessions: list[Any] = []
 
@@ -248,14 +280,19 @@ def serve(jobs: str, start: Callable[[protocol.Job], Any] | None = None) -> tupl
 def test_the_served_probe_answers_each_job_on_one_session() -> None:
     code, answers, sessions = serve(served_job("one") + "\n" + served_job("two", "raises"))
     assert code == 0 and len(sessions) == 1, "the session (vLLM imported) starts once"
-    assert [[r["kind"] for r in a] for a in answers] == [["header", "run", "trailer"], ["header", "run", "run", "trailer"]]
+    assert [[r["kind"] for r in a] for a in answers] == [
+        ["header", "run", "trailer"],
+        ["header", "run", "run", "trailer"],
+    ]
     assert all(r["nonce"] == "n0nce" for a in answers for r in a)
     # Each answer stands alone: its own header, and a trailer counting only its own runs.
     assert [a[-1]["runs"] for a in answers] == [1, 2]
     assert answers[0][0]["import_s"] == 0.5 and answers[1][0]["info"] == {"session": "counting"}
     second = answers[1]
     assert (second[1]["status"], second[1]["notes"]) == ("ok", {"played": 2})
-    assert second[2]["status"] == "error" and second[2]["failure"]["summary"] == "KeyError: 'order:a'"
+    assert (
+        second[2]["status"] == "error" and second[2]["failure"]["summary"] == "KeyError: 'order:a'"
+    )
     assert sessions[0].played == ["one/order:a", "two/order:a", "raises/order:a"]
 
 
@@ -275,19 +312,28 @@ def test_a_session_that_cannot_start_exits_3() -> None:
 
 @pytest.mark.parametrize(
     "second, why",
-    [("{not json\n", "not JSON"), (json.dumps({"protocol": 1}) + "\n", "old protocol"), (served_job("x", work_dir="other"), "other work_dir")],
+    [
+        ("{not json\n", "not JSON"),
+        (json.dumps({"protocol": 1}) + "\n", "old protocol"),
+        (served_job("x", work_dir="other"), "other work_dir"),
+    ],
 )
 def test_a_job_the_probe_cannot_serve_ends_it_with_2(second: str, why: str) -> None:
     code, answers, _ = serve(served_job("one") + second + served_job("never"))
     assert code == 2, why
-    assert len(answers) == 1 and answers[0][-1]["kind"] == "trailer", "the answers before it are whole"
+    assert len(answers) == 1 and answers[0][-1]["kind"] == "trailer", (
+        "the answers before it are whole"
+    )
 
 
 def test_only_the_fork_servers_own_refusal_reads_as_one() -> None:
     from difftest.probe.protocol import EXIT_NOT_SHAREABLE, NOT_SHAREABLE_PREFIX
     from difftest.run.launch import refusal
 
-    assert refusal(EXIT_NOT_SHAREABLE, f"loading\n{NOT_SHAREABLE_PREFIX}numpy would come from /x\n") == "numpy would come from /x"
+    assert (
+        refusal(EXIT_NOT_SHAREABLE, f"loading\n{NOT_SHAREABLE_PREFIX}numpy would come from /x\n")
+        == "numpy would come from /x"
+    )
     assert not refusal(EXIT_NOT_SHAREABLE, "the branch's own os._exit(86)\n")
     assert not refusal(1, f"{NOT_SHAREABLE_PREFIX}numpy would come from /x")
     assert not refusal(EXIT_NOT_SHAREABLE, "")

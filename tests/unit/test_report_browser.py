@@ -29,8 +29,12 @@ MARKUP_AS_TEXT = ("<table", "<div", "<tr", "<td", "<th", "&lt;", "&amp;")
 
 def wide_report(tmp_path: Path) -> Path:
     """One scenario, two runs (order:a on every branch, order:b on HOSTILE alone, not measured)."""
-    results = [make_result("diverge" if i % 2 else "pass", branch=b) for i, b in enumerate(BRANCHES)]
-    results += unmeasured(HOSTILE, "eos", "scheduler", HOSTILE, ["order:b"], "Error: " + "y" * 400, "strict")
+    results = [
+        make_result("diverge" if i % 2 else "pass", branch=b) for i, b in enumerate(BRANCHES)
+    ]
+    results += unmeasured(
+        HOSTILE, "eos", "scheduler", HOSTILE, ["order:b"], "Error: " + "y" * 400, "strict"
+    )
     report = tmp_path / "report.html"
     report.write_text(render_html(make_evidence(results=results, branches={})))
     return report
@@ -41,7 +45,9 @@ def test_no_page_overflow_and_the_grid_is_visible(tmp_path, width):
     seen = measure(wide_report(tmp_path), width)
     assert seen["innerWidth"] == width
     assert seen["scrollWidth"] <= seen["innerWidth"], seen
-    assert seen["scrollWidthOpened"] <= seen["innerWidth"], "sideways scroll once every <details> is open"
+    assert seen["scrollWidthOpened"] <= seen["innerWidth"], (
+        "sideways scroll once every <details> is open"
+    )
     assert seen["shown"] and seen["grid"]["width"] > 0 and seen["grid"]["height"] > 0
     assert 0 <= seen["box"]["left"] and seen["box"]["right"] <= width
     assert seen["tablesOutsideScrollBoxes"] == 0
@@ -53,15 +59,21 @@ def test_a_person_sees_tables_not_markup(tmp_path, width, record_property):
     seen = measure(report, width)
     shown = [marker for marker in MARKUP_AS_TEXT if marker in seen["text"]]
     at = seen["text"].find(shown[0]) if shown else 0
-    assert not shown, f"markup on screen: {shown}: ...{seen['text'][max(at - 80, 0):at + 160]!r}"
+    assert not shown, f"markup on screen: {shown}: ...{seen['text'][max(at - 80, 0) : at + 160]!r}"
     # Verdict grid, branches, the counter table of the shown run and of the other run (order:a);
     # no failing result has violations or differences, none has a trace.
     headers = seen["tables"]
     assert len(headers) == 4, headers
     assert headers[0][:2] == ["scenario", "tier"] and headers[1][0] == "branch"
     assert [h[0] for h in headers[2:]] == ["counter", "counter"] and headers[2] == headers[3]
-    assert headers[2] == ["counter", *BRANCHES, "oracle"], "each branch a column, the hostile name as text"
-    assert HOSTILE in seen["text"] and "could not measure" in seen["text"] and "run order:a" in seen["text"]
+    assert headers[2] == ["counter", *BRANCHES, "oracle"], (
+        "each branch a column, the hostile name as text"
+    )
+    assert (
+        HOSTILE in seen["text"]
+        and "could not measure" in seen["text"]
+        and "run order:a" in seen["text"]
+    )
     png = screenshot(report, width)
     record_property(f"screenshot-{width}", str(png))
     print(f"screenshot at {width} px: {png}")

@@ -53,31 +53,63 @@ ONE = "order:a"
 ORDERS = ["order:a,b", "order:b,a"]
 
 
-def _judge(branch: str, scenario: str, statement: str, runs: list[tuple[str, Totals]], violations: dict | None = None) -> list[Result]:
+def _judge(
+    branch: str,
+    scenario: str,
+    statement: str,
+    runs: list[tuple[str, Totals]],
+    violations: dict | None = None,
+) -> list[Result]:
     probes = [make_run(label, scenario=scenario, totals=totals) for label, totals in runs]
     expected = {label: make_expected() for label, _ in runs}
-    return judge(branch, scenario, "scheduler", statement, probes, expected, violations or {}, "strict")
+    return judge(
+        branch, scenario, "scheduler", statement, probes, expected, violations or {}, "strict"
+    )
 
 
 def report_evidence() -> Evidence:
     """main diverges on `eos`; fix passes everything; racy breaks one order of `grammar`; EVIL cannot be measured."""
     ok = make_totals()
     results: list[Result] = []
-    results += _judge("main", EOS, "EOS cut", [(ONE, make_totals(num_emitted_tokens=13, mean_acceptance_length=3.25, emitted_source="implied"))])
+    results += _judge(
+        "main",
+        EOS,
+        "EOS cut",
+        [
+            (
+                ONE,
+                make_totals(
+                    num_emitted_tokens=13, mean_acceptance_length=3.25, emitted_source="implied"
+                ),
+            )
+        ],
+    )
     results += _judge("main", GRAMMAR, "all invalid", [(o, ok) for o in ORDERS])
     results += _judge("fix", EOS, "EOS cut", [(ONE, ok)])
     results += _judge("fix", GRAMMAR, "all invalid", [(o, ok) for o in ORDERS])
     results += _judge("racy", EOS, "EOS cut", [(ONE, ok)])
     lost = make_violation(label=ORDERS[1], detail="request a lost", measured=2)
-    results += _judge("racy", GRAMMAR, "all invalid", [(ORDERS[0], ok), (ORDERS[1], make_totals(num_drafts=2))], {ORDERS[1]: [lost]})
+    results += _judge(
+        "racy",
+        GRAMMAR,
+        "all invalid",
+        [(ORDERS[0], ok), (ORDERS[1], make_totals(num_drafts=2))],
+        {ORDERS[1]: [lost]},
+    )
     results += unmeasured(EVIL, EOS, "scheduler", "EOS cut", [ONE], EVIL_ERROR, "strict")
     results += unmeasured(EVIL, GRAMMAR, "scheduler", "all invalid", ORDERS, EVIL_ERROR, "strict")
     return make_evidence(
         command=[],
-        branches={name: BranchEvidence(ref=f"refs/{name}") for name in ("main", "fix", "racy", EVIL)},
+        branches={
+            name: BranchEvidence(ref=f"refs/{name}") for name in ("main", "fix", "racy", EVIL)
+        },
         scenarios={
-            EOS: ScenarioEvidence(file="s/eos.yaml", sha256="0" * 64, seed=1, tier="scheduler", statement="EOS cut"),
-            GRAMMAR: ScenarioEvidence(file="s/g.yaml", sha256="1" * 64, seed=2, tier="scheduler", statement="all invalid"),
+            EOS: ScenarioEvidence(
+                file="s/eos.yaml", sha256="0" * 64, seed=1, tier="scheduler", statement="EOS cut"
+            ),
+            GRAMMAR: ScenarioEvidence(
+                file="s/g.yaml", sha256="1" * 64, seed=2, tier="scheduler", statement="all invalid"
+            ),
         },
         results=results,
         runs=None,
@@ -99,7 +131,11 @@ def test_views_summarize_labels_and_flag_cells() -> None:
     assert grammar.verdicts[racy].verdict == "broken"
     assert grammar.verdicts[grammar.branches.index("main")].text == "pass (2/2 runs)"
     (reason,) = grammar.reasons["racy"]
-    assert (reason.verdict, reason.text, reason.labels) == ("broken", "order-independence: request a lost", [ORDERS[1]])
+    assert (reason.verdict, reason.text, reason.labels) == (
+        "broken",
+        "order-independence: request a lost",
+        [ORDERS[1]],
+    )
     eos = views[EOS]
     row = next(r for r in eos.rows if r.key == "num_emitted_tokens")
     main = eos.branches.index("main")
@@ -159,13 +195,20 @@ def test_terminal_shows_tables_verdicts_summary_and_reading() -> None:
     assert "summary" in text and "reading strict" in text and "conclusion (strict reading)" in text
     assert "mean acceptance length" in text and "3.2500" in text and "2.7500" in text
     # Summary last, like pytest: the grid, then the conclusion, end the output.
-    assert text.index("counter") < text.index("summary") < text.index("verdicts") < text.index("conclusion")
+    assert (
+        text.index("counter")
+        < text.index("summary")
+        < text.index("verdicts")
+        < text.index("conclusion")
+    )
     assert text.rstrip().splitlines()[-1].startswith("→")
 
 
 def test_terminal_does_not_interpret_markup_in_branch_names() -> None:
     evidence = report_evidence()
-    results = unmeasured("[bold red]x[/bold red]", EOS, "scheduler", "", [ONE], "[link=x]boom[/link]", "strict")
+    results = unmeasured(
+        "[bold red]x[/bold red]", EOS, "scheduler", "", [ONE], "[link=x]boom[/link]", "strict"
+    )
     text = terminal_text(evidence.model_copy(update={"results": results, "branches": {}}))
     header = next(line for line in text.splitlines() if line.strip().startswith("counter"))
     assert "[bold red]x[/bold red]" in header
@@ -177,10 +220,18 @@ def test_terminal_does_not_interpret_markup_in_branch_names() -> None:
 
 def test_markdown_order_and_content() -> None:
     md = render_markdown(report_evidence())
-    assert md.index("### Conclusion") < md.index("### Branches") < md.index("### Verdicts") < md.index("### Details")
+    assert (
+        md.index("### Conclusion")
+        < md.index("### Branches")
+        < md.index("### Verdicts")
+        < md.index("### Details")
+    )
     assert "Reproduce: `difftest verify evidence.json`" in md
     assert "| main | refs/main |  | 2 | 1 | 0 | 0 |" in md
-    assert "| grammar | scheduler | ✅ pass (2/2 runs) | ✅ pass (2/2 runs) | ❌ broken (1/2 runs) |" in md
+    assert (
+        "| grammar | scheduler | ✅ pass (2/2 runs) | ✅ pass (2/2 runs) | ❌ broken (1/2 runs) |"
+        in md
+    )
     assert "| num\\_emitted\\_tokens | 13 | 11 |" in md
     assert "**strict**" in md
     assert "> EOS cut" in md
@@ -193,7 +244,11 @@ def test_markdown_escapes_branch_controlled_strings() -> None:
     assert "&lt;script&gt;" in outside_fences
     assert "\x1b" not in md and "\x00" not in md
     # Every row of the grid keeps its column count despite pipes in names.
-    grid = [line for line in md.splitlines() if line.startswith(("| scenario |", "| grammar |", "| eos |"))]
+    grid = [
+        line
+        for line in md.splitlines()
+        if line.startswith(("| scenario |", "| grammar |", "| eos |"))
+    ]
     assert len(grid) == 3
     for line in grid:
         assert len(re.findall(r"(?<!\\)\|", line)) == 2 + 4 + 1
@@ -218,7 +273,11 @@ def test_markdown_error_text_cannot_close_its_fence() -> None:
 def test_markdown_fits_a_comment() -> None:
     evidence = report_evidence()
     many = [
-        r for i in range(3000) for r in unmeasured("main", EOS, "scheduler", "EOS cut", [f"o{i}"], f"{'x' * 100} {i}", "strict")
+        r
+        for i in range(3000)
+        for r in unmeasured(
+            "main", EOS, "scheduler", "EOS cut", [f"o{i}"], f"{'x' * 100} {i}", "strict"
+        )
     ]
     md = render_markdown(evidence.model_copy(update={"results": evidence.results + many}))
     assert len(md) <= MAX_CHARS
@@ -239,7 +298,10 @@ def test_html_is_self_contained_and_escaped() -> None:
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
     assert "<link" not in html and "@import" not in html
     # racy's cell in grammar's counter table (not any `num broken` cell: the branches table has some too)
-    assert re.search(r'<td>num_drafts</td>\s*<td class="num">4</td><td class="num">4</td><td class="num broken">2</td>', html)
+    assert re.search(
+        r'<td>num_drafts</td>\s*<td class="num">4</td><td class="num">4</td><td class="num broken">2</td>',
+        html,
+    )
     assert "request a lost" in html and "could not measure" in html
 
 
@@ -285,21 +347,40 @@ def test_junit_keeps_hostile_text_exact_and_drops_only_illegal_chars() -> None:
 def test_write_reports_writes_four_files(tmp_path: Path) -> None:
     evidence = report_evidence()
     paths = write_reports(evidence, tmp_path / "out")
-    assert {p.name for p in paths.values()} == {"report.md", "report.html", "junit.xml", "evidence.json"}
+    assert {p.name for p in paths.values()} == {
+        "report.md",
+        "report.html",
+        "junit.xml",
+        "evidence.json",
+    }
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths.values())
     assert read_evidence(paths["evidence"]) == evidence
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["evidence.json", "junit.xml", "report.html", "report.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "evidence.json",
+        "junit.xml",
+        "report.html",
+        "report.md",
+    ]
 
 
 def test_reports_say_what_transplanted_branches_and_stacks_were_built_from() -> None:
     evidence = make_evidence(
-        branches={"main": BranchEvidence(ref="main", sha="a" * 40), "pr": make_transplanted_branch(), "both": make_stack_branch()}
+        branches={
+            "main": BranchEvidence(ref="main", sha="a" * 40),
+            "pr": make_transplanted_branch(),
+            "both": make_stack_branch(),
+        }
     )
     markdown = render_markdown(evidence)
-    branches = markdown[markdown.index("### Branches"):]
+    branches = markdown[markdown.index("### Branches") :]
     assert "| branch | built from | commit |" in branches
-    assert "2 commit(s) of pull/7/head (777777777777) replayed from merge-base 555555555555" in branches
-    assert "| both | stack: pr + fix |" in branches and "| main | main | `aaaaaaaaaaaa` |" in branches
+    assert (
+        "2 commit(s) of pull/7/head (777777777777) replayed from merge-base 555555555555"
+        in branches
+    )
+    assert (
+        "| both | stack: pr + fix |" in branches and "| main | main | `aaaaaaaaaaaa` |" in branches
+    )
     html = render_html(evidence)
     assert "stack: pr + fix" in html and "replayed from merge-base 555555555555" in html
 
@@ -329,7 +410,9 @@ def test_the_terminal_report_says_so_too() -> None:
 
     reused = ReusedProbe(key="a" * 64, measured_at="2026-11-30T09:00:00+00:00", duration_s=14.2)
     buffer = io.StringIO()
-    render_terminal(make_evidence(probes=[make_probe_files(reused=reused)]), Console(file=buffer, width=400))
+    render_terminal(
+        make_evidence(probes=[make_probe_files(reused=reused)]), Console(file=buffer, width=400)
+    )
     assert "were reused from the result cache" in buffer.getvalue()
 
 
@@ -339,7 +422,9 @@ def test_a_shards_reports_say_which_slice_they_hold() -> None:
     from tests.factories import make_evidence
 
     evidence = make_evidence(shard=ShardEvidence(index=2, count=3, order=["a", "b", "c"]))
-    assert "Shard 2 of 3" in render_markdown(evidence) and "difftest merge" in render_markdown(evidence)
+    assert "Shard 2 of 3" in render_markdown(evidence) and "difftest merge" in render_markdown(
+        evidence
+    )
     assert "Shard" not in render_markdown(make_evidence())
 
 
@@ -354,19 +439,49 @@ def _reading_case() -> tuple[Evidence, dict, dict]:
     evidence) and its scenario are the facts the reading is the reason by (`conclusion.conclude`)."""
     steps = [
         StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
-        StepRecord(step=1, scheduled=["g"], drafts={"g": [1, 2, 3]}, invalid={"g": 3}, sampled={"g": [6]}, emitted={"g": [6]}),
-        StepRecord(step=2, scheduled=["g"], drafts={"g": [7, 8, 9]}, sampled={"g": [7, 8]}, emitted={"g": [7, 8]}),
+        StepRecord(
+            step=1,
+            scheduled=["g"],
+            drafts={"g": [1, 2, 3]},
+            invalid={"g": 3},
+            sampled={"g": [6]},
+            emitted={"g": [6]},
+        ),
+        StepRecord(
+            step=2,
+            scheduled=["g"],
+            drafts={"g": [7, 8, 9]},
+            sampled={"g": [7, 8]},
+            emitted={"g": [7, 8]},
+        ),
     ]
     run = make_run("order:g", scenario="eng", tier="engine", steps=steps)
     strict, lenient = (engine_oracle.expected_totals(3, run, r) for r in ("strict", "lenient"))
-    result = make_result("diverge", branch="b", scenario="eng", tier="engine", label="order:g", measured=lenient,
-                         expected=strict, differences=counter_differences(lenient, strict))
+    result = make_result(
+        "diverge",
+        branch="b",
+        scenario="eng",
+        tier="engine",
+        label="order:g",
+        measured=lenient,
+        expected=strict,
+        differences=counter_differences(lenient, strict),
+    )
     scenario = EngineScenario.model_validate(
-        {"name": "eng", "statement": "a structured request", "k": 3, "requests": [{"id": "g", "prompt": "ok?", "max_tokens": 8}]}
+        {
+            "name": "eng",
+            "statement": "a structured request",
+            "k": 3,
+            "requests": [{"id": "g", "prompt": "ok?", "max_tokens": 8}],
+        }
     )
     evidence = make_evidence(
-        results=[result], runs={"b": [run.model_copy(update={"steps": []})]}, branches={},
-        scenarios={"eng": ScenarioEvidence(file="engine/eng.yaml", sha256="0" * 64, seed=0, tier="engine")},
+        results=[result],
+        runs={"b": [run.model_copy(update={"steps": []})]},
+        branches={},
+        scenarios={
+            "eng": ScenarioEvidence(file="engine/eng.yaml", sha256="0" * 64, seed=0, tier="engine")
+        },
     )
     return evidence, {"eng": scenario}, {("b", "eng", "order:g"): run}
 

@@ -11,7 +11,9 @@ from tests.factories import LABEL, make_evidence, make_result, make_violation
 
 
 def _broken(requests: list[str]):
-    return make_evidence(results=[make_result("broken", violations=[make_violation(requests=requests)])])
+    return make_evidence(
+        results=[make_result("broken", violations=[make_violation(requests=requests)])]
+    )
 
 
 def _written_as(tmp_path: Path, version: str, requests: list[str]):
@@ -29,10 +31,14 @@ def _written_as(tmp_path: Path, version: str, requests: list[str]):
 
 
 def test_a_violation_naming_other_requests_is_a_difference() -> None:
-    assert any("violations differ" in line for line in evidence_differences(_broken(["a"]), _broken(["b"])))
+    assert any(
+        "violations differ" in line for line in evidence_differences(_broken(["a"]), _broken(["b"]))
+    )
 
 
-def test_a_file_without_violation_requests_is_not_held_against_a_rerun_that_names_them(tmp_path: Path) -> None:
+def test_a_file_without_violation_requests_is_not_held_against_a_rerun_that_names_them(
+    tmp_path: Path,
+) -> None:
     path = _written_as(tmp_path, "2", [])
     assert written_version(path) == "2"
     assert evidence_differences(read_evidence(path), _broken(["a"]), written_version(path)) == []
@@ -47,7 +53,9 @@ def test_a_rerun_differing_only_in_one_verdict_is_reported() -> None:
     """Same totals, violations and runs; only the verdict was edited (by hand, or by another judge)."""
     recorded = make_evidence(results=[make_result("pass"), make_result("pass", label="order:b")])
     rerun = make_evidence(results=[make_result("pass"), make_result("diverge", label="order:b")])
-    assert evidence_differences(recorded, rerun) == ["main/eos/order:b: verdicts differ: pass -> diverge"]
+    assert evidence_differences(recorded, rerun) == [
+        "main/eos/order:b: verdicts differ: pass -> diverge"
+    ]
 
 
 def test_a_result_the_rerun_lacks_and_one_the_evidence_lacks_are_reported() -> None:
@@ -61,14 +69,25 @@ def test_a_result_the_rerun_lacks_and_one_the_evidence_lacks_are_reported() -> N
 
 
 def test_durations_in_a_violations_detail_are_not_held_against_a_rerun() -> None:
-    """"main completes this run in 0.49 s" re-runs as "in 0.52 s": the same judgement (review F5)."""
+    """ "main completes this run in 0.49 s" re-runs as "in 0.52 s": the same judgement (review F5)."""
     from difftest.core.records import Violation
     from difftest.core.reproduction import _result_differences
 
     def broken(detail: str):
-        return make_result("broken", violations=[Violation(invariant="completes-as-on-baseline", label=LABEL,
-                                                           detail=detail)])
+        return make_result(
+            "broken",
+            violations=[
+                Violation(invariant="completes-as-on-baseline", label=LABEL, detail=detail)
+            ],
+        )
 
     then = broken("did not finish: RunTimeout (main completes this run in 0.49 s)")
-    assert _result_differences([then], [broken("did not finish: RunTimeout (main completes this run in 0.52 s)")]) == []
-    assert _result_differences([then], [broken("crashed in vLLM: ValueError (main completes this run in 0.49 s)")])
+    assert (
+        _result_differences(
+            [then], [broken("did not finish: RunTimeout (main completes this run in 0.52 s)")]
+        )
+        == []
+    )
+    assert _result_differences(
+        [then], [broken("crashed in vLLM: ValueError (main completes this run in 0.49 s)")]
+    )

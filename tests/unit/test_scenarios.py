@@ -24,17 +24,40 @@ from tests.factories import SCENARIOS_DIR
 
 SCENARIOS = SCENARIOS_DIR / "scheduler"
 REQUIRED = {
-    "eos-in-accepted-drafts", "stop-token-in-accepted-drafts", "max-tokens-mid-block", "eos-on-bonus",
-    "grammar-all-invalid-async", "mixed-batch-invalid-async", "partial-invalid-async", "grammar-trim-sync",
-    "long-random-k1", "long-random-k3", "long-random-k5",
+    "eos-in-accepted-drafts",
+    "stop-token-in-accepted-drafts",
+    "max-tokens-mid-block",
+    "eos-on-bonus",
+    "grammar-all-invalid-async",
+    "mixed-batch-invalid-async",
+    "partial-invalid-async",
+    "grammar-trim-sync",
+    "long-random-k1",
+    "long-random-k3",
+    "long-random-k5",
 }
 GOOD: dict[str, Any] = {
     "statement": "one line",
     "k": 2,
-    "requests": [{"id": "r", "prompt": "hi", "max_tokens": 3, "target": "abcd", "drafter": {"kind": "scripted", "steps": ["b"]}}],
+    "requests": [
+        {
+            "id": "r",
+            "prompt": "hi",
+            "max_tokens": 3,
+            "target": "abcd",
+            "drafter": {"kind": "scripted", "steps": ["b"]},
+        }
+    ],
 }
-GOOD_ENGINE: dict[str, Any] = {"statement": "one line", "k": 2, "requests": [{"id": "r", "prompt": "yes no", "max_tokens": 8}]}
-TWO_REQUESTS: dict[str, Any] = {**GOOD, "requests": [GOOD["requests"][0], {**GOOD["requests"][0], "id": "s"}]}
+GOOD_ENGINE: dict[str, Any] = {
+    "statement": "one line",
+    "k": 2,
+    "requests": [{"id": "r", "prompt": "yes no", "max_tokens": 8}],
+}
+TWO_REQUESTS: dict[str, Any] = {
+    **GOOD,
+    "requests": [GOOD["requests"][0], {**GOOD["requests"][0], "id": "s"}],
+}
 
 
 def _write(tmp_path: Path, data: dict[str, Any], name: str = "s.yaml") -> Path:
@@ -56,7 +79,11 @@ def test_orders_all_and_alone_runs() -> None:
     assert len(mixed.orders()) == 6
     runs = mixed.runs()
     labels = [r["label"] for r in runs]
-    assert labels[:1] == ["order:grammar,plain1,plain2"] and labels[-3:] == ["alone:grammar", "alone:plain1", "alone:plain2"]
+    assert labels[:1] == ["order:grammar,plain1,plain2"] and labels[-3:] == [
+        "alone:grammar",
+        "alone:plain1",
+        "alone:plain2",
+    ]
     assert [r["role"] for r in runs] == ["batch"] * 6 + ["alone"] * 3
     assert runs[-1]["order"] == ["plain2"]
     alone = next(s for s in load_scenarios(SCENARIOS) if s.name == "grammar-all-invalid-async")
@@ -64,8 +91,12 @@ def test_orders_all_and_alone_runs() -> None:
 
 
 def test_explicit_orders_and_alone_false(tmp_path: Path) -> None:
-    scenario = load_scenario(_write(tmp_path, {**TWO_REQUESTS, "orders": [["s", "r"]], "alone": False}))
-    assert [(r["label"], r["order"], r["role"]) for r in scenario.runs()] == [("order:s,r", ["s", "r"], "batch")]
+    scenario = load_scenario(
+        _write(tmp_path, {**TWO_REQUESTS, "orders": [["s", "r"]], "alone": False})
+    )
+    assert [(r["label"], r["order"], r["role"]) for r in scenario.runs()] == [
+        ("order:s,r", ["s", "r"], "batch")
+    ]
 
 
 def test_job_scenario_is_plain_json_with_the_planned_runs() -> None:
@@ -73,7 +104,11 @@ def test_job_scenario_is_plain_json_with_the_planned_runs() -> None:
     entry = scenario.job_scenario()
     assert set(entry) == {"name", "file", "data", "runs"}
     assert entry["name"] == scenario.name and entry["runs"] == scenario.runs()
-    assert entry["data"]["orders"] == "all" and "file" not in entry["data"] and "sha256" not in entry["data"]
+    assert (
+        entry["data"]["orders"] == "all"
+        and "file" not in entry["data"]
+        and "sha256" not in entry["data"]
+    )
     assert json.loads(json.dumps(entry)) == entry
 
 
@@ -82,7 +117,10 @@ def test_make_job_for_each_tier(tmp_path: Path) -> None:
     scenarios = load_scenarios(SCENARIOS)
     job = make_job(tier, scenarios, run_timeout_s=30.0, work_dir=tmp_path)
     assert (job["protocol"], job["entry"], job["work_dir"], job["run_timeout_s"]) == (
-        PROTOCOL_VERSION, tier.probe_entry, str(tmp_path), 30.0,
+        PROTOCOL_VERSION,
+        tier.probe_entry,
+        str(tmp_path),
+        30.0,
     )
     assert [s["name"] for s in job["scenarios"]] == [s.name for s in scenarios]
     json.dumps(job)
@@ -98,7 +136,9 @@ def test_make_job_for_each_tier(tmp_path: Path) -> None:
         ({"statement": "two\nlines"}, ["statement", "one line"]),
     ],
 )
-def test_schema_errors_name_key_value_and_fix(tmp_path: Path, patch: dict[str, Any], words: list[str]) -> None:
+def test_schema_errors_name_key_value_and_fix(
+    tmp_path: Path, patch: dict[str, Any], words: list[str]
+) -> None:
     with pytest.raises(ConfigError) as err:
         load_scenario(_write(tmp_path, {**GOOD, **patch}))
     text = str(err.value)
@@ -112,7 +152,11 @@ def test_schema_errors_name_key_value_and_fix(tmp_path: Path, patch: dict[str, A
     [([], ["empty list"]), ([["r", "s"], ["s", "r"], ["r", "s"]], ["['r', 's']", "listed twice"])],
     ids=["empty", "duplicate"],
 )
-@pytest.mark.parametrize("loader, good", [(load_scenario, TWO_REQUESTS), (load_engine_scenario, GOOD_ENGINE)], ids=["scheduler", "engine"])
+@pytest.mark.parametrize(
+    "loader, good",
+    [(load_scenario, TWO_REQUESTS), (load_engine_scenario, GOOD_ENGINE)],
+    ids=["scheduler", "engine"],
+)
 def test_orders_must_run_something_and_each_order_once(
     tmp_path: Path, loader: Any, good: dict[str, Any], orders: list[list[str]], words: list[str]
 ) -> None:
@@ -135,8 +179,14 @@ def test_orders_must_run_something_and_each_order_once(
         ({"target": "ab", "max_tokens": 9}, ["requests.r", "too short"]),
         ({"target": "maybe<eos>", "grammar": {"choice": ["yes"]}}, ["requests.r", "grammar"]),
         ({"id": "a,b"}, ["id", "run labels"]),
-        ({"drafter": {"kind": "scripted", "steps": ["b"], "skipped": [0]}}, ["drafter.scripted.skipped", "counted from 1"]),
-        ({"drafter": {"kind": "random", "acceptance": 1, "skipped": [2, 2]}}, ["drafter.random.skipped", "distinct"]),
+        (
+            {"drafter": {"kind": "scripted", "steps": ["b"], "skipped": [0]}},
+            ["drafter.scripted.skipped", "counted from 1"],
+        ),
+        (
+            {"drafter": {"kind": "random", "acceptance": 1, "skipped": [2, 2]}},
+            ["drafter.random.skipped", "distinct"],
+        ),
     ],
 )
 def test_request_errors(tmp_path: Path, req: dict[str, Any], words: list[str]) -> None:
@@ -160,11 +210,18 @@ def test_async_drafter_must_propose_k(tmp_path: Path) -> None:
 
 
 def test_drafter_skips_are_played_on_the_sync_path_only(tmp_path: Path) -> None:
-    request = {**GOOD["requests"][0], "drafter": {"kind": "scripted", "steps": ["bc"], "then": "perfect", "skipped": [1]}}
-    with pytest.raises(ConfigError, match=r"requests \['r'\]: `drafter.skipped` is played on the sync path only"):
+    request = {
+        **GOOD["requests"][0],
+        "drafter": {"kind": "scripted", "steps": ["bc"], "then": "perfect", "skipped": [1]},
+    }
+    with pytest.raises(
+        ConfigError, match=r"requests \['r'\]: `drafter.skipped` is played on the sync path only"
+    ):
         load_scenario(_write(tmp_path, {**GOOD, "draft_path": "async", "requests": [request]}))
     request["drafter"] = {"kind": "scripted", "steps": ["b"], "skipped": [1]}
-    assert load_scenario(_write(tmp_path, {**GOOD, "requests": [request]})).requests[0].drafter.skipped == [1]
+    assert load_scenario(_write(tmp_path, {**GOOD, "requests": [request]})).requests[
+        0
+    ].drafter.skipped == [1]
 
 
 def test_scenario_names_must_be_unique_in_a_folder(tmp_path: Path) -> None:
@@ -179,7 +236,9 @@ def test_an_empty_folder_is_an_error(tmp_path: Path) -> None:
         load_scenarios(tmp_path)
 
 
-@pytest.mark.parametrize("content, words", [("[1, 2]", ["top level must be a mapping"]), ("k: [", ["not valid YAML"])])
+@pytest.mark.parametrize(
+    "content, words", [("[1, 2]", ["top level must be a mapping"]), ("k: [", ["not valid YAML"])]
+)
 def test_files_that_are_not_a_mapping(tmp_path: Path, content: str, words: list[str]) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(content)

@@ -39,7 +39,9 @@ def test_every_kind_is_found_and_shrunk() -> None:
     assert by_kind["answer"] == [42], "found in a later round, although every 42 is also big"
     assert by_kind["long"] == [0, 0, 0, 0, 0]
     # One round per finding, plus the last round, which found nothing new in its 300 examples.
-    assert result.rounds == len(result.found) + 1 and result.examples == 300 and result.stopped is None
+    assert (
+        result.rounds == len(result.found) + 1 and result.examples == 300 and result.stopped is None
+    )
     assert [f.round for f in result.found] == list(range(1, len(result.found) + 1))
     assert all(f.kinds[k] == kinds_of(f.value)[k] for f in result.found for k in f.kinds)
 
@@ -53,7 +55,9 @@ def test_a_minimal_example_keeps_every_new_kind_it_shows() -> None:
 
 def test_same_seed_same_findings() -> None:
     runs = [search(LISTS, kinds_of, seed_value=7, examples=120) for _ in range(2)]
-    assert [(f.value, f.kinds) for f in runs[0].found] == [(f.value, f.kinds) for f in runs[1].found]
+    assert [(f.value, f.kinds) for f in runs[0].found] == [
+        (f.value, f.kinds) for f in runs[1].found
+    ]
     assert runs[0].calls == runs[1].calls
 
 
@@ -99,7 +103,9 @@ def test_a_round_that_found_something_still_shrinks_it_after_the_deadline() -> N
     slow_big = lambda values: (time.sleep(0.002), kinds_of(values))[1]  # noqa: E731
     result = search(LISTS, slow_big, seed_value=0, examples=None, deadline_s=0.05)
     assert result.stopped == "time"
-    assert result.found and result.found[0].value in ([10], [0, 0, 0, 0, 0]), "shrunk although the deadline passed"
+    assert result.found and result.found[0].value in ([10], [0, 0, 0, 0, 0]), (
+        "shrunk although the deadline passed"
+    )
 
 
 def test_an_error_of_examine_itself_ends_the_search() -> None:

@@ -39,7 +39,8 @@ def shard(index: int, count: int = 2, schema: str = SCHEMA, **overrides: Any) ->
         "baseline": BRANCH,
         "branches": {**make_evidence().branches, "fix": BranchEvidence(ref="fix")},
         "scenarios": {
-            name: ScenarioEvidence(file=f"s/{name}.yaml", sha256="0" * 64, seed=0, tier="scheduler") for name in mine
+            name: ScenarioEvidence(file=f"s/{name}.yaml", sha256="0" * 64, seed=0, tier="scheduler")
+            for name in mine
         },
         "results": [make_result(scenario=name) for name in mine],
         "runs": {BRANCH: [make_run(scenario=name) for name in mine]},
@@ -61,7 +62,9 @@ def test_the_shards_of_one_comparison_pass() -> None:
 
 #: One field of the second shard changed -> the `_SAME` entry that must name it.
 DIFFERENT: dict[str, Callable[[Evidence], dict[str, Any]]] = {
-    "base wheel": lambda e: {"base": BaseEvidence(requirement="vllm==0.10.0", fingerprint={"wheel_hash": "other"})},
+    "base wheel": lambda e: {
+        "base": BaseEvidence(requirement="vllm==0.10.0", fingerprint={"wheel_hash": "other"})
+    },
     "branches (refs, commits, patches, environments)": lambda e: {
         "branches": {BRANCH: e.branches[BRANCH].model_copy(update={"sha": "c" * 40})}
     },
@@ -69,7 +72,9 @@ DIFFERENT: dict[str, Callable[[Evidence], dict[str, Any]]] = {
     "baseline": lambda e: {"baseline": "fix"},
     "reference branches": lambda e: {"reference_branches": [BRANCH]},
     # A VLLM_* switch set for one shard only (review F7): its branches measured other code paths.
-    "probe environment (the variables that reach the probes)": lambda e: {"probe_environ_sha256": "e" * 64},
+    "probe environment (the variables that reach the probes)": lambda e: {
+        "probe_environ_sha256": "e" * 64
+    },
     "difftest version": lambda e: {"difftest_version": "0.0.1"},
 }
 
@@ -81,7 +86,9 @@ def test_shards_that_differ_in_what_a_whole_run_shares_are_refused(what: str) ->
     if what == "evidence schema version":
         second = Shard(second.name, second.evidence, "8")
     else:
-        second = Shard(second.name, second.evidence.model_copy(update=DIFFERENT[what](second.evidence)), SCHEMA)
+        second = Shard(
+            second.name, second.evidence.model_copy(update=DIFFERENT[what](second.evidence)), SCHEMA
+        )
     message = refusal([first, second])
     assert f"s2/evidence.json and s1/evidence.json differ in their {what}" in message
     assert "fix: merge the shards of one `difftest run --shard I/N` matrix" in message
@@ -105,7 +112,10 @@ def test_the_branches_check_reads_every_branch_field_but_its_environment_by_hash
 
 
 def test_shards_of_another_difftest_are_refused_naming_the_version_to_merge_with() -> None:
-    old = [Shard(s.name, s.evidence.model_copy(update={"difftest_version": "0.0.1"}), s.schema) for s in (shard(1), shard(2))]
+    old = [
+        Shard(s.name, s.evidence.model_copy(update={"difftest_version": "0.0.1"}), s.schema)
+        for s in (shard(1), shard(2))
+    ]
     message = refusal(old)
     assert f"written by difftest 0.0.1; this is difftest {__version__}" in message
     assert "fix: merge with difftest 0.0.1, or run the shards again with this one" in message
@@ -114,15 +124,23 @@ def test_shards_of_another_difftest_are_refused_naming_the_version_to_merge_with
 def test_a_shard_holding_other_scenarios_than_its_slice_is_refused() -> None:
     """A scenario dropped from a shard (its failing verdicts with it) would leave the merge without it."""
     dropped = shard(1, scenarios={"a": shard(1).evidence.scenarios["a"]})  # its slice is a and c
-    assert "holds the scenarios a, but shard 1/2 of its selection is a, c" in refusal([dropped, shard(2)])
-    moved = shard(2, scenarios={**shard(2).evidence.scenarios, "c": shard(1).evidence.scenarios["c"]})
-    assert "holds the scenarios b, c, but shard 2/2 of its selection is b" in refusal([shard(1), moved])
+    assert "holds the scenarios a, but shard 1/2 of its selection is a, c" in refusal(
+        [dropped, shard(2)]
+    )
+    moved = shard(
+        2, scenarios={**shard(2).evidence.scenarios, "c": shard(1).evidence.scenarios["c"]}
+    )
+    assert "holds the scenarios b, c, but shard 2/2 of its selection is b" in refusal(
+        [shard(1), moved]
+    )
 
 
 def test_a_shard_holding_test_records_is_refused() -> None:
     """The tests tier keeps its outcomes in the evidence only: nothing to judge them again from."""
     message = refusal([shard(1, tests=[make_test_record()]), shard(2)])
-    assert "s1/evidence.json holds results of the tests tier" in message and "--tier tests" in message
+    assert (
+        "s1/evidence.json holds results of the tests tier" in message and "--tier tests" in message
+    )
 
 
 def test_missing_repeated_and_whole_run_evidence_are_refused() -> None:
@@ -136,15 +154,28 @@ def test_missing_repeated_and_whole_run_evidence_are_refused() -> None:
 
 def test_the_join_holds_the_results_given_never_the_shards_own() -> None:
     """The shards say every run passed; the re-judged results say `a` diverges: the join says so."""
-    judged = {1: [make_result("diverge", scenario="c"), make_result("diverge", scenario="a")],
-              2: [make_result(scenario="b")]}
+    judged = {
+        1: [make_result("diverge", scenario="c"), make_result("diverge", scenario="a")],
+        2: [make_result(scenario="b")],
+    }
     step = StepRecord(step=0, scheduled=["a"])
     runs: dict[int, dict[str, list[ProbeRun]]] = {
         1: {BRANCH: [make_run(scenario="c", steps=[step]), make_run(scenario="a", steps=[step])]},
         2: {BRANCH: [make_run(scenario="b", steps=[step])]},
     }
-    merged = merge_shards([shard(2), shard(1)], lambda i, f: f.model_copy(update={"job": f"shard-{i}/{f.job}"}), judged, runs)
-    assert [(r.scenario, r.verdict) for r in merged.results] == [("a", "diverge"), ("b", "pass"), ("c", "diverge")]
-    assert [r.scenario for r in merged.runs[BRANCH]] == ORDER and all(not r.steps for r in merged.runs[BRANCH])
+    merged = merge_shards(
+        [shard(2), shard(1)],
+        lambda i, f: f.model_copy(update={"job": f"shard-{i}/{f.job}"}),
+        judged,
+        runs,
+    )
+    assert [(r.scenario, r.verdict) for r in merged.results] == [
+        ("a", "diverge"),
+        ("b", "pass"),
+        ("c", "diverge"),
+    ]
+    assert [r.scenario for r in merged.runs[BRANCH]] == ORDER and all(
+        not r.steps for r in merged.runs[BRANCH]
+    )
     assert list(merged.scenarios) == ORDER and merged.shard is None
     assert [p.job for p in merged.probes] == [f"shard-{i}/{make_probe_files().job}" for i in (1, 2)]

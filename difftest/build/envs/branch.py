@@ -31,14 +31,26 @@ from typing import Any
 
 import git
 
-from difftest.core import paths
 from difftest.build.envs.base import BaseEnv, Log
-from difftest.build.envs.fingerprint import canonical_hash, read_fingerprint, sha256_bytes, tree_digest, write_fingerprint
+from difftest.build.envs.fingerprint import (
+    canonical_hash,
+    read_fingerprint,
+    sha256_bytes,
+    tree_digest,
+    write_fingerprint,
+)
 from difftest.build.envs.integrity import check_manifest, make_manifest
 from difftest.build.envs.locks import env_lock
 from difftest.build.envs.uvtool import run_uv
+from difftest.build.refs import (
+    ResolvedBranch,
+    binary_paths,
+    changed_files,
+    native_changes,
+    read_blob,
+)
+from difftest.core import paths
 from difftest.core.errors import EnvironmentBuildError, NativeCodeChanged
-from difftest.build.refs import ResolvedBranch, binary_paths, changed_files, native_changes, read_blob
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 PTH_NAME = "difftest_overlay.pth"
@@ -59,7 +71,10 @@ class BranchEnv:
 def probe_digest() -> str:
     """Changes when the probe code changes, so environments carry the current probe."""
     return sha256_bytes(
-        (tree_digest(PACKAGE_ROOT / "probe") + sha256_bytes((PACKAGE_ROOT / "__init__.py").read_bytes())).encode()
+        (
+            tree_digest(PACKAGE_ROOT / "probe")
+            + sha256_bytes((PACKAGE_ROOT / "__init__.py").read_bytes())
+        ).encode()
     )
 
 
@@ -84,7 +99,9 @@ def ensure_branch_env(
         if fingerprint and fingerprint.get("key") == key and (final / "bin" / "python").exists():
             problem = check_manifest(final, fingerprint.get("manifest"), base.vllm_dir)
             if problem is None:
-                return BranchEnv(branch.name, final, final / "bin" / "python", _named(fingerprint, branch))
+                return BranchEnv(
+                    branch.name, final, final / "bin" / "python", _named(fingerprint, branch)
+                )
             log(f"{branch.name}: environment {final.name} is corrupt ({problem}): rebuilding it")
         if final.exists():
             shutil.rmtree(final, ignore_errors=True)
@@ -92,7 +109,13 @@ def ensure_branch_env(
 
 
 def _build(
-    base: BaseEnv, repo: git.Repo, branch: ResolvedBranch, base_ref: str, key: str, final: Path, log: Log
+    base: BaseEnv,
+    repo: git.Repo,
+    branch: ResolvedBranch,
+    base_ref: str,
+    key: str,
+    final: Path,
+    log: Log,
 ) -> BranchEnv:
     started = time.monotonic()
     base_sha = repo.commit(base_ref).hexsha
@@ -109,14 +132,18 @@ def _build(
     python_changes = [c for c in changes if c.path.startswith("vllm/")]
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        run_uv(["venv", "--quiet", "--python", str(base.python), str(tmp)], what="create a branch virtualenv")
+        run_uv(
+            ["venv", "--quiet", "--python", str(base.python), str(tmp)],
+            what="create a branch virtualenv",
+        )
         _link_tree(base.vllm_dir, tmp / "overlay" / "vllm")
         for change in python_changes:
             _apply_change(repo, branch.sha, change.status, change.path, tmp / "overlay")
         _copy_probe(tmp / "probe")
         site = _site_packages(tmp)
         (site / PTH_NAME).write_text(
-            "../../../overlay\n../../../probe\n" f"import site; site.addsitedir({str(base.site_packages)!r})\n"
+            "../../../overlay\n../../../probe\n"
+            f"import site; site.addsitedir({str(base.site_packages)!r})\n"
         )
         fingerprint = {
             "kind": "branch",
@@ -131,8 +158,19 @@ def _build(
             "changed_files": [f"{c.status} {c.path}" for c in python_changes],
             "probe_digest": probe_digest(),
             "base_path": str(base.path),
-            "base": {k: base.fingerprint.get(k) for k in ("key", "requirement", "python", "platform", "torch",
-                                                          "vllm_version", "wheel_hash", "lock_hash")},
+            "base": {
+                k: base.fingerprint.get(k)
+                for k in (
+                    "key",
+                    "requirement",
+                    "python",
+                    "platform",
+                    "torch",
+                    "vllm_version",
+                    "wheel_hash",
+                    "lock_hash",
+                )
+            },
             "build_s": round(time.monotonic() - started, 2),
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -150,9 +188,16 @@ def _build(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log(f"{branch.name}: environment {final.name} built in {fingerprint['build_s']} s "
-        f"({len(python_changes)} changed file(s))")
-    return BranchEnv(branch.name, final, final / "bin" / "python", _named(read_fingerprint(final) or fingerprint, branch))
+    log(
+        f"{branch.name}: environment {final.name} built in {fingerprint['build_s']} s "
+        f"({len(python_changes)} changed file(s))"
+    )
+    return BranchEnv(
+        branch.name,
+        final,
+        final / "bin" / "python",
+        _named(read_fingerprint(final) or fingerprint, branch),
+    )
 
 
 def _named(fingerprint: dict[str, Any], branch: ResolvedBranch) -> dict[str, Any]:
@@ -194,7 +239,9 @@ def _apply_change(repo: git.Repo, sha: str, status: str, repo_path: str, overlay
 
 def _copy_probe(dest: Path) -> None:
     package = dest / "difftest"
-    shutil.copytree(PACKAGE_ROOT / "probe", package / "probe", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        PACKAGE_ROOT / "probe", package / "probe", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy2(PACKAGE_ROOT / "__init__.py", package / "__init__.py")
     for path in package.rglob("*.py"):
         py_compile.compile(str(path), doraise=True)
@@ -208,7 +255,9 @@ def _site_packages(env: Path) -> Path:
 def _check_overlay(env: Path, changes: list) -> None:
     """Ask the new interpreter where `vllm` comes from (cheap: nothing is imported)."""
     code = "import importlib.util as u; print(u.find_spec('vllm').origin); print(u.find_spec('difftest.probe').origin)"
-    out = subprocess.run([str(env / "bin" / "python"), "-I", "-c", code], capture_output=True, text=True)
+    out = subprocess.run(
+        [str(env / "bin" / "python"), "-I", "-c", code], capture_output=True, text=True
+    )
     origins = out.stdout.split()
     if out.returncode != 0 or len(origins) != 2 or not origins[0].startswith(str(env / "overlay")):
         raise EnvironmentBuildError(

@@ -15,11 +15,11 @@ from typing import Any
 
 from filelock import Timeout
 
-from difftest.core import paths
 from difftest.build.envs.branch import probe_digest
 from difftest.build.envs.fingerprint import read_fingerprint
 from difftest.build.envs.integrity import check_manifest
 from difftest.build.envs.locks import env_lock, owner_name
+from difftest.core import paths
 
 
 @dataclass(frozen=True)

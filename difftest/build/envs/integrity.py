@@ -66,7 +66,9 @@ def check_manifest(env: Path, manifest: dict[str, Any] | None, base_vllm: Path) 
         if f"{OVERLAY}/{rel}" in own:
             continue
         linked = rel in base and base[rel][0] == inode
-        if not linked and not (rel in base and not manifest["links_only"] and _same_copy(path, base[rel][1])):
+        if not linked and not (
+            rel in base and not manifest["links_only"] and _same_copy(path, base[rel][1])
+        ):
             return f"{OVERLAY}/{rel} is not the base's file (replaced or added after the build)"
     removed = set(manifest["removed"])
     for rel in base:

@@ -29,7 +29,9 @@ def _pip_config_files() -> list[Path]:
     return files
 
 
-def _pip_setting(key: str, sections: tuple[str, ...] = ("global", "install", "download")) -> list[str]:
+def _pip_setting(
+    key: str, sections: tuple[str, ...] = ("global", "install", "download")
+) -> list[str]:
     """Every value pip's config files give `key` (whitespace-separated lists split), then its
     environment variable's (`PIP_<KEY>`), in pip's order: later ones win for single values."""
     found: list[str] = []
@@ -82,5 +84,10 @@ def wheel_source_args(torch: TorchSource) -> list[str]:
     for link in links:
         args += ["--find-links", link]
     if torch.extra_index_url:
-        args += ["--extra-index-url", torch.extra_index_url, "--index-strategy", "unsafe-best-match"]
+        args += [
+            "--extra-index-url",
+            torch.extra_index_url,
+            "--index-strategy",
+            "unsafe-best-match",
+        ]
     return args

@@ -21,7 +21,9 @@ def uv_bin() -> str:
         found = shutil.which("uv")
         if found:
             return found
-    raise EnvironmentBuildError("uv is not installed", "install difftest with its dependencies (`uv run difftest ...`)")
+    raise EnvironmentBuildError(
+        "uv is not installed", "install difftest with its dependencies (`uv run difftest ...`)"
+    )
 
 
 def run_uv(args: list[str], what: str, hint: str = "", timeout: float = 3600) -> str:
@@ -29,8 +31,12 @@ def run_uv(args: list[str], what: str, hint: str = "", timeout: float = 3600) ->
     try:
         done = subprocess.run([uv_bin(), *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise EnvironmentBuildError(f"uv timed out after {timeout:.0f} s trying to {what}", hint) from None
+        raise EnvironmentBuildError(
+            f"uv timed out after {timeout:.0f} s trying to {what}", hint
+        ) from None
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise EnvironmentBuildError(f"uv failed to {what}:\n{tail}", hint or "read uv's message above")
+        raise EnvironmentBuildError(
+            f"uv failed to {what}:\n{tail}", hint or "read uv's message above"
+        )
     return done.stdout

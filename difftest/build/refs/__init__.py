@@ -4,6 +4,7 @@ Everything here runs real git through GitPython and writes commits with a fixed
 identity and date, so a branch spec gives the same SHA on every machine.
 """
 
+from difftest.build.refs.branch import BRANCH_PREFIX, BranchContext, ResolvedBranch, resolve_branch
 from difftest.build.refs.diff import (
     NATIVE_PATHS,
     Change,
@@ -21,10 +22,9 @@ from difftest.build.refs.fixture import (
     fixture_repo_path,
     source_digest,
 )
-from difftest.build.refs.branch import BRANCH_PREFIX, BranchContext, ResolvedBranch, resolve_branch
 from difftest.build.refs.patches import PatchInfo
-from difftest.build.refs.transplant import CommitStep, TransplantInfo
 from difftest.build.refs.repo import fetch, open_repo, repo_label, resolve_ref
+from difftest.build.refs.transplant import CommitStep, TransplantInfo
 
 __all__ = [
     "BRANCH_PREFIX",

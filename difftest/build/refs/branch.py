@@ -23,8 +23,6 @@ from pathlib import Path
 import git
 from git.exc import GitCommandError
 
-from difftest.core.config import BranchSpec
-from difftest.core.errors import RefError
 from difftest.build.refs._git import fixed_commit_env, git_message
 from difftest.build.refs.patches import PatchInfo, apply_patch, patch_info, patch_message
 from difftest.build.refs.repo import repo_label, resolve_ref
@@ -36,6 +34,8 @@ from difftest.build.refs.transplant import (
     plan_transplant,
     replay_message,
 )
+from difftest.core.config import BranchSpec
+from difftest.core.errors import RefError
 
 #: Local branches difftest writes live under this prefix, out of the user's way.
 BRANCH_PREFIX = "refs/heads/difftest/"
@@ -78,7 +78,9 @@ class _Plan:
     transplants: list[TransplantInfo]
 
 
-def resolve_branch(repo: git.Repo, spec: BranchSpec, context: BranchContext | None = None) -> ResolvedBranch:
+def resolve_branch(
+    repo: git.Repo, spec: BranchSpec, context: BranchContext | None = None
+) -> ResolvedBranch:
     """Plan the branch, commit its steps, and point `refs/heads/difftest/<name>` at the tip."""
     context = context or BranchContext()
     local_ref = BRANCH_PREFIX + spec.name
@@ -190,7 +192,9 @@ def _commit_steps(repo: git.Repo, spec: BranchSpec, plan: _Plan) -> str:
     return tip
 
 
-def _commit(repo: git.Repo, spec: BranchSpec, env: dict[str, str], parent: str, message: str) -> str:
+def _commit(
+    repo: git.Repo, spec: BranchSpec, env: dict[str, str], parent: str, message: str
+) -> str:
     try:
         tree = repo.git.write_tree(env=env)
         return repo.git.commit_tree("--no-gpg-sign", "-p", parent, "-m", message, tree, env=env)
@@ -208,12 +212,18 @@ def _before(spec: BranchSpec, plan: _Plan, owner: str, done: int) -> str:
         if earlier:
             return f" on top of the changes of {', '.join(repr(e) for e in earlier)}"
     if done:
-        kind = "patch(es)" if all(isinstance(s, PatchInfo) for _o, s in plan.steps[:done]) else "step(s)"
+        kind = (
+            "patch(es)"
+            if all(isinstance(s, PatchInfo) for _o, s in plan.steps[:done])
+            else "step(s)"
+        )
         return f" after the {done} {kind} listed before it"
     return ""
 
 
-def _patch_error(spec: BranchSpec, plan: _Plan, owner: str, info: PatchInfo, done: int, problem: str) -> RefError:
+def _patch_error(
+    spec: BranchSpec, plan: _Plan, owner: str, info: PatchInfo, done: int, problem: str
+) -> RefError:
     where = f"stack {spec.name!r}: {owner!r}'s" if spec.stack else f"branch {spec.name!r}:"
     if spec.stack:
         hint = (
@@ -232,9 +242,19 @@ def _patch_error(spec: BranchSpec, plan: _Plan, owner: str, info: PatchInfo, don
 
 
 def _replay_error(
-    spec: BranchSpec, plan: _Plan, owner: str, step: CommitStep, done: int, problem: str, files: list[str]
+    spec: BranchSpec,
+    plan: _Plan,
+    owner: str,
+    step: CommitStep,
+    done: int,
+    problem: str,
+    files: list[str],
 ) -> RefError:
-    where = f"stack {spec.name!r}: {owner!r}'s" if spec.stack else f"branch {spec.name!r}: transplanting"
+    where = (
+        f"stack {spec.name!r}: {owner!r}'s"
+        if spec.stack
+        else f"branch {spec.name!r}: transplanting"
+    )
     conflicted = f"; conflicting files: {', '.join(files)}" if files else ""
     return RefError(
         f"{where} {describe_step(step)} conflicts with {plan.start} ({plan.start_sha[:12]})"

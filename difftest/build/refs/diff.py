@@ -16,9 +16,9 @@ from typing import Literal
 import git
 from git.exc import BadName, GitCommandError
 
-from difftest.core.errors import RefError
 from difftest.build.refs._git import git_message
 from difftest.build.refs.repo import repo_label, resolve_ref
+from difftest.core.errors import RefError
 
 #: Paths of vLLM's repository that feed the compiled extensions.
 NATIVE_PATHS = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")

@@ -32,9 +32,9 @@ import git
 from filelock import FileLock, Timeout
 from git.exc import GitCommandError
 
+from difftest.build.refs._git import git_message, isolated_env
 from difftest.core import paths
 from difftest.core.errors import RefError
-from difftest.build.refs._git import git_message, isolated_env
 
 _log = logging.getLogger(__name__)
 
@@ -88,7 +88,10 @@ def _source_entries(vllm_src: Path) -> list[tuple[str, os.DirEntry[str]]]:
             if _EXCLUDED_FILE.search(entry.name) or not entry.is_file():
                 continue
             if "\n" in entry.name:
-                raise RefError(f"{entry.path}: a file name with a newline cannot be committed", "remove or rename that file")
+                raise RefError(
+                    f"{entry.path}: a file name with a newline cannot be committed",
+                    "remove or rename that file",
+                )
             found.append((f"{prefix}/{entry.name}", entry))
     found.sort(key=lambda item: os.fsencode(item[0]))
     return found
@@ -131,7 +134,9 @@ def source_digest(vllm_src: Path, record: Path | None = None, upstream_id: str =
 
 def fixture_repo_path(package: str, version: str, source_digest: str) -> Path:
     """Where the fixture of one installed wheel lives in the cache."""
-    name = "-".join(re.sub(r"[^A-Za-z0-9._-]+", "_", part) for part in (package, version, source_digest))
+    name = "-".join(
+        re.sub(r"[^A-Za-z0-9._-]+", "_", part) for part in (package, version, source_digest)
+    )
     return paths.repos_dir() / name
 
 
@@ -145,10 +150,14 @@ def ensure_fixture_repo(
 ) -> Path:
     """The cached fixture for this wheel (and the release's tests, if given), built on first use."""
     digest = source_digest(vllm_src, record, upstream_id if upstream is not None else "")
-    return build_fixture_repo(vllm_src, version, fixture_repo_path(package, version, digest), upstream)
+    return build_fixture_repo(
+        vllm_src, version, fixture_repo_path(package, version, digest), upstream
+    )
 
 
-def build_fixture_repo(vllm_src: Path, version: str, dest: Path, upstream: Path | None = None) -> Path:
+def build_fixture_repo(
+    vllm_src: Path, version: str, dest: Path, upstream: Path | None = None
+) -> Path:
     """Build (or reuse) the fixture repository of `vllm_src` at `dest`; return `dest`.
 
     The build happens in a sibling temp folder renamed onto `dest` at the end,
@@ -173,7 +182,11 @@ def build_fixture_repo(vllm_src: Path, version: str, dest: Path, upstream: Path 
                 os.rename(tmp, dest)
                 _log.info(
                     "fixture repository v%s (%s, %d files) built in %.1f s at %s",
-                    version, commit[:12], count, time.monotonic() - started, dest,
+                    version,
+                    commit[:12],
+                    count,
+                    time.monotonic() - started,
+                    dest,
                 )
             finally:
                 if tmp.exists():
@@ -189,7 +202,11 @@ def build_fixture_repo(vllm_src: Path, version: str, dest: Path, upstream: Path 
 def fixture_commit(dest: Path) -> str | None:
     """The commit a finished fixture recorded, or None when `dest` is not a trusted fixture."""
     marker = _read_marker(Path(dest))
-    return marker.get("commit") if marker and _is_complete(Path(dest), marker.get("version", "")) else None
+    return (
+        marker.get("commit")
+        if marker and _is_complete(Path(dest), marker.get("version", ""))
+        else None
+    )
 
 
 def _read_marker(dest: Path) -> dict | None:
@@ -219,10 +236,14 @@ def _remove_untrusted(dest: Path) -> None:
     """Clear a `dest` left by an older or broken build; refuse to delete anything else."""
     if not dest.exists() and not dest.is_symlink():
         return
-    ours = dest.is_dir() and not dest.is_symlink() and (
-        not any(dest.iterdir())
-        or (dest / MARKER).exists()
-        or ((dest / "HEAD").is_file() and (dest / "objects").is_dir())
+    ours = (
+        dest.is_dir()
+        and not dest.is_symlink()
+        and (
+            not any(dest.iterdir())
+            or (dest / MARKER).exists()
+            or ((dest / "HEAD").is_file() and (dest / "objects").is_dir())
+        )
     )
     if not ours:
         raise RefError(
@@ -239,12 +260,17 @@ def _remove_stale_builds(dest: Path) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _build(vllm_src: Path, version: str, tmp: Path, upstream: Path | None = None) -> tuple[str, int]:
+def _build(
+    vllm_src: Path, version: str, tmp: Path, upstream: Path | None = None
+) -> tuple[str, int]:
     """Commit the sources (and the release's tests) into a new bare repository at `tmp`;
     return (commit, file count)."""
     files = fixture_files(vllm_src)
     if not files:
-        raise RefError(f"{vllm_src} holds no source files", "pass the installed package folder, `<site-packages>/vllm`")
+        raise RefError(
+            f"{vllm_src} holds no source files",
+            "pass the installed package folder, `<site-packages>/vllm`",
+        )
     if upstream is not None:
         files = sorted(files + upstream_files(upstream), key=lambda item: os.fsencode(item[0]))
     tmp.mkdir()
@@ -253,26 +279,41 @@ def _build(vllm_src: Path, version: str, tmp: Path, upstream: Path | None = None
     work = tmp / "difftest-build"
     work.mkdir()
     try:
-        g.init("--bare", "--quiet", "--template=", "--initial-branch=main", "--object-format=sha1", env=env)
+        g.init(
+            "--bare",
+            "--quiet",
+            "--template=",
+            "--initial-branch=main",
+            "--object-format=sha1",
+            env=env,
+        )
         tag = f"refs/tags/v{version}"
         try:
             g.check_ref_format(tag, env=env)
         except GitCommandError:
-            raise RefError(f"version {version!r} cannot name a git tag", "check base.requirement's version") from None
+            raise RefError(
+                f"version {version!r} cannot name a git tag", "check base.requirement's version"
+            ) from None
 
         # One hash-object and one update-index for all files; --no-filters and
         # explicit modes make the result independent of autocrlf, attributes and umask.
         listing = work / "paths"
         listing.write_bytes(b"".join(os.fsencode(full) + b"\n" for _, full in files))
         with listing.open("rb") as stream:
-            shas = g.hash_object("-w", "--no-filters", "--stdin-paths", istream=stream, env=env).split()
+            shas = g.hash_object(
+                "-w", "--no-filters", "--stdin-paths", istream=stream, env=env
+            ).split()
         if len(shas) != len(files):
             raise RefError(
-                f"git hashed {len(shas)} of {len(files)} files from {vllm_src}", "rerun; if it repeats, report it"
+                f"git hashed {len(shas)} of {len(files)} files from {vllm_src}",
+                "rerun; if it repeats, report it",
             )
         info = work / "index-info"
         info.write_bytes(
-            b"".join(b"100644 blob %s\t%s\0" % (sha.encode(), os.fsencode(path)) for sha, (path, _) in zip(shas, files))
+            b"".join(
+                b"100644 blob %s\t%s\0" % (sha.encode(), os.fsencode(path))
+                for sha, (path, _) in zip(shas, files)
+            )
         )
         index_env = {**env, "GIT_INDEX_FILE": str(work / "index")}
         with info.open("rb") as stream:

@@ -14,8 +14,8 @@ from pathlib import Path
 import git
 from git.exc import GitCommandError
 
-from difftest.core.errors import RefError
 from difftest.build.refs._git import git_message
+from difftest.core.errors import RefError
 
 
 @dataclass(frozen=True)

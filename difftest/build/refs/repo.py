@@ -14,8 +14,8 @@ from pathlib import Path
 import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from difftest.core.errors import RefError
 from difftest.build.refs._git import git_message
+from difftest.core.errors import RefError
 
 _PULL_HEAD = re.compile(r"^(?:refs/)?pull/(\d+)/head$")
 _REPO_HINT = "set repo.path to a vLLM git checkout (`git clone` one), or to null to use the fixture repository"
@@ -67,11 +67,16 @@ def fetch(repo: git.Repo, remote: str = "origin", refs: Iterable[str] = ()) -> N
 def resolve_ref(repo: git.Repo, ref: str) -> str:
     """Full SHA of the commit `ref` names (branch, tag, remote ref, `pull/N/head`, SHA)."""
     if not ref or ref.startswith("-") or any(c.isspace() for c in ref):
-        raise RefError(f"{ref!r} is not a git revision", "write a branch, tag or commit SHA, e.g. `main` or `v0.32.0`")
+        raise RefError(
+            f"{ref!r} is not a git revision",
+            "write a branch, tag or commit SHA, e.g. `main` or `v0.32.0`",
+        )
     try:
         return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     except GitCommandError:
-        raise RefError(f"ref {ref!r} not found in {repo_label(repo)}", _missing_ref_hint(repo, ref)) from None
+        raise RefError(
+            f"ref {ref!r} not found in {repo_label(repo)}", _missing_ref_hint(repo, ref)
+        ) from None
 
 
 def _missing_ref_hint(repo: git.Repo, ref: str) -> str:

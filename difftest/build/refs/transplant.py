@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import git
 from git.exc import GitCommandError
 
-from difftest.core.errors import RefError
 from difftest.build.refs._git import git_message
 from difftest.build.refs.repo import repo_label, resolve_ref
+from difftest.core.errors import RefError
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,9 @@ class TransplantInfo:
     replayed: list[tuple[str, str]] = field(default_factory=list)
 
 
-def plan_transplant(repo: git.Repo, branch: str, ref: str, mainline: str, onto: str) -> TransplantInfo:
+def plan_transplant(
+    repo: git.Repo, branch: str, ref: str, mainline: str, onto: str
+) -> TransplantInfo:
     """The commits of `ref` since its merge-base with `mainline`, to be replayed onto `onto`."""
     tip = resolve_ref(repo, ref)
     onto_sha = resolve_ref(repo, onto)
@@ -75,10 +77,19 @@ def plan_transplant(repo: git.Repo, branch: str, ref: str, mainline: str, onto: 
     commits = _rev_list(repo, merge_base, tip)
     merges = _rev_list(repo, merge_base, tip, "--merges")
     if merges:
-        steps = [CommitStep(merge_base, tip, f"{len(commits)} commits up to {tip[:12]}, squashed", tuple(commits))]
+        steps = [
+            CommitStep(
+                merge_base,
+                tip,
+                f"{len(commits)} commits up to {tip[:12]}, squashed",
+                tuple(commits),
+            )
+        ]
     else:
         steps = [CommitStep(_first_parent(repo, c), c, _subject(repo, c), (c,)) for c in commits]
-    return TransplantInfo(branch, ref, tip, mainline, merge_base, onto, onto_sha, bool(merges), steps)
+    return TransplantInfo(
+        branch, ref, tip, mainline, merge_base, onto, onto_sha, bool(merges), steps
+    )
 
 
 def _rev_list(repo: git.Repo, base: str, tip: str, *extra: str) -> list[str]:
@@ -94,16 +105,27 @@ def _subject(repo: git.Repo, sha: str) -> str:
     return repo.git.log("-1", "--format=%s", sha)
 
 
-def apply_commit(repo: git.Repo, step: CommitStep, env: dict[str, str]) -> tuple[str, list[str]] | None:
+def apply_commit(
+    repo: git.Repo, step: CommitStep, env: dict[str, str]
+) -> tuple[str, list[str]] | None:
     """Three-way apply `step`'s diff to the temporary index `env` names.
 
     None when it applied; otherwise (git's complaint, the conflicted paths).
     """
     try:
         diff = repo.git.diff_tree(
-            "-p", "--binary", "--full-index", "--no-renames", "--no-ext-diff", "--no-textconv",
-            "--src-prefix=a/", "--dst-prefix=b/", step.parent, step.commit,
-            stdout_as_string=False, strip_newline_in_stdout=False,
+            "-p",
+            "--binary",
+            "--full-index",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            step.parent,
+            step.commit,
+            stdout_as_string=False,
+            strip_newline_in_stdout=False,
         )
     except GitCommandError as exc:
         return git_message(exc), []
@@ -143,4 +165,3 @@ def describe_step(step: CommitStep) -> str:
     if len(step.originals) == 1:
         return f"commit {step.commit[:12]} ({step.subject!r})"
     return f"the squashed range {step.parent[:12]}..{step.commit[:12]} ({len(step.originals)} commits, with merges)"
-

@@ -26,31 +26,61 @@ _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==")
 def suite_packages(base: BaseEnv, requirements: list[str], log: Log = lambda _m: None) -> Path:
     """The folder of test-only packages for `base` and `requirements`, built on first use."""
     lock = (base.path / "lock.txt").read_text()
-    identity = json.dumps({"base": base.key, "lock": lock, "requirements": sorted(requirements)}, sort_keys=True)
-    dest = paths.test_deps_dir() / f"{base.key}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+    identity = json.dumps(
+        {"base": base.key, "lock": lock, "requirements": sorted(requirements)}, sort_keys=True
+    )
+    dest = (
+        paths.test_deps_dir() / f"{base.key}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+    )
 
     def build(tmp: Path) -> None:
         log(f"installing test-only packages for the base: {', '.join(requirements)}")
         (tmp / "requirements.in").write_text("\n".join(requirements) + "\n")
         hint = "check `tests.requirements` in branches.yaml and the network"
         pinned = run_uv(
-            ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python", str(base.python),
-             "-c", str(base.path / "lock.txt"), str(tmp / "requirements.in")],
+            [
+                "pip",
+                "compile",
+                "--quiet",
+                "--no-header",
+                "--no-annotate",
+                "--python",
+                str(base.python),
+                "-c",
+                str(base.path / "lock.txt"),
+                str(tmp / "requirements.in"),
+            ],
             what="resolve the test-only packages against the base",
             hint=hint,
         )
         in_base = {_normalized(line) for line in lock.splitlines()} - {None}
-        missing = [line.strip() for line in pinned.splitlines() if _normalized(line) not in in_base | {None}]
+        missing = [
+            line.strip()
+            for line in pinned.splitlines()
+            if _normalized(line) not in in_base | {None}
+        ]
         if missing:
             run_uv(
-                ["pip", "install", "--quiet", "--no-deps", "--compile-bytecode", "--python", str(base.python),
-                 "--target", str(tmp / "site"), *missing],
+                [
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--compile-bytecode",
+                    "--python",
+                    str(base.python),
+                    "--target",
+                    str(tmp / "site"),
+                    *missing,
+                ],
                 what="install the test-only packages",
                 hint=hint,
             )
         (tmp / "site").mkdir(exist_ok=True)
         (tmp / "requirements.in").unlink()
-        (tmp / DONE).write_text(json.dumps({"requirements": requirements, "installed": missing}, indent=1) + "\n")
+        (tmp / DONE).write_text(
+            json.dumps({"requirements": requirements, "installed": missing}, indent=1) + "\n"
+        )
 
     return build_once(dest, DONE, build)
 

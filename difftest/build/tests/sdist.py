@@ -35,7 +35,10 @@ from difftest.core.errors import EnvironmentBuildError
 PROJECT = "vllm"
 #: vLLM release -> (sdist file name, sha256 of its bytes). Only these are fetched.
 PINNED_SDISTS: dict[str, tuple[str, str]] = {
-    "0.32.0": ("vllm-0.32.0.tar.gz", "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"),
+    "0.32.0": (
+        "vllm-0.32.0.tar.gz",
+        "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad",
+    ),
 }
 #: What is taken from the sdist: the test tree and pytest's configuration, nothing that imports as `vllm`.
 TAKEN = ("tests", "pyproject.toml")
@@ -81,7 +84,9 @@ def fetch_sdist(filename: str, sha256: str) -> Path:
             problems.append(f"{_shown(index)}: {exc}")
             continue
         if published and published != sha256:
-            problems.append(f"{_shown(index)} publishes sha256 {published[:12]}..., not the pinned {sha256[:12]}...")
+            problems.append(
+                f"{_shown(index)} publishes sha256 {published[:12]}..., not the pinned {sha256[:12]}..."
+            )
             continue
         try:
             _download(url, target, sha256)
@@ -90,7 +95,8 @@ def fetch_sdist(filename: str, sha256: str) -> Path:
             problems.append(f"{_shown(index)}: {exc}")
     raise EnvironmentBuildError(
         f"cannot fetch {filename} (the tests of vLLM's release) from the package indexes pip is configured "
-        f"with ({', '.join(_shown(u) for u in urls) or 'none'}):\n  " + "\n  ".join(problems or ["no index configured"]),
+        f"with ({', '.join(_shown(u) for u in urls) or 'none'}):\n  "
+        + "\n  ".join(problems or ["no index configured"]),
         f"check the network or pip's index settings, or download {filename} yourself and put it at {target} "
         f"(sha256 {sha256})",
     )
@@ -103,13 +109,17 @@ def _find_file(index: str, filename: str) -> tuple[str, str | None]:
     if "json" in content_type:
         for entry in json.loads(body).get("files", []):
             if entry.get("filename") == filename:
-                return urllib.parse.urljoin(final_url, entry["url"]), (entry.get("hashes") or {}).get("sha256")
+                return urllib.parse.urljoin(final_url, entry["url"]), (
+                    entry.get("hashes") or {}
+                ).get("sha256")
     else:
         for href, text in _anchors(body.decode("utf-8", errors="replace")):
             url, _, fragment = urllib.parse.urljoin(final_url, href).partition("#")
             name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
             if filename in (name, text.strip()):
-                published = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
+                published = (
+                    fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
+                )
                 return url, published
     raise ValueError(f"{filename} is not listed on its {PROJECT} page")
 
@@ -136,7 +146,9 @@ def _download(url: str, target: Path, sha256: str) -> None:
                 digest.update(block)
                 out.write(block)
         if digest.hexdigest() != sha256:
-            raise ValueError(f"downloaded bytes have sha256 {digest.hexdigest()[:12]}..., not the pinned {sha256[:12]}...")
+            raise ValueError(
+                f"downloaded bytes have sha256 {digest.hexdigest()[:12]}..., not the pinned {sha256[:12]}..."
+            )
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -150,14 +162,18 @@ def _extract(tarball: Path, dest: Path) -> None:
             if not rel or not member.isfile() or rel.split("/", 1)[0] not in TAKEN:
                 continue
             if rel.startswith("/") or ".." in rel.split("/"):
-                raise EnvironmentBuildError(f"{tarball.name}: unsafe member {member.name!r}", "delete the file and retry")
+                raise EnvironmentBuildError(
+                    f"{tarball.name}: unsafe member {member.name!r}", "delete the file and retry"
+                )
             out = dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             source = archive.extractfile(member)
             assert source is not None
             out.write_bytes(source.read())
     if not (dest / "tests").is_dir():
-        raise EnvironmentBuildError(f"{tarball.name} holds no tests/ folder", "check the pinned sdist")
+        raise EnvironmentBuildError(
+            f"{tarball.name} holds no tests/ folder", "check the pinned sdist"
+        )
     (dest / DONE).write_text(tarball.name + "\n")
 
 

@@ -68,11 +68,17 @@ def suite_tree(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | No
             "use a commit of vLLM's repository (the fixture repo has the release's tests when its sdist is pinned)",
         )
     config = _object(repo, f"{sha}:{PYTEST_CONFIG}")
-    sources = {path: _object(repo, f"{commit}:{original}") for path, (commit, original) in sorted(grafts.items())}
+    sources = {
+        path: _object(repo, f"{commit}:{original}")
+        for path, (commit, original) in sorted(grafts.items())
+    }
     for path, blob in sources.items():
         if blob is None:
             commit, original = grafts[path]
-            raise RefError(f"{original} is not a file at {commit[:12]}", "report this: the test plan named a missing file")
+            raise RefError(
+                f"{original} is not a file at {commit[:12]}",
+                "report this: the test plan named a missing file",
+            )
     identity = json.dumps({"tests": tree, "config": config, "grafts": sources}, sort_keys=True)
 
     def build(tmp: Path) -> None:
@@ -83,14 +89,19 @@ def suite_tree(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | No
             target.write_bytes(read_blob(repo, commit, original))
         (tmp / DONE).write_text(identity + "\n")
 
-    return build_once(paths.test_roots_dir() / hashlib.sha256(identity.encode()).hexdigest()[:16], DONE, build)
+    return build_once(
+        paths.test_roots_dir() / hashlib.sha256(identity.encode()).hexdigest()[:16], DONE, build
+    )
 
 
 def _archive(repo: git.Repo, sha: str, members: list[str], dest: Path) -> None:
     try:
         data = repo.git.archive("--format=tar", sha, "--", *members, stdout_as_string=False)
     except GitCommandError as exc:
-        raise RefError(f"cannot read {', '.join(members)} at {sha[:12]}: {git_message(exc)}", "check the repository") from None
+        raise RefError(
+            f"cannot read {', '.join(members)} at {sha[:12]}: {git_message(exc)}",
+            "check the repository",
+        ) from None
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         archive.extractall(dest, filter="data")
 

@@ -67,7 +67,9 @@ def sum_steps(step_stats: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-def totals(step_stats: list[dict[str, Any]], mean: float | None, k: int, field_names: list[str]) -> dict[str, Any]:
+def totals(
+    step_stats: list[dict[str, Any]], mean: float | None, k: int, field_names: list[str]
+) -> dict[str, Any]:
     """A `results.Totals`-shaped dict from the steps' raw stats and the branch's logged mean.
 
     `field_names` are the branch's dataclass fields: a run without any stats

@@ -45,7 +45,13 @@ class CaptureLogger(AggregateStatLoggerBase):
     def __init__(self, vllm_config: Any = None, engine_indexes: list[int] | None = None) -> None:
         self.steps: list[Any] = []
 
-    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+    def record(
+        self,
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+    ) -> None:
         if scheduler_stats is not None:
             self.steps.append(scheduler_stats.spec_decoding_stats)
 
@@ -143,14 +149,21 @@ class StepTap:
                 sampled[external_id(internal)] = [int(t) for t in tokens[i]]
         return sampled
 
-    def _record(self, so: Any, sampled: dict[str, list[int]], result: Any, skipped_after: bool) -> None:
+    def _record(
+        self, so: Any, sampled: dict[str, list[int]], result: Any, skipped_after: bool
+    ) -> None:
         scheduled = [external_id(r) for r in so.num_scheduled_tokens]
         skipped = [rid for rid in scheduled if rid in self._skipped_next]
         self._skipped_next = set(scheduled) if skipped_after else set()
         drafts = {
-            external_id(r): [int(t) for t in d] for r, d in (so.scheduled_spec_decode_tokens or {}).items() if d
+            external_id(r): [int(t) for t in d]
+            for r, d in (so.scheduled_spec_decode_tokens or {}).items()
+            if d
         }
-        invalid = {external_id(r): int(n) for r, n in (getattr(so, "num_invalid_spec_tokens", None) or {}).items()}
+        invalid = {
+            external_id(r): int(n)
+            for r, n in (getattr(so, "num_invalid_spec_tokens", None) or {}).items()
+        }
         emitted: dict[str, list[int]] = {}
         finished: dict[str, str] = {}
         step_stats = None
@@ -160,13 +173,23 @@ class StepTap:
                 emitted[rid] = [int(t) for t in o.new_token_ids]
                 if o.finish_reason is not None:
                     finished[rid] = str(o.finish_reason)
-            if eco.scheduler_stats is not None and eco.scheduler_stats.spec_decoding_stats is not None:
+            if (
+                eco.scheduler_stats is not None
+                and eco.scheduler_stats.spec_decoding_stats is not None
+            ):
                 step_stats = eco.scheduler_stats.spec_decoding_stats
         if step_stats is not None:
             self.stats_objects.append(step_stats)
         self.records.append(
             step_record(
-                len(self.records), scheduled, drafts, invalid, sampled, emitted, finished, stats.stats_dict(step_stats),
+                len(self.records),
+                scheduled,
+                drafts,
+                invalid,
+                sampled,
+                emitted,
+                finished,
+                stats.stats_dict(step_stats),
                 skipped,
             )
         )
@@ -184,7 +207,10 @@ def prometheus_spec_counters(llm: Any) -> dict[str, Any]:
             prev = out.get(field) or []
             vals = [int(v) for v in metric.values]
             width = max(len(prev), len(vals))
-            out[field] = [(prev[i] if i < len(prev) else 0) + (vals[i] if i < len(vals) else 0) for i in range(width)]
+            out[field] = [
+                (prev[i] if i < len(prev) else 0) + (vals[i] if i < len(vals) else 0)
+                for i in range(width)
+            ]
         else:
             out[field] = out.get(field, 0) + int(metric.value)
     return out

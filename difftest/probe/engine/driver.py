@@ -11,7 +11,9 @@ from . import truncation
 from .session import EngineSession
 
 
-def _sampling_params(req: dict[str, Any], cut: dict[str, Any] | None, seed: int) -> tuple[Any, int | None]:
+def _sampling_params(
+    req: dict[str, Any], cut: dict[str, Any] | None, seed: int
+) -> tuple[Any, int | None]:
     from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
     kwargs: dict[str, Any] = {"temperature": 0.0, "max_tokens": int(req["max_tokens"])}
@@ -47,7 +49,10 @@ def _steps_agree(logged: list[Any], tapped: list[Any]) -> bool:
 
 
 def run_one(
-    session: EngineSession, scenario: dict[str, Any], run: dict[str, Any], cuts: dict[str, dict[str, Any]]
+    session: EngineSession,
+    scenario: dict[str, Any],
+    run: dict[str, Any],
+    cuts: dict[str, dict[str, Any]],
 ) -> RunResult:
     """One planned run of `scenario` on the shared engine; raises on any failure.
 
@@ -66,12 +71,16 @@ def run_one(
         cut = None
         if not reference and req.get("truncate", "none") != "none":
             if rid not in cuts:
-                raise RuntimeError(f"no truncation point for request {rid!r}: its reference run failed or did not run")
+                raise RuntimeError(
+                    f"no truncation point for request {rid!r}: its reference run failed or did not run"
+                )
             cut = used_cuts[rid] = cuts[rid]
         params, eos = _sampling_params(req, cut, int(scenario.get("seed", 0)))
         prompts[rid] = _prompt_ids(session, req, cuts)
         if len(prompts[rid]) < 2:
-            raise ValueError(f"request {rid!r}: the prompt is {len(prompts[rid])} token(s); use >= 2 (#50518)")
+            raise ValueError(
+                f"request {rid!r}: the prompt is {len(prompts[rid])} token(s); use >= 2 (#50518)"
+            )
         entries.append((rid, {"prompt_token_ids": prompts[rid]}, params, eos))
     played = session.play(entries)
 
@@ -94,7 +103,9 @@ def run_one(
     field_names = [f.name for f in dataclasses.fields(SpecDecodingStats)]
     mean, notes = stats.branch_mean(SpecDecodingLogging, logged)
     totals = stats.totals(logged_dicts, mean, session.k, field_names)
-    tap_totals = stats.totals([s for s in (r.get("stats") for r in played["records"]) if s], mean, session.k, field_names)
+    tap_totals = stats.totals(
+        [s for s in (r.get("stats") for r in played["records"]) if s], mean, session.k, field_names
+    )
     notes.update(
         engine=session.cfg,
         prompt_token_ids=prompts,
@@ -109,7 +120,10 @@ def run_one(
         steps=len(played["records"]),
     )
     if used_cuts:
-        notes["truncation"] = {rid: _with_outcome(c, finish.get(rid), stop_reasons.get(rid)) for rid, c in used_cuts.items()}
+        notes["truncation"] = {
+            rid: _with_outcome(c, finish.get(rid), stop_reasons.get(rid))
+            for rid, c in used_cuts.items()
+        }
     if reference:
         rid = run["order"][0]
         kind = specs[rid].get("truncate", "none")
@@ -142,7 +156,9 @@ def _prompt_ids(session: EngineSession, req: dict[str, Any], state: dict[str, An
     if key not in state:
         from vllm.sampling_params import SamplingParams
 
-        played = session.play([(key, {"prompt_token_ids": ids}, SamplingParams(temperature=0.0, max_tokens=m), None)])
+        played = session.play(
+            [(key, {"prompt_token_ids": ids}, SamplingParams(temperature=0.0, max_tokens=m), None)]
+        )
         state[key] = ids + [int(t) for t in played["finals"][key].outputs[0].token_ids]
     return list(state[key])
 

@@ -63,7 +63,9 @@ class EngineTierSession:
     def play(self, scenario: JobScenario, run: PlannedRun) -> RunResult:
         from .driver import run_one
 
-        return run_one(self.session, scenario["data"], dict(run), self.state.setdefault(scenario["name"], {}))
+        return run_one(
+            self.session, scenario["data"], dict(run), self.state.setdefault(scenario["name"], {})
+        )
 
 
 def start(job: Job) -> EngineTierSession:
@@ -73,4 +75,7 @@ def start(job: Job) -> EngineTierSession:
 def _model_identity(model_dir: Path) -> dict[str, Any]:
     """A user's model folder: its path and the hash of its config (weights are not re-hashed)."""
     config = model_dir / "config.json"
-    return {"path": str(model_dir), "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest()}
+    return {
+        "path": str(model_dir),
+        "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest(),
+    }

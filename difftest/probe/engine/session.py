@@ -21,7 +21,14 @@ from .capture import CaptureLogger, RunnerTap, StepTap, counter_delta, prometheu
 
 #: The keys of a scenario's `engine` mapping that configure the one engine of a probe process.
 ENGINE_KEYS = (
-    "k", "prompt_lookup_min", "prompt_lookup_max", "seed", "max_model_len", "max_num_seqs", "method", "async_scheduling",
+    "k",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "seed",
+    "max_model_len",
+    "max_num_seqs",
+    "method",
+    "async_scheduling",
     "model",
 )
 #: Defaults for keys a job may omit (older jobs, hand-written jobs).
@@ -32,11 +39,14 @@ MAX_STEPS = 5000
 def engine_config(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
     """The one engine configuration all scenarios of the job share; ValueError if they differ."""
     configs = {
-        s.get("name", "?"): {k: {**ENGINE_DEFAULTS, **s["engine"]}[k] for k in ENGINE_KEYS} for s in scenarios
+        s.get("name", "?"): {k: {**ENGINE_DEFAULTS, **s["engine"]}[k] for k in ENGINE_KEYS}
+        for s in scenarios
     }
     distinct = {tuple(sorted(c.items())) for c in configs.values()}
     if len(distinct) > 1:
-        raise ValueError(f"engine scenarios of one job must share one engine config (one engine per process): {configs}")
+        raise ValueError(
+            f"engine scenarios of one job must share one engine config (one engine per process): {configs}"
+        )
     return next(iter(configs.values()))
 
 
@@ -51,9 +61,14 @@ class EngineSession:
         method = str(cfg.get("method", "ngram"))
         spec: dict[str, Any] = {"method": method, "num_speculative_tokens": self.k}
         if method in ("ngram", "ngram_gpu"):
-            spec.update(prompt_lookup_min=int(cfg["prompt_lookup_min"]), prompt_lookup_max=int(cfg["prompt_lookup_max"]))
+            spec.update(
+                prompt_lookup_min=int(cfg["prompt_lookup_min"]),
+                prompt_lookup_max=int(cfg["prompt_lookup_max"]),
+            )
         elif method == "draft_model":
-            spec["model"] = str(model_dir)  # the tiny model drafts for itself: every draft is accepted
+            spec["model"] = str(
+                model_dir
+            )  # the tiny model drafts for itself: every draft is accepted
         extra: dict[str, Any] = {"async_scheduling": True} if cfg.get("async_scheduling") else {}
         self.llm = LLM(
             model=str(model_dir),
@@ -71,7 +86,9 @@ class EngineSession:
         )
         self.engine = self.llm.llm_engine
         self.logger = CaptureLogger()
-        assert self.engine.logger_manager is not None, "disable_log_stats=False must create a StatLoggerManager"
+        assert self.engine.logger_manager is not None, (
+            "disable_log_stats=False must create a StatLoggerManager"
+        )
         self.engine.logger_manager.stat_loggers.append(self.logger)
         # In-process engine core only (VLLM_ENABLE_V1_MULTIPROCESSING=0): the tap needs the scheduler object.
         core = self.engine.engine_core.engine_core
@@ -87,7 +104,10 @@ class EngineSession:
         parts = []
         for rid in rids:
             req = by_external.get(rid)
-            computed, total = getattr(req, "num_computed_tokens", "?"), getattr(req, "num_tokens", "?")
+            computed, total = (
+                getattr(req, "num_computed_tokens", "?"),
+                getattr(req, "num_tokens", "?"),
+            )
             parts.append(f"{rid} ({computed} of {total} tokens computed)")
         return ", ".join(parts) or "none"
 
@@ -95,7 +115,9 @@ class EngineSession:
         try:
             if rids:
                 self.engine.abort_request(rids)
-        except Exception:  # the branch's engine may not abort cleanly; the next run reports that itself
+        except (
+            Exception
+        ):  # the branch's engine may not abort cleanly; the next run reports that itself
             pass
 
     def tokenize(self, prompt: str) -> list[int]:

@@ -65,7 +65,9 @@ def corpus(seed: int, lines: int) -> list[str]:
         elif kind == 2:
             out.append("-".join(str(rng.randint(0, 99)) for _ in range(rng.randint(2, 6))))
         else:
-            out.append(", ".join(rng.choice(_WORDS).capitalize() for _ in range(rng.randint(2, 6))) + "!")
+            out.append(
+                ", ".join(rng.choice(_WORDS).capitalize() for _ in range(rng.randint(2, 6))) + "!"
+            )
     return out
 
 
@@ -95,15 +97,16 @@ def _write_tokenizer(dest: Path) -> int:
         "add_bos_token": False,
     }
     (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
-    (dest / "special_tokens_map.json").write_text(json.dumps({"bos_token": bos, "eos_token": eos, "pad_token": pad}))
+    (dest / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": bos, "eos_token": eos, "pad_token": pad})
+    )
     return tok.get_vocab_size()
 
 
 def _write_model(dest: Path, vocab_size: int) -> None:
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
     from tokenizers import Tokenizer
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tok = Tokenizer.from_file(str(dest / "tokenizer.json"))
     ids = {name: tok.token_to_id(name) for name in SPECIALS}
@@ -148,7 +151,12 @@ def build(dest: Path) -> dict[str, Any]:
     """Write tokenizer, weights, config and generation config into `dest`; return the manifest."""
     vocab_size = _write_tokenizer(dest)
     _write_model(dest, vocab_size)
-    manifest = {"recipe": RECIPE, "key": recipe_key(), "vocab_size": vocab_size, "weights_sha256": weights_digest(dest)}
+    manifest = {
+        "recipe": RECIPE,
+        "key": recipe_key(),
+        "vocab_size": vocab_size,
+        "weights_sha256": weights_digest(dest),
+    }
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return manifest
 

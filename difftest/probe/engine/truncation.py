@@ -26,7 +26,9 @@ class NoTruncationPoint(RuntimeError):
     """The reference run never accepted >= 2 drafts at a usable position."""
 
 
-def choose(kind: str, rid: str, steps: list[dict[str, Any]], output: list[int], avoid: set[int]) -> dict[str, Any]:
+def choose(
+    kind: str, rid: str, steps: list[dict[str, Any]], output: list[int], avoid: set[int]
+) -> dict[str, Any]:
     """The cut for request `rid`: token, its output position, the step and block it came from."""
     if kind == "boundary":
         return _step_boundary(rid, steps)
@@ -81,5 +83,7 @@ def _step_boundary(rid: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
                 "max_tokens": produced,
             }
     if chosen is None:
-        raise NoTruncationPoint(f"request {rid!r}: the reference run never accepted a draft in a step it emitted whole")
+        raise NoTruncationPoint(
+            f"request {rid!r}: the reference run never accepted a draft in a step it emitted whole"
+        )
     return chosen

@@ -65,11 +65,15 @@ def deliver_drafts(scheduler: Any, drafts: dict[str, list[int]], skipped: set[st
     real = [rid for rid in drafts if rid not in skipped]
     zero_filled = [rid for rid in drafts if rid in skipped]
     if real:
-        scheduler.update_draft_token_ids(DraftTokenIds(req_ids=real, draft_token_ids=[drafts[r] for r in real]))
+        scheduler.update_draft_token_ids(
+            DraftTokenIds(req_ids=real, draft_token_ids=[drafts[r] for r in real])
+        )
     if zero_filled:
         flag = {"drafting_skipped": True} if HAS_SKIP_FLAG else {}
         scheduler.update_draft_token_ids(
-            DraftTokenIds(req_ids=zero_filled, draft_token_ids=[drafts[r] for r in zero_filled], **flag)
+            DraftTokenIds(
+                req_ids=zero_filled, draft_token_ids=[drafts[r] for r in zero_filled], **flag
+            )
         )
 
 
@@ -106,7 +110,11 @@ def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[s
             with_drafts = [rid for rid in scheduled if out.scheduled_spec_decode_tokens.get(rid)]
             if with_drafts:
                 scheduler.update_draft_token_ids_in_output(
-                    DraftTokenIds(req_ids=with_drafts, draft_token_ids=[proposal(rid)[0] for rid in with_drafts]), out
+                    DraftTokenIds(
+                        req_ids=with_drafts,
+                        draft_token_ids=[proposal(rid)[0] for rid in with_drafts],
+                    ),
+                    out,
                 )
         drafts = {rid: list(out.scheduled_spec_decode_tokens.get(rid) or []) for rid in scheduled}
         invalid = dict(out.num_invalid_spec_tokens or {})
@@ -135,7 +143,10 @@ def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[s
                 outputs.setdefault(o.request_id, []).extend(o.new_token_ids)
                 if o.finish_reason is not None:
                     finished[o.request_id] = str(o.finish_reason)
-            if eco.scheduler_stats is not None and eco.scheduler_stats.spec_decoding_stats is not None:
+            if (
+                eco.scheduler_stats is not None
+                and eco.scheduler_stats.spec_decoding_stats is not None
+            ):
                 step_stats = eco.scheduler_stats.spec_decoding_stats
         finish.update(finished)
         for rid in scheduled:
@@ -146,7 +157,11 @@ def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[s
         skipped_now = [rid for rid in scheduled if rid in skipped_next]
         skipped_next = set()
         if path == "sync":
-            live = [rid for rid in scheduled if rid in scheduler.requests and not scheduler.requests[rid].is_finished()]
+            live = [
+                rid
+                for rid in scheduled
+                if rid in scheduler.requests and not scheduler.requests[rid].is_finished()
+            ]
             proposals = {rid: proposal(rid) for rid in live}
             skipped_next = {rid for rid, (_d, skip) in proposals.items() if skip}
             deliver_drafts(scheduler, {rid: d for rid, (d, _s) in proposals.items()}, skipped_next)
@@ -155,7 +170,15 @@ def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[s
             continue  # the bookkeeping step after the last request finished
         steps.append(
             step_record(
-                step, scheduled, drafts, invalid, sampled, emitted, finished, stats.stats_dict(step_stats), skipped_now
+                step,
+                scheduled,
+                drafts,
+                invalid,
+                sampled,
+                emitted,
+                finished,
+                stats.stats_dict(step_stats),
+                skipped_now,
             )
         )
         step += 1
@@ -166,7 +189,9 @@ def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[s
     step_dicts = [s["stats"] for s in steps if s["stats"] is not None]
     return {
         "steps": steps,
-        "totals": stats.totals(step_dicts, mean, k, [f.name for f in dataclasses.fields(SpecDecodingStats)]),
+        "totals": stats.totals(
+            step_dicts, mean, k, [f.name for f in dataclasses.fields(SpecDecodingStats)]
+        ),
         "outputs": outputs,
         "finish_reasons": finish,
         "notes": notes,

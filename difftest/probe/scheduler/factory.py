@@ -48,7 +48,10 @@ class SchedulerFactory:
     def model_config(self) -> ModelConfig:
         if self._model_config is None:
             self._model_config = ModelConfig(
-                model=str(self.model_dir), tokenizer=str(self.model_dir), dtype="float32", seed=0,
+                model=str(self.model_dir),
+                tokenizer=str(self.model_dir),
+                dtype="float32",
+                seed=0,
                 max_model_len=MAX_MODEL_LEN,
             )
         return self._model_config
@@ -79,7 +82,10 @@ class SchedulerFactory:
             kv_cache_tensors=[],
             kv_cache_groups=[
                 KVCacheGroupSpec(
-                    ["layer"], FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32)
+                    ["layer"],
+                    FullAttentionSpec(
+                        block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
+                    ),
                 )
             ],
         )
@@ -95,7 +101,10 @@ class SchedulerFactory:
     @staticmethod
     def blocks_for(requests: list[dict[str, Any]], k: int) -> int:
         """Twice the blocks every request holds at its longest (prompt + max_tokens + k lookahead)."""
-        need = sum(-(-(len(script.tokens(r["prompt"])) + int(r["max_tokens"]) + k + 1) // BLOCK_SIZE) for r in requests)
+        need = sum(
+            -(-(len(script.tokens(r["prompt"])) + int(r["max_tokens"]) + k + 1) // BLOCK_SIZE)
+            for r in requests
+        )
         return max(MIN_BLOCKS, 2 * need)
 
     def request(self, scheduler: Scheduler, req: dict[str, Any]) -> Request:
@@ -105,10 +114,15 @@ class SchedulerFactory:
         structured = None
         if req.get("grammar"):
             # The frontend turns `choice` into an EBNF grammar before the engine sees it; do the same.
-            structured = StructuredOutputsParams(grammar=choice_as_grammar(list(req["grammar"]["choice"])))
+            structured = StructuredOutputsParams(
+                grammar=choice_as_grammar(list(req["grammar"]["choice"]))
+            )
             structured._backend = "xgrammar"
         params = SamplingParams(
-            max_tokens=req["max_tokens"], temperature=0.0, stop_token_ids=stop_ids, structured_outputs=structured
+            max_tokens=req["max_tokens"],
+            temperature=0.0,
+            stop_token_ids=stop_ids,
+            structured_outputs=structured,
         )
         params.update_from_generation_config({}, eos_id)
         request = Request(
@@ -123,11 +137,15 @@ class SchedulerFactory:
             so_req = request.structured_output_request
             assert so_req is not None
             pending = getattr(so_req, "_grammar", None)
-            if isinstance(pending, Future):  # wait on the compilation itself instead of polling for it
+            if isinstance(
+                pending, Future
+            ):  # wait on the compilation itself instead of polling for it
                 futures_wait([pending], timeout=GRAMMAR_TIMEOUT_S)
             while not so_req.is_grammar_ready:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"grammar for {req['id']} not compiled after {GRAMMAR_TIMEOUT_S}s")
+                    raise TimeoutError(
+                        f"grammar for {req['id']} not compiled after {GRAMMAR_TIMEOUT_S}s"
+                    )
                 time.sleep(0.001)
             if isinstance(so_req.grammar, Exception):
                 raise RuntimeError(f"grammar for {req['id']} failed to compile") from so_req.grammar

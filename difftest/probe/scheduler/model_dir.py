@@ -15,9 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import script
-
 from ..common.atomic_dir import ensure_built
+from . import script
 
 MAX_MODEL_LEN = script.MAX_MODEL_LEN
 
@@ -75,7 +74,9 @@ def _write(dest: Path) -> None:
         json.dumps({k: v for k, v in _tokenizer_config().items() if k.endswith("_token")}, indent=1)
     )
     (dest / "config.json").write_text(json.dumps(_config(), indent=1))
-    (dest / "generation_config.json").write_text(json.dumps({"eos_token_id": script.TOKEN_ID["<eos>"]}))
+    (dest / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": script.TOKEN_ID["<eos>"]})
+    )
 
 
 def ensure_model_dir(work_dir: Path) -> Path:

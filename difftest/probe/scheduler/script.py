@@ -43,7 +43,9 @@ def tokens(text: str) -> list[int]:
     out = []
     for piece in _TOKEN_RE.findall(text):
         if piece not in TOKEN_ID:
-            raise ScriptError(f"unknown token {piece!r} in {text!r} (specials: {', '.join(SPECIALS)})")
+            raise ScriptError(
+                f"unknown token {piece!r} in {text!r} (specials: {', '.join(SPECIALS)})"
+            )
         out.append(TOKEN_ID[piece])
     return out
 
@@ -58,7 +60,9 @@ def token(text: str) -> int:
 
 def text(ids: list[int]) -> str:
     """Inverse of `tokens`, with `-1` shown as `_` (readable step records)."""
-    return "".join("_" if i == PAD_DRAFT else VOCAB[i] if 0 <= i < len(VOCAB) else f"<{i}>" for i in ids)
+    return "".join(
+        "_" if i == PAD_DRAFT else VOCAB[i] if 0 <= i < len(VOCAB) else f"<{i}>" for i in ids
+    )
 
 
 def unit(*key: Any) -> float:
@@ -74,7 +78,10 @@ def target_stream(req: dict[str, Any], seed: int) -> list[int]:
         return tokens(target)
     spec = target["random"]
     alphabet = tokens(spec.get("alphabet") or _DEFAULT_ALPHABET)
-    return [alphabet[int(unit(seed, req["id"], "target", i) * len(alphabet))] for i in range(spec["length"])]
+    return [
+        alphabet[int(unit(seed, req["id"], "target", i) * len(alphabet))]
+        for i in range(spec["length"])
+    ]
 
 
 def _wrong_token(right: int | None, key: tuple[Any, ...]) -> int:
@@ -83,7 +90,9 @@ def _wrong_token(right: int | None, key: tuple[Any, ...]) -> int:
     return pool[int(unit(*key) * len(pool))]
 
 
-def propose(req: dict[str, Any], seed: int, k: int, target: list[int], position: int, decode_index: int) -> list[int]:
+def propose(
+    req: dict[str, Any], seed: int, k: int, target: list[int], position: int, decode_index: int
+) -> list[int]:
     """Drafts for the request's `decode_index`-th verification step, whose first draft sits at `position`.
 
     scripted: `steps[decode_index]` as a token string (empty/None = no drafts), then

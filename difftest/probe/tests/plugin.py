@@ -107,12 +107,19 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     names = {name for name, _ in report.user_properties}
     if CODE_PROPERTY not in names:
         report.user_properties += [(CODE_PROPERTY, code), (NODEID_PROPERTY, report.nodeid)]
-    state = _tests.setdefault((code, report.nodeid), {"outcome": "passed", "message": "", "duration_s": 0.0})
+    state = _tests.setdefault(
+        (code, report.nodeid), {"outcome": "passed", "message": "", "duration_s": 0.0}
+    )
     state["duration_s"] = round(float(state["duration_s"]) + report.duration, 6)  # type: ignore[arg-type]
     if report.failed and state["outcome"] in ("passed", "skipped", "xfailed"):
-        state.update(outcome="failed" if report.when == "call" else "error", message=_first_line(report))
+        state.update(
+            outcome="failed" if report.when == "call" else "error", message=_first_line(report)
+        )
     elif report.skipped and state["outcome"] == "passed":
-        state.update(outcome="xfailed" if hasattr(report, "wasxfail") else "skipped", message=_first_line(report))
+        state.update(
+            outcome="xfailed" if hasattr(report, "wasxfail") else "skipped",
+            message=_first_line(report),
+        )
     if report.when == "teardown":
         # Kept as it comes: a session stopped before it writes its JUnit report still has these.
         _append({"code": code, "test": report.nodeid, **state})
@@ -126,7 +133,11 @@ def _first_line(report: pytest.TestReport) -> str:
         return str(crash.message).strip().splitlines()[0] if str(crash.message).strip() else ""
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         return str(longrepr[2])
-    lines = [line for line in str(longrepr or getattr(report, "wasxfail", "")).splitlines() if line.strip()]
+    lines = [
+        line
+        for line in str(longrepr or getattr(report, "wasxfail", "")).splitlines()
+        if line.strip()
+    ]
     return lines[-1].strip() if lines else ""
 
 

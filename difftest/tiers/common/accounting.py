@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from difftest.core.records import Reading, Totals
 
-
 #: The rule above, per counter, in the words reports use to say why a branch differs from the oracle.
 RULES: dict[str, str] = {
     "num_drafts": "a row is a request's step that verified a real draft (grammar-valid, not a skipped drafter's zero-fill)",

@@ -68,7 +68,9 @@ def step_checks(run: ProbeRun) -> list[Violation]:
         verified = [
             rid
             for rid, drafts in step.drafts.items()
-            if len(drafts) - step.invalid.get(rid, 0) > 0 and step.sampled.get(rid) and rid not in step.skipped
+            if len(drafts) - step.invalid.get(rid, 0) > 0
+            and step.sampled.get(rid)
+            and rid not in step.skipped
         ]
         stats = step.stats.model_dump() if step.stats is not None else None
         rows = (stats or {}).get("num_drafts", 0)
@@ -144,7 +146,10 @@ def _consistency(values: dict[str, Any], label: str, where: str) -> list[Violati
                 expected=f"<= {drafts}",
             )
         )
-    for per_pos, total in (("num_accepted_tokens_per_pos", "num_accepted_tokens"), ("num_draft_tokens_per_pos", "num_draft_tokens")):
+    for per_pos, total in (
+        ("num_accepted_tokens_per_pos", "num_accepted_tokens"),
+        ("num_draft_tokens_per_pos", "num_draft_tokens"),
+    ):
         if per_pos in values and sum(values[per_pos]) != values.get(total, 0):
             out.append(
                 Violation(
@@ -179,7 +184,9 @@ def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] |
     return total
 
 
-def reference_run(batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> tuple[str, dict[str, Any]] | None:
+def reference_run(
+    batches: list[ProbeRun], alone: dict[str, ProbeRun]
+) -> tuple[str, dict[str, Any]] | None:
     """What the batch orders should agree on: the totals equal to the requests' sum alone if an order has
     them, else the most common totals (ties: the first listed order)."""
     if len(batches) < 2:
@@ -205,8 +212,12 @@ def order_check(run: ProbeRun, reference: tuple[str, dict[str, Any]] | None) -> 
         return []
     name, ref = reference
     return _mismatches(
-        "order-independence", run, ref,
-        lambda counter, got, want: f"batch order {','.join(run.order)} changes {counter}: {got} here, {want} in {name}",
+        "order-independence",
+        run,
+        ref,
+        lambda counter, got, want: (
+            f"batch order {','.join(run.order)} changes {counter}: {got} here, {want} in {name}"
+        ),
     )
 
 
@@ -215,8 +226,12 @@ def additivity_check(run: ProbeRun, alone: dict[str, ProbeRun]) -> list[Violatio
     if summed is None or len(run.order) < 2:
         return []
     return _mismatches(
-        "additivity", run, summed,
-        lambda counter, got, want: f"batch {','.join(run.order)}: {counter}={got}, but its requests run alone sum to {want}",
+        "additivity",
+        run,
+        summed,
+        lambda counter, got, want: (
+            f"batch {','.join(run.order)}: {counter}={got}, but its requests run alone sum to {want}"
+        ),
     )
 
 

@@ -77,13 +77,19 @@ class ScenarioBase(ScenarioIdentity):
             raise ValueError(f"requests: duplicate id(s) {dupes}")
         if isinstance(self.batch_orders, list):
             if not self.batch_orders:
-                raise ValueError("orders: an empty list runs nothing; write `listed`, `all` or at least one order")
+                raise ValueError(
+                    "orders: an empty list runs nothing; write `listed`, `all` or at least one order"
+                )
             seen: list[list[str]] = []
             for order in self.batch_orders:
                 if sorted(order) != sorted(ids):
-                    raise ValueError(f"orders: {quote(order)} is not a permutation of the request ids {quote(ids)}")
+                    raise ValueError(
+                        f"orders: {quote(order)} is not a permutation of the request ids {quote(ids)}"
+                    )
                 if order in seen:
-                    raise ValueError(f"orders: {quote(order)} is listed twice; each order runs once")
+                    raise ValueError(
+                        f"orders: {quote(order)} is listed twice; each order runs once"
+                    )
                 seen.append(order)
 
     def orders(self) -> list[list[str]]:
@@ -97,10 +103,15 @@ class ScenarioBase(ScenarioIdentity):
 
     def batch_and_alone_runs(self) -> list[PlannedRun]:
         """Each batch order, then (with several requests, unless `alone: false`) each request alone."""
-        runs: list[PlannedRun] = [{"label": order_label(o), "order": o, "role": "batch"} for o in self.orders()]
+        runs: list[PlannedRun] = [
+            {"label": order_label(o), "order": o, "role": "batch"} for o in self.orders()
+        ]
         alone = self.alone if self.alone is not None else len(self.request_ids) > 1
         if alone:
-            runs += [{"label": f"alone:{rid}", "order": [rid], "role": "alone"} for rid in self.request_ids]
+            runs += [
+                {"label": f"alone:{rid}", "order": [rid], "role": "alone"}
+                for rid in self.request_ids
+            ]
         return runs
 
     def runs(self) -> list[PlannedRun]:
@@ -113,7 +124,12 @@ class ScenarioBase(ScenarioIdentity):
 
     def job_scenario(self) -> JobScenario:
         """This scenario as the probe's job lists it."""
-        return {"name": self.name, "file": self.file, "data": self.probe_data(), "runs": self.runs()}
+        return {
+            "name": self.name,
+            "file": self.file,
+            "data": self.probe_data(),
+            "runs": self.runs(),
+        }
 
 
 def order_label(order: list[str]) -> str:
@@ -132,11 +148,19 @@ def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
 
 def scenario_file_text(raw: dict[str, Any], comments: Sequence[str] = ()) -> str:
     """A scenario file for `raw`: `# ` comment lines, then the mapping as YAML (`read_scenario_file` reads it back)."""
-    head = "".join(f"# {line}\n" if line else "#\n" for comment in comments for line in comment.splitlines() or [""])
-    return head + yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, allow_unicode=True, width=120)
+    head = "".join(
+        f"# {line}\n" if line else "#\n"
+        for comment in comments
+        for line in comment.splitlines() or [""]
+    )
+    return head + yaml.safe_dump(
+        raw, sort_keys=False, default_flow_style=None, allow_unicode=True, width=120
+    )
 
 
-def scenario_error(exc: ValidationError, path: Path, hints: dict[str, str], guide: str) -> ConfigError:
+def scenario_error(
+    exc: ValidationError, path: Path, hints: dict[str, str], guide: str
+) -> ConfigError:
     """One line per problem (key, message, bad value) and the fixes that apply."""
 
     def hint_for(key: str) -> str | None:
@@ -144,7 +168,10 @@ def scenario_error(exc: ValidationError, path: Path, hints: dict[str, str], guid
         return f"{part}: {hints[part]}" if part else None
 
     lines, fixes = describe(exc, hint_for)
-    return ConfigError(f"{path}: invalid scenario\n" + "\n".join(lines), "; ".join(fixes) or f"compare with {guide}")
+    return ConfigError(
+        f"{path}: invalid scenario\n" + "\n".join(lines),
+        "; ".join(fixes) or f"compare with {guide}",
+    )
 
 
 def request_id(value: str) -> str:
@@ -158,14 +185,19 @@ def check_unique_names(scenarios: list[ScenarioBase]) -> None:
     seen: dict[str, str] = {}
     for s in scenarios:
         if s.name in seen:
-            raise ConfigError(f"{s.file}: name {s.name!r} already used by {seen[s.name]}", "give every scenario its own name")
+            raise ConfigError(
+                f"{s.file}: name {s.name!r} already used by {seen[s.name]}",
+                "give every scenario its own name",
+            )
         seen[s.name] = s.file
 
 
 def scenario_files(folder: Path) -> list[Path]:
     files = sorted(Path(folder).glob("*.yaml"))
     if not files:
-        raise ConfigError(f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)")
+        raise ConfigError(
+            f"{folder}: no *.yaml scenario files", "add a scenario (see scenarios/README.md)"
+        )
     return files
 
 

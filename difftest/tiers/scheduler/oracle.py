@@ -19,20 +19,22 @@ if TYPE_CHECKING:
     from difftest.tiers.scheduler.scenario import Scenario
 
 
-def expected_totals(scenario: "Scenario", order: list[str], reading: Reading = "strict") -> Totals:
+def expected_totals(scenario: Scenario, order: list[str], reading: Reading = "strict") -> Totals:
     """The totals a correct branch reports for a run of these requests (any order gives the same)."""
     data = scenario.probe_data()
     verifications = [v for rid in order for v in play_request(data, rid).verifications]
     return accounting.totals(verifications, scenario.k, reading)
 
 
-def expected_outputs(scenario: "Scenario", order: list[str]) -> dict[str, list[int]]:
+def expected_outputs(scenario: Scenario, order: list[str]) -> dict[str, list[int]]:
     """The tokens each request must emit in total when the script is played right."""
     data = scenario.probe_data()
     return {rid: play_request(data, rid).output for rid in order}
 
 
-def expected_steps(scenario: "Scenario", run: ProbeRun, reading: Reading = "strict") -> list[Totals]:
+def expected_steps(
+    scenario: Scenario, run: ProbeRun, reading: Reading = "strict"
+) -> list[Totals]:
     """The oracle's row for each recorded step: the played verification each request made in it.
 
     A request's first step with sampled tokens is its prefill (one token, no

@@ -38,7 +38,9 @@ class RequestPlay:
     finish: str
 
 
-def _append(output: list[int], sampled: list[int], max_tokens: int, stops: set[int]) -> tuple[int, str | None]:
+def _append(
+    output: list[int], sampled: list[int], max_tokens: int, stops: set[int]
+) -> tuple[int, str | None]:
     """Append tokens one by one until a stop; returns (tokens appended, finish reason or None)."""
     for n, tok in enumerate(sampled, 1):
         output.append(tok)
@@ -74,7 +76,9 @@ def _play(data: dict[str, Any], rid: str) -> RequestPlay:
 
     output: list[int] = []
     rows: list[Verification] = []
-    _, finish = _append(output, script.verify(target, 0, []), max_tokens, stops)  # prefill samples one token
+    _, finish = _append(
+        output, script.verify(target, 0, []), max_tokens, stops
+    )  # prefill samples one token
     decode_index = 0
     while finish is None:
         if decode_index > MAX_STEPS:
@@ -82,7 +86,9 @@ def _play(data: dict[str, Any], rid: str) -> RequestPlay:
         position = len(output)
         if script.drafting_skipped(req, decode_index):
             # A correct scheduler schedules none of a skipped drafter's zero-fill: a plain decode step.
-            appended, finish = _append(output, script.verify(target, position, []), max_tokens, stops)
+            appended, finish = _append(
+                output, script.verify(target, position, []), max_tokens, stops
+            )
             rows.append(Verification(rid, 0, 0, 0, appended, drafting_skipped=True))
             decode_index += 1
             continue
@@ -99,5 +105,7 @@ def _play(data: dict[str, Any], rid: str) -> RequestPlay:
         rows.append(Verification(rid, len(valid), scheduled, len(sampled) - 1, appended))
         decode_index += 1
     if grammar is not None and not grammar.accepts(output):
-        raise ScriptViolation(f"output {script.text(output)!r} breaks the grammar {req['grammar']['choice']}")
+        raise ScriptViolation(
+            f"output {script.text(output)!r} breaks the grammar {req['grammar']['choice']}"
+        )
     return RequestPlay(rid, rows, output, finish)

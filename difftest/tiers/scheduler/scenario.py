@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from difftest.core.errors import ConfigError
 from difftest.probe.scheduler import script
-from difftest.tiers.common.scenario import ScenarioBase, load_folder, read_scenario_file, request_id, scenario_error
+from difftest.tiers.common.scenario import (
+    ScenarioBase,
+    load_folder,
+    read_scenario_file,
+    request_id,
+    scenario_error,
+)
 from difftest.tiers.scheduler.play import ScriptViolation, play_request
 
 GUIDE = "scenarios/README.md"
@@ -101,7 +107,9 @@ class RequestSpec(_Strict):
         ids = _tokens(value)
         if len(ids) < 2:
             # A 1-token prompt meets the scheduler's -1 padding of new decodes (#50518): not this tier's subject.
-            raise ValueError("needs at least 2 tokens (a 1-token prompt gets scheduler -1 padding, #50518)")
+            raise ValueError(
+                "needs at least 2 tokens (a 1-token prompt gets scheduler -1 padding, #50518)"
+            )
         return value
 
     @field_validator("eos")
@@ -141,7 +149,7 @@ class Scenario(ScenarioBase):
     requests: list[RequestSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Scenario":
+    def _consistent(self) -> Scenario:
         self.check_request_ids()
         if self.draft_path == "async":
             skipping = [r.id for r in self.requests if r.drafter.skipped]

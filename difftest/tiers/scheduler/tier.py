@@ -42,5 +42,7 @@ class SchedulerTier(Tier):
     def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
         return invariants.check(scenario, runs)
 
-    def expected_steps(self, scenario: Scenario, run: ProbeRun, reading: Reading) -> list[Totals | None]:  # type: ignore[override]
+    def expected_steps(
+        self, scenario: Scenario, run: ProbeRun, reading: Reading
+    ) -> list[Totals | None]:  # type: ignore[override]
         return list(oracle.expected_steps(scenario, run, reading))

@@ -80,15 +80,29 @@ def verdicts(
     for code in codes:
         for source in sources:
             mine = [r for r in records if r.code == code and r.source == source]
-            results.append(_verdict(code, source, mine, scenario, tier, reading, unmeasured.get(code)))
+            results.append(
+                _verdict(code, source, mine, scenario, tier, reading, unmeasured.get(code))
+            )
     return results
 
 
 def _verdict(
-    code: str, source: str, mine: list[TestRecord], scenario: str, tier: str, reading: Reading, why: str | None
+    code: str,
+    source: str,
+    mine: list[TestRecord],
+    scenario: str,
+    tier: str,
+    reading: Reading,
+    why: str | None,
 ) -> Result:
-    base = dict(branch=code, scenario=scenario, tier=tier, label=source, reading=reading,
-                duration_s=round(sum(r.duration_s for r in mine), 3))
+    base = dict(
+        branch=code,
+        scenario=scenario,
+        tier=tier,
+        label=source,
+        reading=reading,
+        duration_s=round(sum(r.duration_s for r in mine), 3),
+    )
     if why and not mine:
         return Result(**base, verdict="error", error=why, statement=f"tests of {source}: not run")
     counts = Counter(r.judgement for r in mine)
@@ -96,24 +110,46 @@ def _verdict(
     regressions = [r for r in mine if r.judgement == "regression"]
     if regressions:
         violations = [
-            Violation(invariant="test-regression", label=source, detail=f"{r.test}: {r.message or r.outcome}")
+            Violation(
+                invariant="test-regression",
+                label=source,
+                detail=f"{r.test}: {r.message or r.outcome}",
+            )
             for r in regressions[:MAX_LISTED]
         ]
         if len(regressions) > MAX_LISTED:
-            violations.append(Violation(invariant="test-regression", label=source,
-                                        detail=f"and {len(regressions) - MAX_LISTED} more failing test(s)"))
+            violations.append(
+                Violation(
+                    invariant="test-regression",
+                    label=source,
+                    detail=f"and {len(regressions) - MAX_LISTED} more failing test(s)",
+                )
+            )
         return Result(**base, verdict="broken", violations=violations, statement=statement)
     lost = [r for r in mine if r.judgement == "unmeasured"]
     if lost or not mine:
-        detail = "; ".join(f"{r.test}: {r.message or r.outcome}" for r in lost[:3]) or (why or "no test ran")
+        detail = "; ".join(f"{r.test}: {r.message or r.outcome}" for r in lost[:3]) or (
+            why or "no test ran"
+        )
         more = f" (and {len(lost) - 3} more)" if len(lost) > 3 else ""
-        return Result(**base, verdict="error", error=f"could not measure {len(lost)} test(s): {detail}{more}",
-                      statement=statement)
+        return Result(
+            **base,
+            verdict="error",
+            error=f"could not measure {len(lost)} test(s): {detail}{more}",
+            statement=statement,
+        )
     return Result(**base, verdict="pass", statement=statement)
 
 
 #: Judgements in the order summaries name them.
-ORDER: tuple[TestJudgement, ...] = ("pass", "fixed", "regression", "fails-on-baseline", "skipped", "unmeasured")
+ORDER: tuple[TestJudgement, ...] = (
+    "pass",
+    "fixed",
+    "regression",
+    "fails-on-baseline",
+    "skipped",
+    "unmeasured",
+)
 WORDS: dict[str, str] = {
     "pass": "passed",
     "fixed": "pass where the baseline does not",

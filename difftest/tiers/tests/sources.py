@@ -22,7 +22,14 @@ import ast
 import re
 from pathlib import PurePosixPath
 
-from difftest.core.suites import UPSTREAM, BranchTests, SuitePlan, SuiteSession, TestSource, source_label
+from difftest.core.suites import (
+    UPSTREAM,
+    BranchTests,
+    SuitePlan,
+    SuiteSession,
+    TestSource,
+    source_label,
+)
 from difftest.probe.tests.contract import GRAFT_MARK
 
 TESTS_DIR = "tests/"
@@ -55,9 +62,10 @@ def _units(text: str) -> tuple[list[ast.stmt], dict[str, str]] | None:
     tests: dict[str, str] = {}
     rest: list[ast.stmt] = []
     for node in module.body:
-        is_test = (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")) or (
-            isinstance(node, ast.ClassDef) and node.name.startswith("Test")
-        )
+        is_test = (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name.startswith("test")
+        ) or (isinstance(node, ast.ClassDef) and node.name.startswith("Test"))
         if is_test:
             tests[node.name] = ast.dump(node)  # type: ignore[attr-defined]
         else:
@@ -102,25 +110,41 @@ def branch_source(branch: BranchTests, select: list[str], keyword: str | None) -
     note = ""
     if others:
         shown = ", ".join(others[:4]) + (" ..." if len(others) > 4 else "")
-        note = f"changes test files other than test modules ({shown}): its tests run from its own tree"
+        note = (
+            f"changes test files other than test modules ({shown}): its tests run from its own tree"
+        )
     if not tests:
         if not others:
             return None
         return TestSource(
-            label=source_label(branch.name), origin=branch.name, sha=branch.sha, tests=tuple(select),
-            keyword=keyword, note=note + "; it changes no test, so the selection runs from its tree",
+            label=source_label(branch.name),
+            origin=branch.name,
+            sha=branch.sha,
+            tests=tuple(select),
+            keyword=keyword,
+            note=note + "; it changes no test, so the selection runs from its tree",
         )
     return TestSource(
-        label=source_label(branch.name), origin=branch.name, sha=branch.sha, tests=tuple(tests),
-        graftable=not others, note=note,
+        label=source_label(branch.name),
+        origin=branch.name,
+        sha=branch.sha,
+        tests=tuple(tests),
+        graftable=not others,
+        note=note,
     )
 
 
 def plan(
-    baseline: BranchTests, branches: list[BranchTests], select: list[str], keyword: str | None, deselect: list[str]
+    baseline: BranchTests,
+    branches: list[BranchTests],
+    select: list[str],
+    keyword: str | None,
+    deselect: list[str],
 ) -> SuitePlan:
     """The sources (upstream, then each branch's own tests, identical ones merged) and the sessions."""
-    upstream = TestSource(label=UPSTREAM, origin=baseline.name, sha=baseline.sha, tests=tuple(select), keyword=keyword)
+    upstream = TestSource(
+        label=UPSTREAM, origin=baseline.name, sha=baseline.sha, tests=tuple(select), keyword=keyword
+    )
     sources = [upstream]
     seen: dict[tuple, int] = {}
     for branch in branches:
@@ -129,7 +153,11 @@ def plan(
         source = branch_source(branch, select, keyword)
         if source is None:
             continue
-        identity = tuple(sorted((c.path, c.status, c.new) for c in branch.changes if c.path.startswith(TESTS_DIR)))
+        identity = tuple(
+            sorted(
+                (c.path, c.status, c.new) for c in branch.changes if c.path.startswith(TESTS_DIR)
+            )
+        )
         if identity in seen:
             first = sources[seen[identity]]
             sources[seen[identity]] = _with_alias(first, branch.name)
@@ -143,7 +171,9 @@ def _with_alias(source: TestSource, branch: str) -> TestSource:
     return TestSource(**{**source.__dict__, "same_as": (*source.same_as, branch)})
 
 
-def _sessions(upstream: TestSource, others: list[TestSource], deselect: list[str]) -> list[SuiteSession]:
+def _sessions(
+    upstream: TestSource, others: list[TestSource], deselect: list[str]
+) -> list[SuiteSession]:
     grafted = [s for s in others if s.graftable]
     grafts: dict[str, tuple[str, str]] = {}
     owners: dict[str, tuple[str, str]] = {}
@@ -156,8 +186,11 @@ def _sessions(upstream: TestSource, others: list[TestSource], deselect: list[str
             grafts[copy] = (source.sha, original)
             owners[copy] = (source.label, original)
             allowed.append(copy + sep + rest)
-        graft_deselect += [graft_path(d.split("::")[0], number) + d[len(d.split("::")[0]):]
-                           for d in deselect if d.split("::")[0] in {t.split("::")[0] for t in source.tests}]
+        graft_deselect += [
+            graft_path(d.split("::")[0], number) + d[len(d.split("::")[0]) :]
+            for d in deselect
+            if d.split("::")[0] in {t.split("::")[0] for t in source.tests}
+        ]
     keyword = upstream.keyword
     if keyword and grafted:
         keyword = f"({keyword}) or {GRAFT_MARK}"

@@ -37,7 +37,9 @@ class TestsTier(Tier):
     def plan_suites(  # type: ignore[override]
         self, scenario: TestSelection, baseline: BranchTests, branches: list[BranchTests]
     ) -> SuitePlan:
-        return sources.plan(baseline, branches, scenario.select, scenario.keyword, scenario.deselect)
+        return sources.plan(
+            baseline, branches, scenario.select, scenario.keyword, scenario.deselect
+        )
 
     def suite_requirements(self, scenario: TestSelection) -> list[str]:  # type: ignore[override]
         return list(scenario.requirements)
@@ -54,4 +56,6 @@ class TestsTier(Tier):
     ) -> tuple[list[Result], list[TestRecord]]:
         records = judge.judge_records(outcomes, baseline)
         labels = [s.label for s in plan.sources]
-        return judge.verdicts(records, codes, labels, scenario.name, self.name, reading, unmeasured), records
+        return judge.verdicts(
+            records, codes, labels, scenario.name, self.name, reading, unmeasured
+        ), records
