@@ -1,5 +1,5 @@
-"""Benchmark: the tests tier (one pytest-xdist session, every branch a worker) against running the same
-selection branch after branch (one plain `python -m pytest` per branch environment).
+"""Benchmark: the tests tier (one pytest-xdist session, every branch a worker) against running the
+same selection branch after branch (one plain `python -m pytest` per branch environment).
 
 Both sides run the same tests from the same tree with the same test-only packages and environment
 variables, on the shipped branches; the tier's side also runs each branch's own tests (grafted into
@@ -30,6 +30,7 @@ from difftest.build.tests.trees import PYTEST_CONFIG  # noqa: E402
 from difftest.build.workspace import prepare  # noqa: E402
 from difftest.core.config import TestsSpec, load_config  # noqa: E402
 from difftest.probe.tests.contract import OUT_ENV  # noqa: E402
+from difftest.run.context import RunContext, default_baseline  # noqa: E402
 from difftest.run.suite import measure_suites, session_environ  # noqa: E402
 from difftest.tiers.tests.selection import selection_from  # noqa: E402
 
@@ -55,14 +56,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as work:
         cpu, started = children_cpu(), time.perf_counter()
-        measured = measure_suites(workspace, tier, selection, Path(work) / "tier", "strict")
+        context = RunContext(workspace, default_baseline(workspace), out=Path(work))
+        measured = measure_suites(context, tier, selection)
         tier_wall, tier_cpu = time.perf_counter() - started, children_cpu() - cpu
         (session,) = [s for s in measured.sessions if s.name == "shared"]
         plan_session = session.command[
             session.command.index("--junitxml=" + str(session.out / "junit.xml")) + 1 :
         ]
         tests_per_branch = len(
-            {r.test for r in measured.records if r.code == workspace.config.baseline}
+            {r.test for r in measured.tests if r.code == workspace.config.baseline}
         )
 
         # The same session arguments, branch after branch, without xdist and without the plugin.
@@ -108,7 +110,8 @@ def main() -> None:
 
     branches = len(workspace.branches)
     print(
-        f"{tests_per_branch} tests (selection + each branch's own), {branches} branches, {os.cpu_count()} cores"
+        f"{tests_per_branch} tests (selection + each branch's own), {branches} branches, "
+        f"{os.cpu_count()} cores"
     )
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}\n")
     print(f"{'how':<44}{'wall s':>9}{'CPU s':>9}")

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from difftest import tiers
+from difftest.tiers.probe_tier import ProbeTier
+from difftest.tiers.suite_tier import SuiteTier
 from tests.factories import ROOT
 
 PACKAGE = ROOT / "difftest"
@@ -168,10 +170,10 @@ def test_every_registered_tier_is_wired_to_what_runs_inside_the_branches() -> No
     for name, tier in tiers.REGISTRY.items():
         assert tier.name == name
         assert (PACKAGE / "tiers" / name / "tier.py").is_file()
-        if tier.method == "probes":
+        if isinstance(tier, ProbeTier):
             assert tier.probe_entry in ENTRIES, f"tier {name}: no probe entry {tier.probe_entry!r}"
         else:
-            assert tier.method == "suites" and tier.plugin.startswith("difftest.probe."), (
+            assert isinstance(tier, SuiteTier) and tier.plugin.startswith("difftest.probe."), (
                 tier.plugin
             )
             assert (ROOT / (tier.plugin.replace(".", "/") + ".py")).is_file(), (

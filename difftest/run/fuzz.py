@@ -35,13 +35,14 @@ from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
 from difftest.core.fuzz import Finding, FuzzReport, Kind, Observation, observations
 from difftest.core.records import ProbeRun, Reading, Result, Totals
 from difftest.probe.protocol import Job
-from difftest.run.door import JUDGED_ROLES, judge_runs, judge_scenario
 from difftest.run.pipeline import TierScenarios, make_evidence, make_job
 from difftest.run.probe_server import ProbeServer, ServerLimits
 from difftest.run.runner import BranchRun, stop_all_probes
 from difftest.run.search import Found, SearchResult, search
-from difftest.tiers.base import Tier
+from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
+from difftest.tiers.door import JUDGED_ROLES, judge_runs, judge_scenario
+from difftest.tiers.probe_tier import ProbeTier
 
 Log = Callable[[str], None]
 #: (examples run in this round, examples asked for or None, round, findings so far)
@@ -79,10 +80,10 @@ class FuzzOutcome:
     evidence: dict[str, Evidence] = field(default_factory=dict)
 
 
-def fuzzable_tier() -> Tier:
+def fuzzable_tier() -> ProbeTier[Any]:
     """The first registered tier that provides a fuzz strategy."""
     for tier in tiers.REGISTRY.values():
-        if tier.fuzz_strategy() is not None:
+        if isinstance(tier, ProbeTier) and tier.fuzz_strategy() is not None:
             return tier
     raise ConfigError("no tier can be fuzzed", "a tier must provide `fuzz_strategy()`")
 
@@ -245,7 +246,7 @@ class Prober:
         }
         return {name: f.result() for name, f in futures.items()}
 
-    def warm_up(self, tier: Tier) -> dict[str, str]:
+    def warm_up(self, tier: ProbeTier[Any]) -> dict[str, str]:
         """Start every probe (vLLM imported) with an empty job; the branches whose probe cannot start, why."""
         job: Job = make_job(tier, [], None)
         failed = {
@@ -263,7 +264,7 @@ class Examiner:
 
     def __init__(
         self,
-        tier: Tier,
+        tier: ProbeTier[Any],
         prober: Prober,
         branches: list[str],
         against: str | None,
@@ -412,7 +413,7 @@ def _write_findings(
         evidence = make_evidence(
             outcome.workspace,
             [TierScenarios(tier, [scenario])],
-            {tier.name: delivered},
+            {tier.name: TierOutcome(probes=delivered)},
             examiner.as_run_judges(scenario, delivered),
             examiner.reading,
             out=evidence_dir,

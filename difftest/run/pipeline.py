@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from difftest import tiers
 from difftest.build.envs.fingerprint import canonical_hash, sha256_file
@@ -33,24 +33,31 @@ from difftest.core.evidence import (
     ReplayedCommit,
     ScenarioEvidence,
     ShardEvidence,
-    TestSourceEvidence,
     TransplantEvidence,
 )
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 from difftest.core.selection import compile_selection
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
-from difftest.run import door
 from difftest.run.capacity import available_memory_mb, probes_at_once
+from difftest.run.context import (
+    Log,
+    ProgressFactory,
+    RunContext,
+    default_baseline,
+    no_progress,
+    quiet,
+)
 from difftest.run.probe_env import passed_environ
-from difftest.run.result_cache import ResultCache, open_cache, result_key
+from difftest.run.result_cache import open_cache, result_key
 from difftest.run.runner import BranchRun, Progress, run_branches
-from difftest.run.suite import SuiteMeasurement, measure_suites
-from difftest.tiers.base import Tier
-from difftest.tiers.common.scenario import ScenarioIdentity
+from difftest.run.suite import measure_suites
+from difftest.tiers.base import Tier, TierOutcome
+from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
+from difftest.tiers.probe_tier import ProbeTier
+from difftest.tiers.suite_tier import SuiteTier
 
-Log = Callable[[str], None]
-#: (tier name, branch names) -> a context manager yielding that tier's progress callback.
-ProgressFactory = Callable[[str, list[str]], AbstractContextManager[Progress | None]]
+__all__ = ["Log", "ProgressFactory", "compare"]
+
 #: (tier name, that tier's results, whether another tier runs next): called as soon as a tier is judged.
 TierDone = Callable[[str, list[Result], bool], None]
 
@@ -92,8 +99,8 @@ class CompareRequest:
 class TierScenarios:
     """One tier's selected scenarios, and those this base cannot run (with the reason)."""
 
-    tier: Tier
-    scenarios: list[ScenarioIdentity]
+    tier: Tier[Any]
+    scenarios: list[Any]
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -101,87 +108,59 @@ class TierScenarios:
 class Comparison:
     workspace: Workspace
     evidence: Evidence
-    #: tier name -> branch name -> what its probe delivered (tiers measured by probes).
-    delivered: dict[str, dict[str, BranchRun]]
+    #: tier name -> what the tier measured and judged.
+    outcomes: dict[str, TierOutcome[BranchRun]]
     #: The scenarios compared, per tier (reports read their step records with them).
     selected: list[TierScenarios] = field(default_factory=list)
-    #: tier name -> what its test sessions measured (tiers measured by suites).
-    suites: dict[str, SuiteMeasurement] = field(default_factory=dict)
+
+    @property
+    def delivered(self) -> dict[str, Mapping[str, BranchRun]]:
+        """tier name -> branch name -> what its probe delivered (tiers measured by probes)."""
+        return {name: o.probes for name, o in self.outcomes.items() if o.probes}
 
 
 def compare(
     config: Config,
     request: CompareRequest,
-    log: Log = lambda _m: None,
-    progress: ProgressFactory = lambda _tier, _branches: nullcontext(None),
+    log: Log = quiet,
+    progress: ProgressFactory = no_progress,
     tier_done: TierDone | None = None,
 ) -> Comparison:
-    """Validate, prepare environments, probe every tier in every branch, judge each tier as it ends."""
+    """Validate, prepare environments, measure every tier in every branch, judge each as it ends."""
     selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
     order = [s.name for chosen in selected for s in chosen.scenarios]
     if request.shard is not None:
         selected = take_shard(selected, *request.shard)
-    cache = open_cache(
-        request.reuse_cached, request.store_results
-    )  # a bad DIFFTEST_RESULT_CACHE stops us here
+    # A bad DIFFTEST_RESULT_CACHE stops us here.
+    cache = open_cache(request.reuse_cached, request.store_results)
     named, reference = with_baseline(config, request.branches, request.baseline)
     if reference:
         log(
-            f"baseline {reference[0]} is measured too (reused from the result cache when unchanged): crashes and "
-            "hangs of the named branches are judged against it; its own results are not reported"
+            f"baseline {reference[0]} is measured too (reused from the result cache when "
+            "unchanged): crashes and hangs of the named branches are judged against it; its own "
+            "results are not reported"
         )
     workspace = prepare(config, named, do_fetch=request.fetch, log=log)
-    reading = request.reading or config.oracle.reading
     for chosen in selected:
         _mark_unavailable(chosen, workspace.base.fingerprint, log)
-    delivered: dict[str, dict[str, BranchRun]] = {}
-    suites: dict[str, SuiteMeasurement] = {}
+    context = RunContext(
+        workspace,
+        default_baseline(workspace, request.baseline),
+        reading=request.reading or config.oracle.reading,
+        out=request.out,
+        log=log,
+        progress=progress,
+        cache=cache,
+        jobs=request.jobs,
+        fork=request.fork,
+    )
+    measurer = BranchMeasurer(context)
+    outcomes: dict[str, TierOutcome[BranchRun]] = {}
     results: list[Result] = []
-    baseline = pick_baseline(workspace, request.baseline)
     for index, chosen in enumerate(selected):
-        runnable = [s for s in chosen.scenarios if s.name not in chosen.skipped]
-        names = [b.name for b in workspace.branches if b.env is not None]
-        judged: list[Result] = []
-        if chosen.tier.method == "suites":
-            if runnable:
-                (scenario,) = runnable
-                with progress(chosen.tier.name, names) as callback:
-                    suites[chosen.tier.name] = measure_suites(
-                        workspace,
-                        chosen.tier,
-                        scenario,
-                        request.out / chosen.tier.name,
-                        reading,
-                        callback,
-                        log,
-                        baseline=baseline,
-                        cache=cache,
-                    )
-                judged = suites[chosen.tier.name].results
-        else:
-            if runnable:
-                jobs, why = probes_at_a_time(chosen.tier, len(names), request.jobs)
-                log(
-                    f"{chosen.tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})"
-                )
-                with progress(chosen.tier.name, names) as callback:
-                    delivered[chosen.tier.name] = measure_tier(
-                        workspace,
-                        chosen.tier,
-                        runnable,
-                        request.out / "probe",
-                        jobs,
-                        callback,
-                        cache,
-                        log,
-                        fork=request.fork,
-                    )
-                for branch, run in delivered[chosen.tier.name].items():
-                    log(f"{branch}: {chosen.tier.name} tier {_outcome(run)} ({len(run.runs)} runs)")
-            judged = judge_tier(
-                workspace, chosen, delivered.get(chosen.tier.name, {}), reading, baseline
-            )
-        judged = [r for r in judged if r.branch not in reference]
+        outcome = chosen.tier.measure(chosen.scenarios, chosen.skipped, measurer)
+        outcomes[chosen.tier.name] = outcome
+        judged = [r for r in outcome.results if r.branch not in reference]
         results += judged
         if tier_done is not None and judged:
             more = any(
@@ -190,8 +169,7 @@ def compare(
                 for s in later.scenarios
             )
             tier_done(chosen.tier.name, judged, more)
-    results = [r for r in results if r.branch not in reference]
-    evidence = make_evidence(workspace, selected, delivered, results, reading, request.out, suites)
+    evidence = make_evidence(workspace, selected, outcomes, results, context.reading, request.out)
     shard = (
         ShardEvidence(index=request.shard[0], count=request.shard[1], order=order)
         if request.shard
@@ -199,13 +177,52 @@ def compare(
     )
     evidence = evidence.model_copy(
         update={
-            "baseline": baseline,
+            "baseline": context.baseline,
             "shard": shard,
             "reference_branches": reference,
             "probe_environ_sha256": canonical_hash(passed_environ()),
         }
     )
-    return Comparison(workspace, evidence, delivered, selected, suites)
+    return Comparison(workspace, evidence, outcomes, selected)
+
+
+@dataclass(frozen=True)
+class BranchMeasurer:
+    """The run layer's `tiers.base.Measurer`: probes and test sessions in every branch environment."""
+
+    context: RunContext
+
+    @property
+    def reading(self) -> Reading:
+        return self.context.reading
+
+    @property
+    def baseline(self) -> str:
+        return self.context.baseline
+
+    @property
+    def setup_errors(self) -> Mapping[str, str | None]:
+        return self.context.setup_errors
+
+    def run_probes(
+        self, tier: ProbeTier[Any], scenarios: Sequence[ScenarioBase]
+    ) -> dict[str, BranchRun]:
+        context = self.context
+        names = [b.name for b in context.workspace.branches if b.env is not None]
+        jobs, why = probes_at_a_time(tier, len(names), context.jobs)
+        context.log(f"{tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
+        with context.progress(tier.name, names) as callback:
+            delivered = measure_tier(context, tier, scenarios, callback, jobs)
+        for branch, run in delivered.items():
+            context.log(f"{branch}: {tier.name} tier {_outcome(run)} ({len(run.runs)} runs)")
+        return delivered
+
+    def run_suites(
+        self, tier: SuiteTier[Any], scenario: ScenarioIdentity
+    ) -> TierOutcome[BranchRun]:
+        names = [b.name for b in self.context.workspace.branches if b.env is not None]
+        with self.context.progress(tier.name, names) as callback:
+            return measure_suites(self.context, tier, scenario, callback)
 
 
 def take_shard(selected: list[TierScenarios], index: int, count: int) -> list[TierScenarios]:
@@ -242,15 +259,6 @@ def with_baseline(
     }:  # named, or a ref that resolves to it
         return names, []
     return [*names, baseline], [baseline]
-
-
-def pick_baseline(workspace: Workspace, wanted: str | None) -> str:
-    """The requested baseline, else the config's, if it is among the compared branches; else the first."""
-    names = [b.name for b in workspace.branches]
-    for name in (wanted, workspace.config.baseline):
-        if name in names:
-            return name
-    return names[0]
 
 
 def select_scenarios(
@@ -315,8 +323,8 @@ def _mark_unavailable(chosen: TierScenarios, base: dict, log: Log) -> None:
 
 
 def make_job(
-    tier: Tier,
-    scenarios: list[ScenarioIdentity],
+    tier: ProbeTier[Any],
+    scenarios: Sequence[ScenarioBase],
     run_timeout_s: float | None,
     work_dir: Path | None = None,
 ) -> Job:
@@ -326,11 +334,11 @@ def make_job(
         "entry": tier.probe_entry,
         "work_dir": str(work_dir or paths.models_dir()),
         "run_timeout_s": run_timeout_s,
-        "scenarios": [s.job_scenario() for s in scenarios],  # type: ignore[attr-defined]
+        "scenarios": [s.job_scenario() for s in scenarios],
     }
 
 
-def probes_at_a_time(tier: Tier, branches: int, jobs: int | None) -> tuple[int, str]:
+def probes_at_a_time(tier: ProbeTier[Any], branches: int, jobs: int | None) -> tuple[int, str]:
     """`--jobs`, or the tier's default for these branches and cores capped by the memory available."""
     if jobs is not None:
         return max(1, jobs), "--jobs"
@@ -356,81 +364,63 @@ def _outcome(run: BranchRun) -> str:
 
 
 def measure_tier(
-    workspace: Workspace,
-    tier: Tier,
-    scenarios: list[ScenarioIdentity],
-    work_dir: Path,
-    jobs: int | None = None,
+    context: RunContext,
+    tier: ProbeTier[Any],
+    scenarios: Sequence[ScenarioBase],
     progress: Progress | None = None,
-    cache: ResultCache | None = None,
-    log: Log = lambda _m: None,
-    fork: bool = False,
+    jobs: int | None = None,
 ) -> dict[str, BranchRun]:
     """Run one tier's probe in every branch that has an environment, concurrently (forked from one
-    warm interpreter with `fork`, `run.launch`); a branch whose output for this very job is in the
-    result cache is read from there instead (`run.result_cache`)."""
-    branches = [b for b in workspace.branches if b.env is not None]
-    job = make_job(tier, scenarios, workspace.config.timeouts.run_s)
-    probe_s = workspace.config.timeouts.probe_s
+    warm interpreter with `context.fork`, `run.launch`); a branch whose output for this very job is
+    in the result cache is read from there instead (`run.result_cache`)."""
+    workspace, cache, work_dir = context.workspace, context.cache, context.probe_dir
+    branches = [(b.name, b.env) for b in workspace.branches if b.env is not None]
+    job = make_job(tier, scenarios, context.timeouts.run_s)
     keys = {
-        b.name: result_key(
+        name: result_key(
             tier.name,
             job,
-            b.env.fingerprint,
-            workspace.base.fingerprint,  # type: ignore[union-attr]
+            env.fingerprint,
+            workspace.base.fingerprint,
             {s.name: s.sha256 for s in scenarios},
-            probe_s,
-            workspace.config.timeouts.exit_s,
+            context.timeouts.probe_s,
+            context.timeouts.exit_s,
         )
-        for b in branches
+        for name, env in branches
     }
     reused: dict[str, BranchRun] = {}
     if cache is not None:
-        for b in branches:
-            found = cache.load(keys[b.name], job, b.name, tier.name, work_dir, log)
+        for name, _env in branches:
+            found = cache.load(keys[name], job, name, tier.name, work_dir, context.log)
             if found is not None:
                 found.launch = None  # not started by this run
-                reused[b.name] = found
+                reused[name] = found
                 if progress is not None:
                     progress(
-                        b.name, len(found.runs), len(found.runs), "reused from the result cache", ""
+                        name, len(found.runs), len(found.runs), "reused from the result cache", ""
                     )
-    targets = [(b.name, b.env.python) for b in branches if b.name not in reused]  # type: ignore[union-attr]
+    targets = [(name, env.python) for name, env in branches if name not in reused]
     measured = (
         run_branches(
             targets,
             job,
             tier.name,
             work_dir,
-            probe_s,
-            jobs or probes_at_a_time(tier, len(targets), None)[0],
+            context.timeouts.probe_s,
+            jobs or probes_at_a_time(tier, len(targets), context.jobs)[0],
             progress,
             # One probe has nothing to share: the server's warm-up would only come on top of its import.
-            fork=fork and len(targets) > 1,
-            log=log,
-            exit_s=workspace.config.timeouts.exit_s,
+            fork=context.fork and len(targets) > 1,
+            log=context.log,
+            exit_s=context.timeouts.exit_s,
         )
         if targets
         else {}
     )
     if cache is not None:
         for name, run in measured.items():
-            cache.store(keys[name], run, log)
-    return {b.name: reused.get(b.name) or measured[b.name] for b in branches}
-
-
-def judge_tier(
-    workspace: Workspace,
-    chosen: TierScenarios,
-    tier_runs: dict[str, BranchRun],
-    reading: Reading,
-    baseline: str,
-) -> list[Result]:
-    """Verdicts of one tier's scenarios on every branch of the workspace, through the one door."""
-    setup = {b.name: b.error for b in workspace.branches}
-    return door.judge_tier(
-        chosen.tier, chosen.scenarios, chosen.skipped, setup, tier_runs, reading, baseline
-    )
+            cache.store(keys[name], run, context.log)
+    return {name: reused.get(name) or measured[name] for name, _env in branches}
 
 
 def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
@@ -446,11 +436,10 @@ def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
 def make_evidence(
     workspace: Workspace,
     selected: list[TierScenarios],
-    delivered: dict[str, dict[str, BranchRun]],
+    outcomes: Mapping[str, TierOutcome[BranchRun]],
     results: list[Result],
     reading: Reading,
     out: Path = Path("out"),
-    suites: dict[str, SuiteMeasurement] | None = None,
 ) -> Evidence:
     """The evidence of one comparison; `out` is where evidence.json goes (probe files are named relative to it)."""
     base_fp = workspace.base.fingerprint
@@ -481,13 +470,11 @@ def make_evidence(
     # Per-step records stay in the probe's JSONL next to the reports; the evidence keeps each
     # run's totals, outputs and notes, which is what re-checking a verdict needs.
     runs: dict[str, list[ProbeRun]] = {}
-    for per_branch in delivered.values():
-        for name, run in per_branch.items():
+    for outcome in outcomes.values():
+        for name, run in outcome.probes.items():
             runs.setdefault(name, []).extend(r.model_copy(update={"steps": []}) for r in run.runs)
-    tests: list[TestRecord] = [r for m in (suites or {}).values() for r in m.records]
-    test_sources: dict[str, TestSourceEvidence] = {
-        k: v for m in (suites or {}).values() for k, v in m.sources.items()
-    }
+    tests: list[TestRecord] = [r for o in outcomes.values() for r in o.tests]
+    test_sources = {k: v for o in outcomes.values() for k, v in o.test_sources.items()}
     return Evidence(
         command=sys.argv[:],
         reading=reading,
@@ -501,13 +488,13 @@ def make_evidence(
         scenarios=scenarios,
         results=results,
         runs=runs,
-        probes=probe_files(delivered, out),
+        probes=probe_files({tier: o.probes for tier, o in outcomes.items()}, out),
         tests=tests,
         test_sources=test_sources,
     )
 
 
-def probe_files(delivered: dict[str, dict[str, BranchRun]], out: Path) -> list[ProbeFiles]:
+def probe_files(delivered: Mapping[str, Mapping[str, BranchRun]], out: Path) -> list[ProbeFiles]:
     """Each probe's job and records, hashed, with their nonce (`ProbeFiles`): what `show` trusts later."""
     found = []
     for tier, per_branch in delivered.items():

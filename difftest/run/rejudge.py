@@ -7,7 +7,7 @@ then record by record, with the probe's outcome checked against them), the
 scenario objects from the config by name (their file's sha256 must be the one
 recorded, and each probe's job must have played exactly those scenarios, as
 they are now), which scenarios this base cannot run (recomputed, and compared
-with what the shard says). Then the one door (`run.door.judge_tier`) judges
+with what the shard says). Then the one door (`tiers.door.judge_tier`) judges
 each tier, with the evidence's reading and baseline, exactly as the run did.
 
 The tests tier keeps no hashed records (its outcomes live in the evidence
@@ -25,10 +25,11 @@ from difftest.core.config import Config
 from difftest.core.errors import ConfigError, DifftestError
 from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun, Result
-from difftest.run import door
 from difftest.run.pipeline import select_scenarios
 from difftest.run.recorded import RecordedProbe, recorded_probe
+from difftest.tiers import door
 from difftest.tiers.common.scenario import ScenarioBase
+from difftest.tiers.probe_tier import ProbeTier
 
 #: (branch, scenario, run label) -> the run with its steps.
 RunKey = tuple[str, str, str]
@@ -97,7 +98,7 @@ def rejudge(
     out = Rejudged(scenarios=scenarios)
     for tier_name in dict.fromkeys(evidence.scenarios[s].tier for s in names):
         tier = tiers.get(tier_name)
-        if tier.method != "probes":
+        if not isinstance(tier, ProbeTier):
             raise DifftestError(
                 f"{name} holds the {tier_name} tier, whose outcomes are kept in the evidence only (no hashed "
                 "records): its verdicts cannot be judged again",

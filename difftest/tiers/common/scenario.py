@@ -159,7 +159,7 @@ def scenario_file_text(raw: dict[str, Any], comments: Sequence[str] = ()) -> str
 
 
 def scenario_error(
-    exc: ValidationError, path: Path, hints: dict[str, str], guide: str
+    exc: ValidationError, path: Path | str, hints: dict[str, str], guide: str
 ) -> ConfigError:
     """One line per problem (key, message, bad value) and the fixes that apply."""
 

@@ -38,10 +38,10 @@ class _Strict(BaseModel):
 class EngineSettings(_Strict):
     """The one engine of a probe process; identical across the scenarios of a job."""
 
-    prompt_lookup_min: int = Field(1, ge=1, le=8)
-    prompt_lookup_max: int = Field(3, ge=1, le=8)
-    max_model_len: int = Field(1024, ge=64, le=2048)
-    max_num_seqs: int = Field(8, ge=1, le=64)
+    prompt_lookup_min: int = Field(default=1, ge=1, le=8)
+    prompt_lookup_max: int = Field(default=3, ge=1, le=8)
+    max_model_len: int = Field(default=1024, ge=64, le=2048)
+    max_num_seqs: int = Field(default=8, ge=1, le=64)
     #: `ngram` on CPU; `ngram_gpu` / `draft_model` (the tiny model drafting for itself) need CUDA.
     method: Literal["ngram", "ngram_gpu", "draft_model"] = "ngram"
     async_scheduling: bool = False
@@ -168,11 +168,15 @@ class EngineScenario(ScenarioBase):
 
 
 def load_engine_scenario(path: Path) -> EngineScenario:
-    raw = read_scenario_file(path, GUIDE)
+    return parse_engine_scenario(read_scenario_file(path, GUIDE), path)
+
+
+def parse_engine_scenario(raw: dict[str, Any], source: Path | str) -> EngineScenario:
+    """One scenario mapping, validated as a file is (`source` names it in errors)."""
     try:
         return EngineScenario.model_validate(raw)
     except ValidationError as exc:
-        raise scenario_error(exc, path, {}, GUIDE) from None
+        raise scenario_error(exc, source, {}, GUIDE) from None
 
 
 def load_engine_scenarios(folder: Path) -> list[EngineScenario]:

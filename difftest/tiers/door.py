@@ -11,21 +11,24 @@ for crashes, hangs and unclean ends (`core.breakage.judge_against_baseline`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from difftest.core.breakage import Measured, judge_against_baseline
 from difftest.core.records import ProbeRun, Reading, Result, Totals, Violation
 from difftest.core.verdicts import judge, unmeasured
-from difftest.tiers.base import Tier
-from difftest.tiers.common.scenario import ScenarioBase
+from difftest.tiers.common.scenario import ScenarioIdentity
+
+if TYPE_CHECKING:  # `ProbeTier.measure` calls this module
+    from difftest.tiers.probe_tier import ProbeTier
 
 #: Run roles that get a verdict; `reference` runs only choose where later runs are cut.
 JUDGED_ROLES = ("batch", "alone")
 
 
 def judge_tier(
-    tier: Tier,
-    scenarios: list[ScenarioBase],
+    tier: ProbeTier[Any],
+    scenarios: Sequence[ScenarioIdentity],
     skipped: Mapping[str, str],
     branches: Mapping[str, str | None],
     measured: Mapping[str, Measured],
@@ -60,8 +63,8 @@ def judge_tier(
 
 
 def judge_scenario(
-    tier: Tier,
-    scenario: ScenarioBase,
+    tier: ProbeTier[Any],
+    scenario: ScenarioIdentity,
     measured: Mapping[str, Measured],
     reading: Reading,
     baseline: str,
@@ -77,8 +80,8 @@ def judge_scenario(
 
 
 def judge_runs(
-    tier: Tier,
-    scenario: ScenarioBase,
+    tier: ProbeTier[Any],
+    scenario: ScenarioIdentity,
     branch: str,
     runs: list[ProbeRun],
     reading: Reading,
