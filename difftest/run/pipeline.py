@@ -393,7 +393,6 @@ def measure_tier(
         for name, _env in branches:
             found = cache.load(keys[name], job, name, tier.name, work_dir, context.log)
             if found is not None:
-                found.launch = None  # not started by this run
                 reused[name] = found
                 if progress is not None:
                     progress(

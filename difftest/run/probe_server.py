@@ -31,7 +31,7 @@ import selectors
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -112,10 +112,11 @@ class ProbeServer:
             result, lines = self._play(job)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            result.job_path = keep / f"{self.branch}-{self.tier}-job.json"
-            result.records_path = keep / f"{self.branch}-{self.tier}-runs.jsonl"
-            result.job_path.write_text(json.dumps(job, indent=1))
-            result.records_path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            job_path = keep / f"{self.branch}-{self.tier}-job.json"
+            records_path = keep / f"{self.branch}-{self.tier}-runs.jsonl"
+            job_path.write_text(json.dumps(job, indent=1))
+            records_path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            result = replace(result, job_path=job_path, records_path=records_path)
         return result
 
     def _play(self, job: Job) -> tuple[BranchRun, list[str]]:
@@ -124,11 +125,12 @@ class ProbeServer:
         )
         started = time.monotonic()
         if self._proc is None and self.starts >= self.limits.max_starts:
-            result.error = f"not started again: the probe stopped {self.starts} times (last: {self._last_death})"
-            result.runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(
-                result.error
+            refused = (
+                f"not started again: the probe stopped {self.starts} times "
+                f"(last: {self._last_death})"
             )
-            return result, []
+            runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(refused)
+            return replace(result, error=refused, runs=runs), []
         if self._proc is None:
             self._spawn()
         assert self._proc is not None and self._proc.stdin is not None
@@ -141,35 +143,42 @@ class ProbeServer:
             lines, ending = self._read_answer(time.monotonic() + limit)
         except BrokenPipeError:
             lines, ending = [], "eof"
-        if ending == "timeout":
-            self._stop()
-            result.timed_out = True
-            result.error = f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if the branch is just slow)"
-            self._last_death = result.error
+        error: str | None = None
+        log_tail = ""
         code: int | None = 0
         if ending == "timeout":
+            self._stop()
+            error = (
+                f"probe did not answer within {limit:.0f} s (timeouts.run_s per run; raise it if "
+                "the branch is just slow)"
+            )
+            self._last_death = error
             code = None
         elif ending == "eof":
             code = self._stop(grace_s=CLOSE_GRACE_S)
-            result.log_tail = self._log_tail()
-            result.error = (
-                f"probe exited with code {code}: {one_line(result.log_tail or 'no output')}"
-            )
-            self._last_death = result.error
+            log_tail = self._log_tail()
+            error = f"probe exited with code {code}: {one_line(log_tail or 'no output')}"
+            self._last_death = error
         else:
             self._answered += 1
-        result.nonce, result.exited_cleanly = self._nonce, ending == "trailer"
-        delivery = check_lines(
-            lines, self._nonce, job, self.tier, exited_cleanly=result.exited_cleanly
+        exited_cleanly = ending == "trailer"
+        delivery = check_lines(lines, self._nonce, job, self.tier, exited_cleanly=exited_cleanly)
+        duration_s = round(time.monotonic() - started, 4)
+        timed_out = ending == "timeout"
+        result = replace(
+            result,
+            error=error,
+            log_tail=log_tail,
+            timed_out=timed_out,
+            nonce=self._nonce,
+            exited_cleanly=exited_cleanly,
+            header=delivery.header,
+            runs=delivery.runs(error),
+            duration_s=duration_s,
+            # A warm probe's "process" for one job is its answer: a trailer is a clean end of it.
+            outcome=delivery.outcome(exit_code=code, timed_out=timed_out, duration_s=duration_s),
+            ended_at=time.time(),
         )
-        result.header = delivery.header
-        result.runs = delivery.runs(result.error)
-        result.duration_s = round(time.monotonic() - started, 4)
-        # A warm probe's "process" for one job is its answer: a trailer is a clean end of that job.
-        result.outcome = delivery.outcome(
-            exit_code=code, timed_out=result.timed_out, duration_s=result.duration_s
-        )
-        result.ended_at = time.time()
         return result, lines
 
     def close(self) -> None:

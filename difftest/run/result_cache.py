@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -266,6 +266,7 @@ class ResultCache:
             runs=records.runs,
             exited_cleanly=True,
             outcome=outcome,
+            launch=None,  # not started by this run
         )
         why = cacheable(restored)
         if why:
@@ -277,15 +278,15 @@ class ResultCache:
         log_path.write_text(
             f"reused from the result cache ({path}); measured {measured_at} in {duration} s\n"
         )
-        restored.job_path, restored.records_path, restored.log_path = (
-            job_path,
-            records_path,
-            log_path,
+        return replace(
+            restored,
+            job_path=job_path,
+            records_path=records_path,
+            log_path=log_path,
+            nonce=nonce,
+            duration_s=duration,
+            reused=ReusedProbe(key=key, measured_at=measured_at, duration_s=duration),
         )
-        restored.nonce = nonce
-        restored.duration_s = duration
-        restored.reused = ReusedProbe(key=key, measured_at=measured_at, duration_s=duration)
-        return restored
 
     @staticmethod
     def _records(
@@ -339,9 +340,9 @@ class ResultCache:
             "records": records_text,
             "nonce": run.nonce,
             "duration_s": run.duration_s,
-            "measured_at": datetime.fromtimestamp(
-                run.ended_at or run.started_at, UTC
-            ).isoformat(timespec="seconds"),
+            "measured_at": datetime.fromtimestamp(run.ended_at or run.started_at, UTC).isoformat(
+                timespec="seconds"
+            ),
             "outcome": (run.outcome or clean_outcome(run.duration_s)).model_dump(mode="json"),
         }
         entry = {

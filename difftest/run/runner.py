@@ -14,6 +14,7 @@ touches and never the other runs or branches.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import secrets
@@ -170,9 +171,12 @@ def probe_process_ended(proc: subprocess.Popen[Any]) -> None:
 atexit.register(stop_all_probes)  # no probe outlives difftest, whatever way it exits
 
 
-@dataclass
+@dataclass(frozen=True)
 class BranchRun:
-    """What one branch's probe process delivered: one ProbeRun per planned run."""
+    """What one branch's probe process delivered: one ProbeRun per planned run.
+
+    Frozen: once a probe has ended, what it delivered is a fact the door judges, the cache stores
+    and the evidence cites; nothing downstream changes it (`_Building` assembles it meanwhile)."""
 
     branch: str
     tier: str
@@ -205,6 +209,16 @@ class BranchRun:
     launch_note: str = ""
     #: How the process ended (what the judging door weighs beside the records); None: never started.
     outcome: ProcessOutcome | None = None
+
+
+class _Building:
+    """A probe's `BranchRun` while it runs: each change replaces the frozen record."""
+
+    def __init__(self, run: BranchRun) -> None:
+        self.run = run
+
+    def set(self, **changes: Any) -> None:
+        self.run = dataclasses.replace(self.run, **changes)
 
 
 def planned_count(job: Job) -> int:
@@ -244,14 +258,17 @@ def run_probe(
     job_path.write_text(json.dumps(job, indent=1))
     out_path.unlink(missing_ok=True)
     nonce = secrets.token_hex(16)
-    result = BranchRun(
-        branch=branch,
-        tier=tier,
-        log_path=log_path,
-        job_path=job_path,
-        records_path=out_path,
-        nonce=nonce,
-        started_at=time.time(),
+    result = _Building(
+        BranchRun(
+            branch=branch,
+            tier=tier,
+            log_path=log_path,
+            job_path=job_path,
+            records_path=out_path,
+            nonce=nonce,
+            started_at=time.time(),
+            launch_note=launch_note,
+        )
     )
     started = time.monotonic()
     expected = planned_count(job)
@@ -260,7 +277,6 @@ def run_probe(
     argv = ["-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)]
     token = descendants.new_token()
     env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid()), descendants.TOKEN_ENV: token}
-    result.launch_note = launch_note
     stops = _LIVE.stops
     proc: ProbeProcess | None = None
     watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
@@ -276,18 +292,18 @@ def run_probe(
                 proc, server, log_path, watch.timed_out or watch.exit_overdue
             )
             if why_fresh and _LIVE.stops == stops:  # never after an interrupt killed it
-                result.launch_note = why_fresh
+                result.set(launch_note=why_fresh, peak_rss_mb=None)
                 out_path.unlink(missing_ok=True)
                 proc = None
                 # The fresh probe gets the whole time limit, and reports only its own memory.
-                started, result.peak_rss_mb = time.monotonic(), None
+                started = time.monotonic()
                 watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
         if proc is None:
             if (
                 _LIVE.stops != stops
             ):  # a fork that failed because difftest was interrupted meanwhile
                 raise ProbesStopped("difftest was interrupted: no new probe is started")
-            result.launch = "fresh"
+            result.set(launch="fresh")
             with open(log_path, "wb") as log:
                 proc = start_probe_process(
                     [str(python), *argv],
@@ -305,17 +321,16 @@ def run_probe(
     finally:
         descendants.end_descendants(token)
     assert proc is not None
-    result.duration_s = round(time.monotonic() - started, 2)
-    result.ended_at = time.time()
+    result.set(duration_s=round(time.monotonic() - started, 2), ended_at=time.time())
     try:
         _read_output(result, proc, watch, python, job, tier, timeout_s, exit_s)
     except Exception as exc:  # noqa: BLE001 - whatever the branch left behind costs this branch only
         _unreadable(result, job, tier, f"{type(exc).__name__}: {exc}", proc.returncode)
-    return result
+    return result.run
 
 
 def _read_output(
-    result: BranchRun,
+    result: _Building,
     proc: ProbeProcess,
     watch: _Watch,
     python: Path,
@@ -325,50 +340,55 @@ def _read_output(
     exit_s: float,
 ) -> None:
     """The probe's records, checked, and the outcome of its process."""
-    assert result.records_path is not None and result.log_path is not None
-    log = _log_lines(result.log_path)
-    result.log_tail = clean("\n".join(log[-_CAPTURE_TAIL:]))
+    run = result.run
+    assert run.records_path is not None and run.log_path is not None
+    log = _log_lines(run.log_path)
+    log_tail = clean("\n".join(log[-_CAPTURE_TAIL:]))
     # What it said it waited for counts only when it was killed for it (a pool thread that ends is no hang).
     stuck = _stuck(log) if watch.exit_overdue or watch.timed_out else ""
-    result.timed_out = watch.timed_out
+    error: str | None = None
     if watch.exit_overdue:
-        result.error = f"the probe did not exit within {exit_s:g} s after its last run" + (
+        error = f"the probe did not exit within {exit_s:g} s after its last run" + (
             f": {stuck}" if stuck else ""
         )
     elif watch.timed_out:
-        result.error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
+        error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
     elif proc.returncode != 0:
-        result.error = (
-            f"probe exited with code {proc.returncode}: {one_line(result.log_tail or 'no output')}"
-        )
-    result.exited_cleanly = proc.returncode == 0 and not watch.timed_out and not watch.exit_overdue
-    delivery = read_delivery(
-        result.records_path, result.nonce, job, tier, exited_cleanly=result.exited_cleanly
+        error = f"probe exited with code {proc.returncode}: {one_line(log_tail or 'no output')}"
+    exited_cleanly = proc.returncode == 0 and not watch.timed_out and not watch.exit_overdue
+    # Kept even when the records below cannot be read (`_unreadable` then sets the rest).
+    result.set(
+        log_tail=log_tail, timed_out=watch.timed_out, error=error, exited_cleanly=exited_cleanly
     )
+    delivery = read_delivery(run.records_path, run.nonce, job, tier, exited_cleanly=exited_cleanly)
     foreign = foreign_code(delivery.header, python)
     if foreign:
         delivery.untrusted.append(foreign)
-    result.header = delivery.header
-    result.runs = delivery.runs(None if watch.exit_overdue else result.error)
-    result.outcome = delivery.outcome(
-        exit_code=proc.returncode,
-        timed_out=watch.timed_out,
-        exit_overdue=watch.exit_overdue,
-        stuck=stuck,
-        last_line=one_line(result.log_tail) if proc.returncode != 0 and result.log_tail else "",
-        duration_s=result.duration_s,
+    result.set(
+        header=delivery.header,
+        runs=delivery.runs(None if watch.exit_overdue else error),
+        outcome=delivery.outcome(
+            exit_code=proc.returncode,
+            timed_out=watch.timed_out,
+            exit_overdue=watch.exit_overdue,
+            stuck=stuck,
+            last_line=one_line(log_tail) if proc.returncode != 0 and log_tail else "",
+            duration_s=run.duration_s,
+        ),
     )
 
 
-def _unreadable(result: BranchRun, job: Job, tier: str, why: str, exit_code: int | None) -> None:
+def _unreadable(result: _Building, job: Job, tier: str, why: str, exit_code: int | None) -> None:
     """Everything of this probe is `error`: difftest could not read what it left (truncated, removed,
     replaced by something that is not a file)."""
     reason = f"difftest could not read this probe's output: {why}"
-    result.error = reason
-    result.header = None
-    result.runs = check_lines([], "", job, tier, exited_cleanly=False).runs(reason)
-    result.outcome = ProcessOutcome(
-        exit_code=exit_code, host_error=why, duration_s=result.duration_s
+    result.set(
+        error=reason,
+        header=None,
+        runs=check_lines([], "", job, tier, exited_cleanly=False).runs(reason),
+        outcome=ProcessOutcome(
+            exit_code=exit_code, host_error=why, duration_s=result.run.duration_s
+        ),
     )
 
 
@@ -411,19 +431,19 @@ def _forked(
     env: dict[str, str],
     work_dir: Path,
     log_path: Path,
-    result: BranchRun,
+    result: _Building,
 ) -> ProbeProcess | None:
     """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it cannot."""
     if not server.usable:
-        result.launch_note = server.failure or "the fork server ended before this probe started"
+        result.set(launch_note=server.failure or "the fork server ended before this probe started")
         return None
     try:
         proc = server.spawn(python, argv[2:], env, work_dir, log_path)
     except OSError as exc:
-        result.launch_note = str(exc)
+        result.set(launch_note=str(exc))
         return None
     _LIVE.add(proc)
-    result.launch = "forked"
+    result.set(launch="forked")
     return proc
 
 
@@ -467,7 +487,7 @@ class _Watch:
         self._last: dict[str, Any] = {}
         self._trailer_at: float | None = None
 
-    def follow(self, proc: ProbeProcess, started: float, result: BranchRun) -> None:
+    def follow(self, proc: ProbeProcess, started: float, result: _Building) -> None:
         try:
             while proc.poll() is None:
                 now = time.monotonic()
@@ -480,7 +500,7 @@ class _Watch:
                     _dump_then_kill(proc)
                     break
                 self._read_new()
-                result.peak_rss_mb = _peak_rss_mb(proc.pid) or result.peak_rss_mb
+                result.set(peak_rss_mb=_peak_rss_mb(proc.pid) or result.run.peak_rss_mb)
                 time.sleep(0.2)
             self._read_new()
         finally:
