@@ -514,3 +514,20 @@ def test_verify_refuses_evidence_it_cannot_reproduce(shipped_run, tmp_path, caps
     other.write_text(json.dumps(evidence))
     assert run_cli("verify", "-c", SHIPPED, other, "--out", tmp_path / "o") == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_docs_scheduler_tier_output_is_what_run_prints(shipped_run):
+    """The manual's real output of `difftest run --tier scheduler` (the fenced block under its
+    marker in docs/verdict-table.md) is what this run printed, line for line."""
+    marker = "<!-- real output: difftest run --tier scheduler -->"
+    page = (ROOT / "docs" / "verdict-table.md").read_text()
+    block = re.search(re.escape(marker) + r"\n```\n(.*?)\n```\n", page, flags=re.S)
+    assert block, f"no fenced block under {marker}"
+    expected = [line.rstrip() for line in block.group(1).splitlines()]
+    assert "verdicts" in expected and "mixed-batch-invalid-async" in block.group(1)
+    printed = [line.rstrip() for line in shipped_run.printed.splitlines()]
+    assert any(
+        printed[i : i + len(expected)] == expected
+        for i, line in enumerate(printed)
+        if line == expected[0]
+    ), "the run printed instead:\n" + "\n".join(printed[-90:])
