@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TIER = ["--tier", "scheduler"]
 GATE = ["gate", "--base", "main", "--head", "pr-56195-style", "--format", "json", *TIER]
-#: (what it is, difftest arguments) of the run pairs: each first on an empty cache, then again, unchanged.
+#: (what it is, difftest arguments) of the run pairs: each first on an empty cache, then again,
+#: unchanged.
 PAIRS = [("run (shipped default)", ["run"]), ("run --tier scheduler", ["run", *TIER])]
 #: A command's wall seconds and the evidence it wrote.
 Timed = tuple[float, dict]
@@ -39,8 +40,9 @@ COMMAND = [sys.executable, "-c", "import sys; from difftest.cli import main; sys
 
 
 def host_environ(cache: Path) -> dict[str, str]:
-    """This result cache; bytecode written as Python normally does (some shells turn it off, and then every
-    command would compile difftest and its libraries from source, a cost no installed copy pays)."""
+    """This result cache; bytecode written as Python normally does (some shells turn it off, and
+    then every command would compile difftest and its libraries from source, a cost no installed
+    copy pays)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     return {**env, "DIFFTEST_RESULT_CACHE": str(cache)}
 
@@ -68,7 +70,8 @@ def reused(evidence: dict) -> str:
 
 
 def judged(evidence: dict) -> list[tuple[str, ...]]:
-    """Every result's verdict and measured totals (not how long the run took: a new measurement's own)."""
+    """Every result's verdict and measured totals (not how long the run took: a new measurement's
+    own)."""
     return sorted(
         (
             r["branch"],
@@ -93,8 +96,8 @@ def load_average() -> str:
 
 
 def measure(work: Path) -> tuple[dict[str, tuple[Timed, Timed]], Timed, Timed, list[str]]:
-    """Each pair (first, again), the gate after the scheduler run (its cache), the cold gate, and the load
-    averages seen at the start, after each pair and at the end."""
+    """Each pair (first, again), the gate after the scheduler run (its cache), the cold gate, and
+    the load averages seen at the start, after each pair and at the end."""
     loads = [load_average()]
     pairs = {}
     for number, (name, args) in enumerate(PAIRS):
@@ -123,8 +126,9 @@ def main() -> None:
         )
         pairs, (after_s, after), (cold_s, cold), loads = measure(work)
     print(
-        "shipped branches.yaml, each command a fresh difftest process, each pair a result cache of its own; "
-        f"load average (1/5/15 min) at the start, after each pair, at the end: {' | '.join(loads)}"
+        "shipped branches.yaml, each command a fresh difftest process, each pair a result cache of "
+        "its own; load average (1/5/15 min) at the start, after each pair, at the end: "
+        f"{' | '.join(loads)}"
     )
     for name, ((_s, first), _again) in pairs.items():
         branches = len(first["branches"])
@@ -137,18 +141,20 @@ def main() -> None:
     for name, ((first_s, first), (again_s, again)) in pairs.items():
         print(f"{name + ', empty cache':<40}{first_s:>8.1f}{reused(first):>15}{1.0:>8.2f}")
         print(
-            f"{'  the same again, unchanged':<40}{again_s:>8.1f}{reused(again):>15}{again_s / first_s:>8.2f}"
+            f"{'  the same again, unchanged':<40}{again_s:>8.1f}{reused(again):>15}"
+            f"{again_s / first_s:>8.2f}"
         )
     print(f"{'gate, empty cache (cold)':<40}{cold_s:>8.1f}{reused(cold):>15}{1.0:>8.2f}")
     print(
-        f"{'gate after the scheduler run':<40}{after_s:>8.1f}{reused(after):>15}{after_s / cold_s:>8.2f}"
+        f"{'gate after the scheduler run':<40}{after_s:>8.1f}{reused(after):>15}"
+        f"{after_s / cold_s:>8.2f}"
     )
     print()
     for name, ((first_s, first), (again_s, again)) in pairs.items():
         same = first["results"] == again["results"]
         print(
-            f"{name}: re-run / first run {again_s / first_s:.1%} of the wall time (target <= 10 %); "
-            f"results identical: {'yes' if same else 'NO'}"
+            f"{name}: re-run / first run {again_s / first_s:.1%} of the wall time (target <= "
+            f"10 %); results identical: {'yes' if same else 'NO'}"
         )
     print(
         f"gate after run / cold gate: {after_s / cold_s:.1%}; results identical: "

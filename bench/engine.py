@@ -68,19 +68,23 @@ def main() -> int:
                 times[run.scenario] = times.get(run.scenario, 0.0) + run.duration_s
             per_branch[branch.name] = times
     print(
-        f"\n{'branch':16} {'probe s':>8} {'import s':>9} {'model s':>8} {'load s':>7} {'runs':>5} {'errors':>6}"
+        "\n"
+        f"{'branch':16} {'probe s':>8} {'import s':>9} {'model s':>8} {'load s':>7} {'runs':>5} "
+        f"{'errors':>6}"
     )
     for name, wall, imp, model, load, n, errors, err in rows:
         print(
-            f"{name:16} {wall:8.1f} {imp or 0:9.1f} {model or 0:8.1f} {load or 0:7.1f} {n:5d} {errors:6d}"
-            + (f"  {err.splitlines()[0]}" if err else "")
+            f"{name:16} {wall:8.1f} {imp or 0:9.1f} {model or 0:8.1f} {load or 0:7.1f} {n:5d} "
+            f"{errors:6d}" + (f"  {err.splitlines()[0]}" if err else "")
         )
     names = list(per_branch)
     print(f"\n{'scenario (sum of its runs, s)':34}" + "".join(f"{n:>16}" for n in names))
     for s in scenarios:
         print(f"{s.name:34}" + "".join(f"{per_branch[n].get(s.name, 0.0):16.2f}" for n in names))
     print(
-        f"\nengine tier, {len(names)} branches, sequential: {sum(r[1] for r in rows):.1f} s (target: well under 180 s)"
+        "\n"
+        f"engine tier, {len(names)} branches, sequential: {sum(r[1] for r in rows):.1f} s (target: "
+        "well under 180 s)"
     )
     return 0
 

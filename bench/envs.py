@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def main() -> None:
         rows = []
         for spec in config.branches:
             branch = resolve_branch(repo, spec)
-            env, seconds = timed(lambda: ensure_branch_env(base, repo, branch, config.base_ref))
+            env, seconds = timed(partial(ensure_branch_env, base, repo, branch, config.base_ref))
             rows.append((spec.name, seconds, own_bytes(env.path, shared_ok=False), env.python))
         base_size = own_bytes(base.path, shared_ok=True)
         base_import = import_s(base.python)
@@ -115,7 +116,8 @@ def main() -> None:
     )
     if naive_s is not None:
         print(
-            f"naive / branch env: time x{naive_s / worst_s:.0f}, size x{naive_size / 1e6 / max(worst_mb, 0.01):.0f}"
+            f"naive / branch env: time x{naive_s / worst_s:.0f}, size "
+            f"x{naive_size / 1e6 / max(worst_mb, 0.01):.0f}"
         )
     print(
         f"import of the scheduler: base {base_import:.1f} s, branch env {branch_import:.1f} s "

@@ -1,4 +1,5 @@
-"""Benchmark: the fork server against fresh interpreters, 1, 4 and 8 branches, side by side in one run.
+"""Benchmark: the fork server against fresh interpreters, 1, 4 and 8 branches, side by side in one
+run.
 
 On the scheduler tier with every shipped scenario: the shipped branches plus
 comment-only variants of main (distinct commits, so distinct environments) up
@@ -38,14 +39,16 @@ from difftest.run.runner import BranchRun, run_branches, warm_fork_server  # noq
 
 
 def _make_patch():
-    """tests/patching.py's `make_patch` (another top-level `tests` package may shadow this one's)."""
+    """tests/patching.py's `make_patch` (another top-level `tests` package may shadow this
+    one's)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         "difftest_test_patching", ROOT / "tests" / "patching.py"
     )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    assert spec is not None and spec.loader is not None, "tests/patching.py cannot be loaded"
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module.make_patch
 
 
@@ -151,7 +154,8 @@ def main() -> None:
         f"{sum(len(s['runs']) for s in job['scenarios'])} runs per branch\n"
     )
     print(
-        f"fork server warm-up: {warm_up:.1f} s ({shared} shared libraries imported in {shared_s:.1f} s)"
+        f"fork server warm-up: {warm_up:.1f} s ({shared} shared libraries imported in "
+        f"{shared_s:.1f} s)"
     )
     fresh_med, forked_med = statistics.median(fresh_import), statistics.median(forked_import)
     print(
@@ -159,7 +163,8 @@ def main() -> None:
         f"-> {1 - forked_med / fresh_med:.0%} of it shared\n"
     )
     print(
-        f"{'branches':>8} {'fresh s':>9} {'forked s':>9} {'forked/fresh':>13} {'same runs':>10}  launched"
+        f"{'branches':>8} {'fresh s':>9} {'forked s':>9} {'forked/fresh':>13} {'same runs':>10}  "
+        "launched"
     )
     for count, fresh_s, fork_s, same, launched, errors in rows:
         print(
@@ -171,8 +176,9 @@ def main() -> None:
     eight = next(r for r in rows if r[0] == 8)
     budget = warm_up + 3 * 8
     print(
-        f"\ntarget: 8 branches forked <= warm-up + 3 s per branch = {budget:.1f} s: measured {eight[2]:.1f} s "
-        f"({'met' if eight[2] <= budget else 'MISSED'})"
+        "\n"
+        f"target: 8 branches forked <= warm-up + 3 s per branch = {budget:.1f} s: measured "
+        f"{eight[2]:.1f} s ({'met' if eight[2] <= budget else 'MISSED'})"
     )
     print(load())
 

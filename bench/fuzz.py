@@ -1,4 +1,5 @@
-"""Benchmark: `difftest fuzz` throughput, per branch alone and all branches together, against cold probes.
+"""Benchmark: `difftest fuzz` throughput, per branch alone and all branches together, against cold
+probes.
 
 Prints, from one run (seed 0, the shipped branches): for each branch alone and
 for all of them together, the examples Hypothesis ran (test cases; repeats of an
@@ -60,7 +61,8 @@ def one_search(config, branches: list[str], examples: int, out: Path) -> dict:
 
 
 def cold_probe_s(config, examples: int = 3) -> float:
-    """Seconds per example when every example starts its own probe process (vLLM imported each time)."""
+    """Seconds per example when every example starts its own probe process (vLLM imported each
+    time)."""
     tier = fuzzable_tier()
     scenarios = []
 
@@ -106,23 +108,28 @@ def main() -> None:
         for i, group in enumerate([[n] for n in names] + [names]):
             rows.append(one_search(config, group, args.examples, Path(tmp) / str(i)))
     print(
-        f"\nseed 0, --examples {args.examples} per round; rates are per second of search, every branch of a row plays every example\n"
+        "\n"
+        f"seed 0, --examples {args.examples} per round; rates are per second of search, every "
+        "branch of a row plays every example\n"
     )
     print(
-        f"{'branches':<46}{'examples':>9}{'probed':>8}{'examples/s':>11}{'probed/s':>10}{'first finding s':>16}"
-        f"{'findings':>9}{'search s':>9}{'start-up s':>11}"
+        f"{'branches':<46}{'examples':>9}{'probed':>8}{'examples/s':>11}{'probed/s':>10}"
+        f"{'first finding s':>16}{'findings':>9}{'search s':>9}{'start-up s':>11}"
     )
     for r in rows:
         first = f"{r['first']:.1f}" if r["first"] is not None else "-"
         print(
-            f"{r['branches']:<46}{r['calls']:>9}{r['probed']:>8}{r['calls/s']:>11.1f}{r['probed/s']:>10.1f}{first:>16}"
-            f"{r['findings']:>9}{r['search']:>9.1f}{r['other']:>11.1f}"
+            f"{r['branches']:<46}{r['calls']:>9}{r['probed']:>8}{r['calls/s']:>11.1f}"
+            f"{r['probed/s']:>10.1f}{first:>16}{r['findings']:>9}{r['search']:>9.1f}"
+            f"{r['other']:>11.1f}"
         )
     if not args.skip_naive:
         cold = cold_probe_s(config)
         warm = 1 / rows[0]["probed/s"]
         print(
-            f"\n{names[0]}: a cold probe per example {cold:.1f} s; warm probe {warm * 1e3:.0f} ms per probed example (x{cold / warm:.0f})"
+            "\n"
+            f"{names[0]}: a cold probe per example {cold:.1f} s; warm probe {warm * 1e3:.0f} ms "
+            f"per probed example (x{cold / warm:.0f})"
         )
     print(load())
 

@@ -53,8 +53,8 @@ def main() -> None:
             )
         assert run.error is None, run.error
         print(
-            f"{tier.name:<11}{len(run.runs):>6}{run.duration_s:>9.1f}{run.peak_rss_mb or float('nan'):>13.0f}"
-            f"{tier.probe_memory_mb:>11}"
+            f"{tier.name:<11}{len(run.runs):>6}{run.duration_s:>9.1f}"
+            f"{run.peak_rss_mb or float('nan'):>13.0f}{tier.probe_memory_mb:>11}"
         )
     available = available_memory_mb()
     print(f"\nnow: {cores} cores, {available or float('nan'):,.0f} MB available")
@@ -72,7 +72,8 @@ def main() -> None:
 
 
 def many_branches(config, count: int) -> None:
-    """A real run of `count` scheduler probes with the default parallelism (`compare`, as `difftest run`)."""
+    """A real run of `count` scheduler probes with the default parallelism (`compare`, as
+    `difftest run`)."""
     import time
 
     from difftest.build.refs import read_blob
@@ -108,8 +109,10 @@ def many_branches(config, count: int) -> None:
         + next(line for line in logged if "at a time" in line)
     )
     print(
-        f"  at most {overlap} probes overlapped; sum of their peaks {sum(r.peak_rss_mb or 0 for r in runs):,.0f} MB; "
-        f"largest {max(r.peak_rss_mb or 0 for r in runs):,.0f} MB; wall {wall:.0f} s; verdicts {sorted(verdicts)}"
+        f"  at most {overlap} probes overlapped; sum of their peaks "
+        f"{sum(r.peak_rss_mb or 0 for r in runs):,.0f} MB; largest "
+        f"{max(r.peak_rss_mb or 0 for r in runs):,.0f} MB; wall {wall:.0f} s; verdicts "
+        f"{sorted(verdicts)}"
     )
 
 

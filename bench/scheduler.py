@@ -57,24 +57,26 @@ def main() -> None:
             naive_s = time.perf_counter() - started
 
     print(
-        f"{len(scenarios)} scenarios, {expected} runs per branch, {len(targets)} branches in parallel\n"
+        f"{len(scenarios)} scenarios, {expected} runs per branch, {len(targets)} branches in "
+        "parallel\n"
     )
     print(
-        f"{'branch':<18}{'import s':>10}{'runs s':>10}{'process s':>11}{'median run ms':>15}{'worst run ms':>14}"
+        f"{'branch':<18}{'import s':>10}{'runs s':>10}{'process s':>11}{'median run ms':>15}"
+        f"{'worst run ms':>14}"
     )
     for name, delivered in runs.items():
         durations = [r.duration_s for r in delivered.runs]
         import_s = delivered.header.import_s if delivered.header else float("nan")
         print(
-            f"{name:<18}{import_s:>10.1f}{sum(durations):>10.2f}"
-            f"{delivered.duration_s:>11.1f}{statistics.median(durations) * 1e3:>15.1f}{max(durations) * 1e3:>14.1f}"
+            f"{name:<18}{import_s:>10.1f}{sum(durations):>10.2f}{delivered.duration_s:>11.1f}"
+            f"{statistics.median(durations) * 1e3:>15.1f}{max(durations) * 1e3:>14.1f}"
         )
     print(f"\nall branches, wall: {all_wall:.1f} s")
     if naive_s is not None:
         one = runs[targets[0][0]].duration_s
         print(
-            f"{targets[0][0]}: one process for all scenarios {one:.1f} s; one process per scenario {naive_s:.1f} s "
-            f"(x{naive_s / one:.1f})"
+            f"{targets[0][0]}: one process for all scenarios {one:.1f} s; one process per scenario "
+            f"{naive_s:.1f} s (x{naive_s / one:.1f})"
         )
 
 

@@ -116,7 +116,8 @@ def main() -> None:
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}\n")
     print(f"{'how':<44}{'wall s':>9}{'CPU s':>9}")
     print(
-        f"{'tests tier: one xdist session, ' + str(branches) + ' workers':<44}{tier_wall:>9.1f}{tier_cpu:>9.1f}"
+        f"{'tests tier: one xdist session, ' + str(branches) + ' workers':<44}{tier_wall:>9.1f}"
+        f"{tier_cpu:>9.1f}"
     )
     for name, seconds in per_branch.items():
         print(f"{'  plain pytest, ' + name:<44}{seconds:>9.1f}")

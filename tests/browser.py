@@ -45,7 +45,8 @@ HARNESS = """<!DOCTYPE html><html><body style="margin:0">
 function opened(d) {{
   d.querySelectorAll("details").forEach(function (x) {{ x.open = true; }});
   var header = function (t) {{
-    return t.rows.length ? Array.prototype.map.call(t.rows[0].cells, function (c) {{ return c.innerText.trim(); }}) : [];
+    return t.rows.length ? Array.prototype.map.call(t.rows[0].cells, function (c) {{ \
+return c.innerText.trim(); }}) : [];
   }};
   return {{
     scrollWidthOpened: d.documentElement.scrollWidth,
@@ -58,7 +59,8 @@ window.addEventListener("load", function () {{
   var grid = d.getElementById("verdict-grid"), r = grid ? grid.getBoundingClientRect() : null;
   var box = grid ? grid.parentElement.getBoundingClientRect() : null;
   var style = grid ? w.getComputedStyle(grid) : null;
-  var loose = Array.prototype.filter.call(d.querySelectorAll("table"), function (t) {{ return !t.closest(".scroll"); }});
+  var loose = Array.prototype.filter.call(d.querySelectorAll("table"), function (t) {{ \
+return !t.closest(".scroll"); }});
   var seen = {{
     scrollWidth: d.documentElement.scrollWidth, innerWidth: w.innerWidth,
     grid: r && {{left: r.left, top: r.top, width: r.width, height: r.height}},
@@ -66,7 +68,8 @@ window.addEventListener("load", function () {{
     shown: !!style && style.display !== "none" && style.visibility !== "hidden",
     tablesOutsideScrollBoxes: loose.length
   }};
-  document.body.setAttribute("data-measured", JSON.stringify(Object.assign(seen, opened(d))));  // as shown, then opened
+  document.body.setAttribute("data-measured", JSON.stringify(Object.assign(seen, opened(d))));  \
+// as shown, then opened
 }});
 </script></body></html>
 """

@@ -36,8 +36,9 @@ os.environ["DIFFTEST_RESULT_CACHE"] = "off"
 
 @pytest.fixture(autouse=True)
 def _probes_allowed_again() -> Iterator[None]:
-    """A test whose probes were stopped (an interrupt, an exception inside `run_branches`) leaves the
-    next test in the same worker free to start its own, as the command line does after handling one."""
+    """A test whose probes were stopped (an interrupt, an exception inside `run_branches`) leaves
+    the next test in the same worker free to start its own, as the command line does after handling
+    one."""
     yield
     allow_probes()
 
@@ -54,7 +55,8 @@ def base_env(shipped_config) -> BaseEnv:
 
 @pytest.fixture
 def home_with_base_copy(tmp_path, base_env, monkeypatch) -> Path:
-    """A DIFFTEST_HOME of the test's own whose only content is a hard-linked copy of the shared base.
+    """A DIFFTEST_HOME of the test's own whose only content is a hard-linked copy of the shared
+    base.
 
     That is "another cache path" for the same base without a rebuild (`link_base_into`): the
     fixture repository and branch environments are built afresh in it.
@@ -95,8 +97,8 @@ def shipped_scenarios(shipped_config) -> Callable[[str], list]:
     return load
 
 
-#: Probe output kept between sessions, keyed as the result cache keys runs (`result_key`), behind one
-#: lock per tier. v3: keyed on difftest's own code and the environment passed to probes too.
+#: Probe output kept between sessions, keyed as the result cache keys runs (`result_key`), behind
+#: one lock per tier. v3: keyed on difftest's own code and the environment passed to probes too.
 _PROBE_CACHE = "test-probe-cache-v3"
 #: The probe time limit of those runs (`timeouts.probe_s`).
 PROBE_S = 900
@@ -104,7 +106,8 @@ PROBE_S = 900
 
 @pytest.fixture(scope="session")
 def probe_runs(workspace, shipped_scenarios) -> Callable[[str, str], list[ProbeRun]]:
-    """probe_runs(tier, branch) -> one ProbeRun per planned run of every shipped scenario of the tier.
+    """probe_runs(tier, branch) -> one ProbeRun per planned run of every shipped scenario of the
+    tier.
 
     Runs the real probe in the branch's environment once per machine state: the
     validated runs are cached on disk under the key the result cache would give

@@ -73,7 +73,8 @@ REQUEST = "a"
 LABEL = f"order:{REQUEST}"
 K = 3
 
-#: The default totals: 4 rows of k=3 drafts, 9 accepted, the last row cut by EOS (11 emitted, not 13).
+#: The default totals: 4 rows of k=3 drafts, 9 accepted, the last row cut by EOS (11 emitted, not
+#: 13).
 ROWS = 4
 DRAFT_TOKENS = 12
 ACCEPTED = 9
@@ -87,7 +88,8 @@ OWN_EMITTED = "counter:num_emitted_tokens"
 #: What `tiers.common.accounting.totals` records as the oracle's source.
 ORACLE_SOURCE = "oracle"
 
-#: The default step: request `a` drafts [1, 2, 3], all accepted, bonus 4; all four tokens are emitted.
+#: The default step: request `a` drafts [1, 2, 3], all accepted, bonus 4; all four tokens are
+#: emitted.
 STEP_DRAFTS = [1, 2, 3]
 STEP_SAMPLED = [1, 2, 3, 4]
 
@@ -130,7 +132,8 @@ def make_step_stats(**overrides: Any) -> dict[str, Any]:
 
 
 def make_step(step: int = 1, **overrides: Any) -> StepRecord:
-    """One decode step of request `a`: drafts [1, 2, 3] all accepted plus bonus 4, stats that agree."""
+    """One decode step of request `a`: drafts [1, 2, 3] all accepted plus bonus 4, stats that
+    agree."""
     fields: dict[str, Any] = dict(
         step=step,
         scheduled=[REQUEST],
@@ -150,7 +153,8 @@ def _role_of(label: str) -> RunRole:
 
 
 def make_run(label: str = LABEL, role: RunRole | None = None, **overrides: Any) -> ProbeRun:
-    """A measured run. `role` defaults to what the label's prefix says, `order` to the ids after its colon."""
+    """A measured run. `role` defaults to what the label's prefix says, `order` to the ids after its
+    colon."""
     fields: dict[str, Any] = dict(
         scenario=SCENARIO,
         tier=TIER,
@@ -197,7 +201,8 @@ def make_result(verdict: Verdict = "pass", **overrides: Any) -> Result:
 
 
 def make_probe_files(**overrides: Any) -> ProbeFiles:
-    """Where the default branch's scheduler probe left its job and records (hashes of nothing real)."""
+    """Where the default branch's scheduler probe left its job and records (hashes of nothing
+    real)."""
     fields: dict[str, Any] = dict(
         branch=BRANCH,
         tier=TIER,
@@ -212,7 +217,8 @@ def make_probe_files(**overrides: Any) -> ProbeFiles:
 
 
 def make_evidence(**overrides: Any) -> Evidence:
-    """Evidence of one branch on one scenario with every optional field filled, so a round trip covers them."""
+    """Evidence of one branch on one scenario with every optional field filled, so a round trip
+    covers them."""
     fields: dict[str, Any] = dict(
         command=["difftest", "run", "--reading", READING],
         reading=READING,
@@ -305,7 +311,8 @@ def make_stack_branch(**overrides: Any) -> BranchEvidence:
 
 
 def make_wheel(folder: Path, name: str, version: str, filename_version: str | None = None) -> Path:
-    """A minimal wheel file: what a wheel reference is checked against (its file name and METADATA)."""
+    """A minimal wheel file: what a wheel reference is checked against (its file name and
+    METADATA)."""
     import zipfile
 
     dist = name.replace("-", "_")
@@ -323,7 +330,8 @@ def make_wheel(folder: Path, name: str, version: str, filename_version: str | No
 
 
 def shipped_branch(name: str) -> dict[str, Any]:
-    """A shipped branch (a name of `SHIPPED_BRANCHES`) with absolute patch paths; a stack names its members."""
+    """A shipped branch (a name of `SHIPPED_BRANCHES`) with absolute patch paths; a stack names its
+    members."""
     if name in SHIPPED_STACKS:
         return {"name": name, "stack": list(SHIPPED_STACKS[name])}
     return {
@@ -334,7 +342,8 @@ def shipped_branch(name: str) -> dict[str, Any]:
 
 
 def write_config(tmp_path: Path, branches: list[dict[str, Any]], **extra: Any) -> Path:
-    """The shipped branches.yaml with these branches (the shipped scenarios: the default), plus `extra` keys."""
+    """The shipped branches.yaml with these branches (the shipped scenarios: the default), plus
+    `extra` keys."""
     raw = yaml.safe_load((ROOT / "branches.yaml").read_text())
     raw["branches"] = branches
     raw.update(extra)

@@ -47,9 +47,11 @@ def binary_patch(dest: Path, repo_path: str, data: bytes) -> Path:
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
-        run = lambda *args: (
-            subprocess.run(["git", "-C", scratch, *args], check=True, capture_output=True).stdout
-        )  # noqa: E731
+
+        def run(*args: str) -> bytes:
+            done = subprocess.run(["git", "-C", scratch, *args], check=True, capture_output=True)
+            return done.stdout
+
         run("init", "-q")
         target = Path(scratch) / repo_path
         target.parent.mkdir(parents=True, exist_ok=True)

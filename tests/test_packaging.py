@@ -39,5 +39,6 @@ def test_the_wheel_holds_every_shipped_scenario(tmp_path: Path) -> None:
 
 
 def test_the_repository_s_scenarios_folder_is_the_package_s() -> None:
-    """One source of truth: `scenarios/` at the root (used by the README) is the package's folder."""
+    """One source of truth: `scenarios/` at the root (used by the README) is the package's
+    folder."""
     assert (ROOT / "scenarios").resolve() == SHIPPED_SCENARIOS

@@ -82,7 +82,8 @@ def open_source_repo(
     tests = upstream_tests(config.base.version)
     if tests is None:
         log(
-            f"no source distribution is pinned for vLLM {config.base.version}: the fixture repo has no tests/"
+            f"no source distribution is pinned for vLLM {config.base.version}: the fixture repo "
+            "has no tests/"
         )
     return open_repo(
         ensure_fixture_repo(
@@ -134,7 +135,7 @@ def branch_specs(config: Config, names: list[str] | None) -> list[BranchSpec]:
         return list(config.branches)
     specs = [branch_spec(config, n) for n in names]
     seen: set[str] = set()
-    for spec, name in zip(specs, names):
+    for spec, name in zip(specs, names, strict=True):
         if spec.name in seen:
             raise ConfigError(
                 f"branch {name!r} is listed twice on the command line (as {spec.name!r})",
@@ -145,7 +146,8 @@ def branch_specs(config: Config, names: list[str] | None) -> list[BranchSpec]:
 
 
 def refs_to_fetch(config: Config, specs: list[BranchSpec]) -> list[str]:
-    """The refs these branches name, stack members' included (pull-request heads are fetched by name)."""
+    """The refs these branches name, stack members' included (pull-request heads are fetched by
+    name)."""
     refs: list[str] = []
     for spec in specs:
         members = [config.branch(m) for m in spec.stack] if spec.stack else [spec]
@@ -163,21 +165,24 @@ def branch_context(config: Config) -> BranchContext:
 
 
 def _resolve(config: Config, repo: git.Repo, specs: list[BranchSpec]) -> list[ResolvedBranch]:
-    """Every branch as commits (patches applied), after checking the base release's commit exists."""
+    """Every branch as commits (patches applied), after checking the base release's commit
+    exists."""
     try:
         resolve_ref(repo, config.base_ref)
     except RefError as exc:
         raise RefError(
-            f"the base release's commit {config.base_ref!r} is not in {repo_label(repo)}: {exc.problem}",
-            "set `repo.base_ref` to the commit whose Python matches the base wheel (e.g. tag v0.32.0), "
-            "or fetch tags (`--fetch`)",
+            f"the base release's commit {config.base_ref!r} is not in {repo_label(repo)}: "
+            f"{exc.problem}",
+            "set `repo.base_ref` to the commit whose Python matches the base wheel (e.g. tag "
+            "v0.32.0), or fetch tags (`--fetch`)",
         ) from None
     return [resolve_spec(config, repo, spec) for spec in specs]
 
 
 def resolve_spec(config: Config, repo: git.Repo, spec: BranchSpec) -> ResolvedBranch:
     """One branch of (or ad hoc for) this config as commits (transplants and stacks resolved in the
-    config's context); a name that is neither a configured branch nor a ref says which branches there are."""
+    config's context); a name that is neither a configured branch nor a ref says which branches
+    there are."""
     try:
         return resolve_branch(repo, spec, branch_context(config))
     except RefError as exc:
@@ -185,7 +190,8 @@ def resolve_spec(config: Config, repo: git.Repo, spec: BranchSpec) -> ResolvedBr
             raise
         known = ", ".join(b.name for b in config.branches)
         raise RefError(
-            f"{spec.ref!r} is neither a branch of the config ({known}) nor a git ref: {exc.problem}",
+            f"{spec.ref!r} is neither a branch of the config ({known}) nor a git ref: "
+            f"{exc.problem}",
             f"name a configured branch ({known}) or a git ref; {exc.hint}"
             if exc.hint
             else f"name one of: {known}",

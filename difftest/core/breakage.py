@@ -152,7 +152,8 @@ def _fault_after_runs(outcome: ProcessOutcome | None) -> str:
 
 
 def _cut_short(outcome: ProcessOutcome | None, key: tuple[str, str]) -> str | None:
-    """Why the process never reported this run, when its own end cut it short (its session had started)."""
+    """Why the process never reported this run, when its own end cut it short (its session had
+    started)."""
     if (
         outcome is None
         or not outcome.started

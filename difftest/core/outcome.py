@@ -26,13 +26,16 @@ class ProcessOutcome(BaseModel):
     trailer: bool = False
     #: It wrote its trailer but did not exit within `timeouts.exit_s`: killed (`stuck` says why).
     exit_overdue: bool = False
-    #: What kept it from finishing, as it said before it was killed (threads still running, their stacks).
+    #: What kept it from finishing, as it said before it was killed (threads still running, their
+    #: stacks).
     stuck: str = ""
     #: The last line it printed, when it exited non-zero on its own (a crash's exception, say).
     last_line: str = ""
-    #: Why difftest could not read what this probe wrote (its own failure, never the branch's verdict).
+    #: Why difftest could not read what this probe wrote (its own failure, never the branch's
+    #: verdict).
     host_error: str | None = None
-    #: The probe's session started (vLLM imported, header written): runs it did not report were cut by it.
+    #: The probe's session started (vLLM imported, header written): runs it did not report were cut
+    #: by it.
     started: bool = False
     #: Planned runs ("scenario / label") the process never reported: cut short by its end.
     unreported: list[list[str]] = Field(default_factory=list)

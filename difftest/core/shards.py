@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from difftest import __version__
 from difftest.core.errors import DifftestError
-from difftest.core.evidence import Evidence, ProbeFiles
+from difftest.core.evidence import Evidence, ProbeFiles, ShardEvidence
 from difftest.core.records import ProbeRun, Result
 
 
@@ -32,6 +32,12 @@ class Shard:
     evidence: Evidence
     #: The schema version the file was written in, before any upgrade (`evidence.written_version`).
     schema: str
+
+    @property
+    def shard(self) -> ShardEvidence:
+        """Its evidence's `shard` part, once `check_shards` has refused evidence without one."""
+        assert self.evidence.shard is not None, f"{self.name} was not checked by check_shards"
+        return self.evidence.shard
 
 
 #: What every shard must agree on, and how to say it when one does not.
@@ -55,7 +61,8 @@ _SAME: dict[str, Callable[[Shard], object]] = {
 
 
 def check_shards(parts: list[Shard]) -> None:
-    """DifftestError naming the first shard that is not a shard of one comparison this difftest can judge."""
+    """DifftestError naming the first shard that is not a shard of one comparison this difftest can
+    judge."""
     if not parts:
         raise DifftestError("nothing to merge", "pass the evidence.json of every shard")
     for part in parts:
@@ -66,38 +73,45 @@ def check_shards(parts: list[Shard]) -> None:
             )
         if part.evidence.tests or part.evidence.test_sources:
             raise DifftestError(
-                f"{part.name} holds results of the tests tier, whose outcomes are kept in the evidence only (no "
-                "hashed records): a merge cannot judge them again",
-                "run the tests tier without --shard (`difftest run --tier tests`), and shard the other tiers",
+                f"{part.name} holds results of the tests tier, whose outcomes are kept in the "
+                "evidence only (no hashed records): a merge cannot judge them again",
+                "run the tests tier without --shard (`difftest run --tier tests`), and shard the "
+                "other tiers",
             )
     first = parts[0]
     for part in parts[1:]:
         for what, value in _SAME.items():
             if value(part) != value(first):
                 raise DifftestError(
-                    f"{part.name} and {first.name} differ in their {what}: they are not shards of one comparison",
-                    "merge the shards of one `difftest run --shard I/N` matrix, run with the same difftest, config and refs",
+                    f"{part.name} and {first.name} differ in their {what}: they are not shards of "
+                    "one comparison",
+                    "merge the shards of one `difftest run --shard I/N` matrix, run with the same "
+                    "difftest, config and refs",
                 )
     if first.evidence.difftest_version != __version__:
         raise DifftestError(
-            f"{first.name} was written by difftest {first.evidence.difftest_version}; this is difftest {__version__}, "
-            "and a merge judges the shards' runs again with its own oracle and reader",
-            f"merge with difftest {first.evidence.difftest_version}, or run the shards again with this one",
+            f"{first.name} was written by difftest {first.evidence.difftest_version}; this is "
+            f"difftest {__version__}, and a merge judges the shards' runs again with its own "
+            "oracle and reader",
+            f"merge with difftest {first.evidence.difftest_version}, or run the shards again with "
+            "this one",
         )
-    count = first.evidence.shard.count  # type: ignore[union-attr]
-    indices = sorted(p.evidence.shard.index for p in parts)  # type: ignore[union-attr]
+    count = first.shard.count
+    indices = sorted(p.shard.index for p in parts)
     if indices != list(range(1, count + 1)):
         raise DifftestError(
-            f"the shards given are {', '.join(map(str, indices))} of {count}: each of 1..{count} is needed once",
+            f"the shards given are {', '.join(map(str, indices))} of {count}: each of 1..{count} "
+            "is needed once",
             "pass the evidence.json of every shard, once each",
         )
-    order = first.evidence.shard.order  # type: ignore[union-attr]
+    order = first.shard.order
     for part in parts:
-        index = part.evidence.shard.index  # type: ignore[union-attr]
+        index = part.shard.index
         slice_ = order[index - 1 :: count]
         if sorted(part.evidence.scenarios) != sorted(slice_):
             raise DifftestError(
-                f"{part.name} holds the scenarios {', '.join(sorted(part.evidence.scenarios)) or '(none)'}, but shard "
+                f"{part.name} holds the scenarios "
+                f"{', '.join(sorted(part.evidence.scenarios)) or '(none)'}, but shard "
                 f"{index}/{count} of its selection is {', '.join(sorted(slice_)) or '(none)'}",
                 "use the evidence.json `difftest run --shard` wrote, unedited",
             )
@@ -113,14 +127,14 @@ def merge_shards(
     shard's records were judged again into (by shard index: the shards' own are not read);
     `probes(i, files)` says where shard i's probe files are now."""
     check_shards(parts)
-    ordered = sorted(parts, key=lambda p: p.evidence.shard.index)  # type: ignore[union-attr]
+    ordered = sorted(parts, key=lambda p: p.shard.index)
     first = ordered[0].evidence
-    order = {name: i for i, name in enumerate(first.shard.order)}  # type: ignore[union-attr]
+    order = {name: i for i, name in enumerate(ordered[0].shard.order)}
 
     def place(scenario: str) -> int:
         return order.get(scenario, len(order))
 
-    indices = [p.evidence.shard.index for p in ordered]  # type: ignore[union-attr]
+    indices = [p.shard.index for p in ordered]
     scenarios = {k: v for p in ordered for k, v in p.evidence.scenarios.items()}
     joined: dict[str, list[ProbeRun]] = {}
     for index in indices:
@@ -140,7 +154,11 @@ def merge_shards(
                 ]
                 for b, found in joined.items()
             },
-            "probes": [probes(i, f) for i, p in zip(indices, ordered) for f in p.evidence.probes],
+            "probes": [
+                probes(i, f)
+                for i, p in zip(indices, ordered, strict=True)
+                for f in p.evidence.probes
+            ],
             "shard": None,
         }
     )

@@ -29,9 +29,9 @@ _UNSAFE_ESCAPE = re.compile(r"\\[ubf]")
 
 
 def loads_clean(line: str) -> Any:
-    """`json.loads(line)` with every string `clean`ed; a line that can hold no unsafe character (none
-    raw, no escape that decodes to one: the probe's usual record) is not walked, which makes reading
-    a probe's records several times faster."""
+    """`json.loads(line)` with every string `clean`ed; a line that can hold no unsafe character
+    (none raw, no escape that decodes to one: the probe's usual record) is not walked, which makes
+    reading a probe's records several times faster."""
     value = json.loads(line)
     if _UNSAFE.search(line) is None and _UNSAFE_ESCAPE.search(line) is None:
         return value

@@ -49,7 +49,8 @@ def is_direct_wheel(requirement: Requirement) -> bool:
 
 
 def parse_wheel_requirement(requirement: Requirement) -> WheelRef:
-    """Validate `name @ file:///…/x.whl` or `name @ https://…/x.whl`; ValueError names the problem."""
+    """Validate `name @ file:///…/x.whl` or `name @ https://…/x.whl`; ValueError names the
+    problem."""
     url = requirement.url or ""
     parsed = urlparse(url)
     if parsed.scheme not in ("file", "https", "http"):
@@ -59,7 +60,8 @@ def parse_wheel_requirement(requirement: Requirement) -> WheelRef:
     filename = unquote(Path(parsed.path).name)
     if not filename.endswith(".whl"):
         raise ValueError(
-            f"{filename!r} is not a wheel (a `.whl` file); source archives are not supported as bases"
+            f"{filename!r} is not a wheel (a `.whl` file); source archives are not supported as "
+            "bases"
         )
     try:
         wheel_name, wheel_version, _build, _tags = parse_wheel_filename(filename)
@@ -79,7 +81,8 @@ def parse_wheel_requirement(requirement: Requirement) -> WheelRef:
     path = Path(unquote(parsed.path))
     if not path.is_file():
         raise ValueError(
-            f"wheel file {str(path)!r} does not exist (write an absolute path: file:///path/to/x.whl)"
+            f"wheel file {str(path)!r} does not exist (write an absolute path: "
+            "file:///path/to/x.whl)"
         )
     version = wheel_metadata_version(path, path.stat().st_mtime_ns, path.stat().st_size)
     if Version(version) != wheel_version:

@@ -16,7 +16,8 @@ import yaml
 
 from difftest.core.errors import ConfigError
 
-#: More values than any real config or scenario holds (the largest shipped scenario has a few hundred).
+#: More values than any real config or scenario holds (the largest shipped scenario has a few
+#: hundred).
 MAX_VALUES = 100_000
 
 
@@ -30,7 +31,8 @@ def read_yaml(path: Path, data: bytes | None = None) -> Any:
         ) from None
     if _expands_past(raw, MAX_VALUES):
         raise ConfigError(
-            f"{path}: the data expands to more than {MAX_VALUES:,} values (YAML anchors and aliases?)",
+            f"{path}: the data expands to more than {MAX_VALUES:,} values (YAML anchors and "
+            "aliases?)",
             "write the values out instead of nesting aliases",
         )
     return raw

@@ -1,5 +1,7 @@
-"""`python -m difftest.probe --job JOB.json --out RUNS.jsonl`: one branch, one tier, every planned run.
-`python -m difftest.probe --serve`: the same, job after job (one per line on stdin, answers on stdout).
+"""`python -m difftest.probe --job JOB.json --out RUNS.jsonl`: one branch, one tier, every
+planned run.
+`python -m difftest.probe --serve`: the same, job after job (one per line on stdin, answers
+on stdout).
 
 Runs inside a branch environment. The nonce is taken from the environment
 first, then environment defaults are set, then the tier's entry starts its

@@ -1,4 +1,5 @@
-"""`python -m difftest.probe.forkserver`: import what every branch shares once, fork a probe per branch.
+"""`python -m difftest.probe.forkserver`: import what every branch shares once, fork a probe per
+branch.
 
 Importing vLLM's scheduler costs ~9 s, of which ~7 s is third-party libraries
 that every branch environment takes from the same base site-packages (torch,
@@ -42,12 +43,14 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any, NoReturn, TextIO
 
 from . import protocol
 
-#: Shared third-party imports, in the order a fresh scheduler probe first imports them (`sys.modules`
-#: order; their cost measured with `python -X importtime`: about three quarters of the probe's import).
+#: Shared third-party imports, in the order a fresh scheduler probe first imports them
+#: (`sys.modules` order; their cost measured with `python -X importtime`: about three quarters of
+#: the probe's import).
 SHARED_MODULES = (
     "typing_extensions",
     "torch",
@@ -151,10 +154,16 @@ def fork_unsafe() -> str | None:
         "no",
         "off",
     ):
-        return "VLLM_ENABLE_CUDA_COMPATIBILITY is set: vLLM must set up its CUDA libraries before torch is imported"
+        return (
+            "VLLM_ENABLE_CUDA_COMPATIBILITY is set: vLLM must set up its CUDA libraries before "
+            "torch is imported"
+        )
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
-        return f"{threads} threads run after the shared imports (a forked child would inherit their locks)"
+        return (
+            f"{threads} threads run after the shared imports (a forked child would inherit their "
+            "locks)"
+        )
     return None
 
 
@@ -211,9 +220,9 @@ def _serve(channel: TextIO, modules: list[str]) -> None:
 
 
 def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) -> int:
-    """In the server: the child's pid. In the child: never returns; it ends as `python -m difftest.probe`
-    ends (`protocol.finish`: threads joined, atexit handlers run, the branch's own included), never
-    back into the server's loop."""
+    """In the server: the child's pid. In the child: never returns; it ends as
+    `python -m difftest.probe` ends (`protocol.finish`: threads joined, atexit handlers run, the
+    branch's own included), never back into the server's loop."""
     server = os.getpid()
     sys.stdout.flush()  # nothing a library left buffered may reach a child's log
     sys.stderr.flush()
@@ -234,12 +243,13 @@ def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) ->
     finally:
         # Ends as a fresh probe ends (its branch's copy of `protocol.finish`); never returns here.
         ending = sys.modules.get("difftest.probe.protocol", protocol)
-        ending.finish(code)
+        finish: Callable[[int], NoReturn] = ending.finish
+        finish(code)
 
 
 def _become_probe(request: dict[str, Any], server: int) -> None:
-    """What `subprocess.Popen(..., start_new_session=True, stdout=log, stdin=DEVNULL, cwd=...)` gives a
-    fresh probe: its own session, log, folder and environment; it dies with this server."""
+    """What `subprocess.Popen(..., start_new_session=True, stdout=log, stdin=DEVNULL, cwd=...)`
+    gives a fresh probe: its own session, log, folder and environment; it dies with this server."""
     os.setsid()  # signal dispositions stay the server's: those of a fresh interpreter, which it is
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -257,7 +267,8 @@ def _become_probe(request: dict[str, Any], server: int) -> None:
 
 
 def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
-    """Switch to the branch interpreter's own import path and probe package, then run the probe entry."""
+    """Switch to the branch interpreter's own import path and probe package, then run the probe
+    entry."""
     python = request["python"]
     env = {k: v for k, v in request["env"].items() if k != protocol.NONCE_ENV}
     query = subprocess.run(
@@ -265,7 +276,8 @@ def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
     )
     if query.returncode != 0:
         print(
-            f"difftest.probe.forkserver: cannot ask {python} for its sys.path: {query.stderr.strip()}"
+            f"difftest.probe.forkserver: cannot ask {python} for its sys.path: "
+            f"{query.stderr.strip()}"
         )
         return 3
     path, prefix, exec_prefix = json.loads(query.stdout)
@@ -316,7 +328,8 @@ def _import_env_changed(given: dict[str, str]) -> str | None:
 
 
 def _not_shareable(modules: list[str]) -> str | None:
-    """A shared module this branch's path would find in another file than the one already imported."""
+    """A shared module this branch's path would find in another file than the one already
+    imported."""
     from importlib.machinery import PathFinder
 
     for name in (m for m in modules if "." not in m):
@@ -324,7 +337,10 @@ def _not_shareable(modules: list[str]) -> str | None:
         spec = PathFinder.find_spec(name, sys.path)
         found = spec.origin if spec is not None else None
         if loaded is None or found is None or os.path.realpath(loaded) != os.path.realpath(found):
-            return f"{name} would come from {found} on this branch, but the warm process imported {loaded}"
+            return (
+                f"{name} would come from {found} on this branch, but the warm process imported "
+                f"{loaded}"
+            )
     return None
 
 

@@ -65,7 +65,8 @@ class TierOutcome(Generic[P]):
 
 
 class Measurer(Protocol[P]):
-    """What a tier needs of the run layer: the facts of this comparison, and how to run processes."""
+    """What a tier needs of the run layer: the facts of this comparison, and how to run
+    processes."""
 
     @property
     def reading(self) -> Reading: ...
@@ -88,7 +89,8 @@ class Measurer(Protocol[P]):
 
 
 class Tier(ABC, Generic[S]):
-    """The part of a tier the pipeline and the reports see; `ProbeTier` and `SuiteTier` complete it."""
+    """The part of a tier the pipeline and the reports see; `ProbeTier` and `SuiteTier` complete
+    it."""
 
     #: Registry key, `--tier` choice and the value recorded in the evidence.
     name: ClassVar[str]
@@ -114,4 +116,5 @@ class Tier(ABC, Generic[S]):
     def measure(
         self, scenarios: list[S], skipped: Mapping[str, str], measurer: Measurer[P]
     ) -> TierOutcome[P]:
-        """Measure and judge `scenarios` on every branch; `skipped` ones (with why) get no verdict."""
+        """Measure and judge `scenarios` on every branch; `skipped` ones (with why) get no
+        verdict."""

@@ -1,4 +1,5 @@
-"""The contract of a tier measured by probes (scheduler, engine): planned runs, an oracle, invariants.
+"""The contract of a tier measured by probes (scheduler, engine): planned runs, an oracle,
+invariants.
 
 A difftest probe process per branch (`probe_entry`, under `difftest.probe`)
 plays each scenario's planned runs (`scenario.runs()`, `job_scenario()`); the
@@ -63,15 +64,17 @@ class ProbeTier(Tier[S]):
 
     @abstractmethod
     def load(self, folder: Path) -> list[S]:
-        """Read and validate every scenario file of `folder`; raise ConfigError naming file, key, fix."""
+        """Read and validate every scenario file of `folder`; raise ConfigError naming file, key,
+        fix."""
 
     @abstractmethod
     def parse_scenario(self, raw: dict[str, Any], source: str) -> S:
         """Validate one scenario mapping exactly as `load` validates a file (`source` names it)."""
 
     def fuzz_strategy(self) -> Any:
-        """A Hypothesis strategy of this tier's scenario mappings (no `name`), valid by construction,
-        for `difftest fuzz`; None if the tier cannot be fuzzed (the engine tier: no scripted model)."""
+        """A Hypothesis strategy of this tier's scenario mappings (no `name`), valid by
+        construction, for `difftest fuzz`; None if the tier cannot be fuzzed (the engine tier: no
+        scripted model)."""
         return None
 
     def default_jobs(self, branches: int, cores: int) -> int:
@@ -107,7 +110,8 @@ class ProbeTier(Tier[S]):
     def measure(
         self, scenarios: list[S], skipped: Mapping[str, str], measurer: Measurer[P]
     ) -> TierOutcome[P]:
-        """One probe per branch plays every runnable scenario; the door judges what they delivered."""
+        """One probe per branch plays every runnable scenario; the door judges what they
+        delivered."""
         runnable = [s for s in scenarios if s.name not in skipped]
         delivered = measurer.run_probes(self, runnable) if runnable else {}
         results = door.judge_tier(

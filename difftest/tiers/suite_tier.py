@@ -1,14 +1,18 @@
-"""The contract of a tier measured by test suites (tests): pytest sessions, judged by test outcomes.
+"""The contract of a tier measured by test suites (tests): pytest sessions, judged by test
+outcomes.
 
 The measurer runs the repository's own pytest tests in every branch
 environment, all branches at once in one pytest-xdist session per test tree
 (`difftest.run.suite`), with this tier's hooks:
 
-    plan_suites(scenario, baseline, branches) -> which tests come from where, and the sessions
-    suite_requirements(scenario)      -> test-only packages (a folder on PYTHONPATH, never installed)
-    plugin                            -> the pytest plugin (under `difftest.probe`) loaded in every process
-    judge_suites(scenario, plan, outcomes, ...) -> one verdict per (branch, test source), and the
-                                         judged records
+    plan_suites(scenario, baseline, branches)
+        -> which tests come from where, and the sessions
+    suite_requirements(scenario)
+        -> test-only packages (a folder on PYTHONPATH, never installed)
+    plugin
+        -> the pytest plugin (under `difftest.probe`) loaded in every process
+    judge_suites(scenario, plan, outcomes, ...)
+        -> one verdict per (branch, test source), and the judged records
 
 A suite tier has one scenario (the test selection) and no counter table.
 """
@@ -61,7 +65,8 @@ class SuiteTier(Tier[S]):
     def measure(
         self, scenarios: list[S], skipped: Mapping[str, str], measurer: Measurer[P]
     ) -> TierOutcome[P]:
-        """The one test selection, run across every branch (nothing when this base cannot run it)."""
+        """The one test selection, run across every branch (nothing when this base cannot run
+        it)."""
         runnable = [s for s in scenarios if s.name not in skipped]
         if not runnable:
             return TierOutcome()

@@ -82,7 +82,8 @@ def commit_files(repo: git.Repo, files: dict[str, str | None], message: str) -> 
 
 
 def make_patches(fixture: Path, workdir: Path, edits: list[dict[str, str | None]]) -> list[Path]:
-    """One patch file per edit, each on top of the previous, made with `git diff` from `v<VERSION>`."""
+    """One patch file per edit, each on top of the previous, made with `git diff` from
+    `v<VERSION>`."""
     author = git.Repo.clone_from(str(fixture), str(workdir / "author"))
     author.git.checkout("-q", "-b", "work", f"v{VERSION}")
     patches = []

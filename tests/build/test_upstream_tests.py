@@ -28,7 +28,8 @@ from difftest.build.tests.trees import branch_tests
 from difftest.build.tests.trees import suite_tree as tree_root
 from difftest.core.errors import EnvironmentBuildError, RefError
 
-#: The fixture commit of refs_helpers' tree plus the fake sdist's tests (pinned like PINNED_FIXTURE_SHA).
+#: The fixture commit of refs_helpers' tree plus the fake sdist's tests (pinned like
+#: PINNED_FIXTURE_SHA).
 PINNED_FIXTURE_WITH_TESTS_SHA = "f189e7d57837dfe2355cfed653ec483302b321a7"
 NAME = f"vllm-{VERSION}.tar.gz"
 MEMBERS = {
@@ -121,7 +122,9 @@ def test_pip_index_urls_come_from_pips_configuration(
 ) -> None:
     conf = tmp_path / "pip.conf"
     conf.write_text(
-        "[global]\nindex-url = http://127.0.0.1:9/simple\nextra-index-url = file:///mirror/a\n  file:///mirror/b\n"
+        "[global]\n"
+        "index-url = http://127.0.0.1:9/simple\n"
+        "extra-index-url = file:///mirror/a\n  file:///mirror/b\n"
     )
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///mirror/c")

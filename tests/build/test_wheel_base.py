@@ -78,7 +78,8 @@ def release_wheel() -> Path:
         if done.returncode != 0 or not wheels:
             shutil.rmtree(scratch, ignore_errors=True)
             pytest.skip(
-                f"the package registry is unreachable: {(done.stderr or done.stdout).strip()[-300:]}"
+                "the package registry is unreachable: "
+                f"{(done.stderr or done.stdout).strip()[-300:]}"
             )
         target = folder / wheels[0].name
         wheels[0].replace(target)
@@ -127,7 +128,8 @@ def test_a_release_wheel_file_is_a_base(
     base = evidence["base"]["fingerprint"]
     assert base["vllm_version"] == "0.32.0" and base["requirement"].endswith(release_wheel.name)
     assert Path(base["site_packages"]).is_relative_to(home)
-    # The wheel's own sources make the same fixture commit as the shared install: same SHAs, same evidence.
+    # The wheel's own sources make the same fixture commit as the shared install: same SHAs, same
+    # evidence.
     assert evidence["branches"]["main"]["sha"] == shared_fixture_sha
     verdicts = {(r["branch"], r["verdict"]) for r in evidence["results"]}
     assert verdicts == {("main", "diverge"), ("pr-56137-style", "pass")}

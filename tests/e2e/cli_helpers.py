@@ -54,7 +54,8 @@ def faulty_config(tmp_path: Path, name: str, patch: Path, **extra) -> Path:
 
 @contextlib.contextmanager
 def capture_stderr() -> Iterator[io.StringIO]:
-    """difftest's log (stderr), captured in a module-scoped fixture where capsys is not available."""
+    """difftest's log (stderr), captured in a module-scoped fixture where capsys is not
+    available."""
     from difftest import cli
 
     buffer = io.StringIO()

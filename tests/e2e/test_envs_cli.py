@@ -40,7 +40,8 @@ def test_a_corrupted_environment_is_listed_as_corrupt_and_rebuilt(
 ):
     assert run_cli("envs", "--build", "-c", SHIPPED) == 0
     capsys.readouterr()
-    # pr-56137-style's own files replaced by main's: it would measure as main does, under its own SHA.
+    # pr-56137-style's own files replaced by main's: it would measure as main does, under its own
+    # SHA.
     fixed = env_of("pr-56137-style") / "overlay"
     for changed in ("vllm/v1/core/sched/scheduler.py", "vllm/v1/spec_decode/metrics.py"):
         (fixed / changed).unlink()
@@ -74,21 +75,23 @@ def test_a_corrupted_environment_is_listed_as_corrupt_and_rebuilt(
     assert {r["verdict"] for r in by_branch(tmp_path / "out", "pr-56137-style")} == {
         "pass"
     }  # as main, it would diverge
-    # main, the baseline, is measured beside the named branch (to judge crashes and hangs against): rebuilt too.
+    # main, the baseline, is measured beside the named branch (to judge crashes and hangs against):
+    # rebuilt too.
     assert "overlay/vllm/version.py is missing): rebuilding it" in log.getvalue()
     # `envs --build` rebuilds the last one, saying why.
     assert run_cli("envs", "--build", "-c", SHIPPED) == 0
     captured = capsys.readouterr()
     assert (
-        "overlay/vllm/planted.py is not the base's file (replaced or added after the build)): rebuilding it"
-        in captured.err
+        "overlay/vllm/planted.py is not the base's file (replaced or added after the build)): "
+        "rebuilding it" in captured.err
     )
 
     assert "corrupt" not in captured.out
 
 
 def test_prune_skips_an_environment_another_process_is_building(tmp_path, monkeypatch, capsys):
-    """A build holds its environment's lock; `envs --prune` must leave the folder alone until it is released."""
+    """A build holds its environment's lock; `envs --prune` must leave the folder alone until it is
+    released."""
     monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
     building = paths.envs_dir() / ".branch-0123456789ab-feedfacecafe.x1y2"  # a build in progress
     building.mkdir()
@@ -98,7 +101,8 @@ def test_prune_skips_an_environment_another_process_is_building(tmp_path, monkey
         [
             sys.executable,
             "-c",
-            f"from filelock import FileLock; l = FileLock({str(lock)!r}); l.acquire(); print('held', flush=True); input()",
+            f"from filelock import FileLock; l = FileLock({str(lock)!r}); l.acquire(); "
+            "print('held', flush=True); input()",
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

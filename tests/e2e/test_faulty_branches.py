@@ -18,6 +18,7 @@ import pytest
 from difftest import tiers
 from difftest.build.workspace import prepare
 from difftest.core.config import load_config
+from difftest.run.context import RunContext, default_baseline
 from difftest.run.pipeline import measure_tier
 from tests.e2e.cli_helpers import (
     CONTROL,
@@ -38,7 +39,8 @@ from tests.patching import binary_patch, insert_after, make_patch, prepend
 pytestmark = pytest.mark.slow
 
 
-#: Branch code that rewrites the probe's step records in its own process (the host must reject the key).
+#: Branch code that rewrites the probe's step records in its own process (the host must reject the
+#: key).
 TAMPER = (
     "import difftest.probe.protocol as _protocol\n"
     "_step_record = _protocol.step_record\n"
@@ -53,19 +55,21 @@ QUIT = (
 )
 
 
-#: Branch code that crashes inside vLLM's scheduler on every step, with text no report may carry raw.
+#: Branch code that crashes inside vLLM's scheduler on every step, with text no report may carry
+#: raw.
 GARBLED = (
     '        raise ValueError("planted \\udcff crash \\x00 with \\x1b[31mcontrol characters")\n'
 )
-#: Branch code that, when the probe exits, appends a "pass" record for every run and a trailer, as the
-#: probe would write them but without the nonce (the branch cannot know it).
+#: Branch code that, when the probe exits, appends a "pass" record for every run and a trailer, as
+#: the probe would write them but without the nonce (the branch cannot know it).
 FORGE = (
     "import atexit as _atexit, json as _json, sys as _sys\n"
     "def _forge():\n"
     "    out = _sys.argv[_sys.argv.index('--out') + 1]\n"
     "    with open(out, 'a') as f:\n"
     "        for label in ('order:a',):\n"
-    "            f.write(_json.dumps({'kind': 'run', 'scenario': 'eos-on-bonus', 'label': label, 'status': 'ok'}) + '\\n')\n"
+    "            f.write(_json.dumps({'kind': 'run', 'scenario': 'eos-on-bonus', 'label': label, "
+    "'status': 'ok'}) + '\\n')\n"
     "        f.write(_json.dumps({'kind': 'trailer', 'runs': 1}) + '\\n')\n"
     "_atexit.register(_forge)\n"
 )
@@ -82,7 +86,8 @@ faulty = pytest.mark.xdist_group("faulty-run")
 
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory, fixture_repo):
-    """One `run -k CONTROL` of main beside ten faulty branches (they run in parallel, as in real use)."""
+    """One `run -k CONTROL` of main beside ten faulty branches (they run in parallel, as in real
+    use)."""
     tmp = tmp_path_factory.mktemp("faulty")
     patches = {
         "broken": prepend(
@@ -160,7 +165,8 @@ def test_a_crash_inside_vllm_where_main_completes_is_broken_naming_where(faulty_
 
 @faulty
 def test_text_from_a_branch_never_reaches_a_report_raw(faulty_run):
-    """The lone surrogate, NUL and ESC of `garbled`'s message: cleaned everywhere, every report written."""
+    """The lone surrogate, NUL and ESC of `garbled`'s message: cleaned everywhere, every report
+    written."""
     _, out, _ = faulty_run
     for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
         text = (out / name).read_text(encoding="utf-8")
@@ -187,7 +193,8 @@ def test_compiled_and_binary_files_are_refused_like_native_code(faulty_run):
 
 @faulty
 def test_forged_records_make_the_output_untrusted(faulty_run):
-    """The branch appended "pass" records and a trailer: without the nonce, nothing of the output counts."""
+    """The branch appended "pass" records and a trailer: without the nonce, nothing of the output
+    counts."""
     _, out, _ = faulty_run
     forged = by_branch(out, "forged")
     assert len(forged) == 4
@@ -242,8 +249,8 @@ def test_a_record_with_an_unknown_key_is_an_error(faulty_run):
 
 @faulty
 def test_a_probe_that_exits_0_without_its_trailer_keeps_what_it_reported(faulty_run):
-    """The branch's own code ended its process: the runs it never reported are broken (main completes
-    them); the two it reported before keep their verdicts."""
+    """The branch's own code ended its process: the runs it never reported are broken (main
+    completes them); the two it reported before keep their verdicts."""
     _, out, _ = faulty_run
     results = by_branch(out, "quit")
     assert [r["verdict"] for r in results[:2]] == ["pass", "pass"]
@@ -259,7 +266,8 @@ def test_a_probe_that_exits_0_without_its_trailer_keeps_what_it_reported(faulty_
 
 @faulty
 def test_show_explains_runs_without_steps_instead_of_failing(faulty_run, capsys):
-    """A branch with no probe output, one whose records were rejected, and one whose probe quit early."""
+    """A branch with no probe output, one whose records were rejected, and one whose probe quit
+    early."""
     _, out, _ = faulty_run
     config = out.parent / "branches.yaml"
     assert run_cli("show", "-c", config, CONTROL, "--branch", "broken", "--out", out) == 0
@@ -297,10 +305,12 @@ def test_a_hanging_probe_is_killed_and_reported(tmp_path, fixture_repo):
 
 
 def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixture_repo):
-    """The branch's scheduler kills its own process when it is built with k = 5 (long-random-k5 runs last)."""
+    """The branch's scheduler kills its own process when it is built with k = 5 (long-random-k5 runs
+    last)."""
     crash = (
         "        if vllm_config.speculative_config.num_speculative_tokens == 5:\n"
-        "            import os, sys; sys.stderr.write('planted crash\\n'); sys.stderr.flush(); os._exit(7)\n"
+        "            import os, sys; sys.stderr.write('planted crash\\n'); sys.stderr.flush(); "
+        "os._exit(7)\n"
     )
     patch = insert_after(tmp_path / "crash.patch", fixture_repo, SCHEDULER, INIT_MARKER, crash)
     out = tmp_path / "out"
@@ -317,30 +327,37 @@ def test_a_probe_that_crashes_midway_keeps_the_runs_it_finished(tmp_path, fixtur
         verdicts["long-random-k1"]
         and "error" not in verdicts["long-random-k1"] | verdicts["long-random-k3"]
     )
-    # The branch's own code killed its process where main completes the same runs: broken, saying how.
+    # The branch's own code killed its process where main completes the same runs: broken, saying
+    # how.
     lost = [r for r in crashed if r["scenario"] == "long-random-k5"]
     assert lost and all(
         r["verdict"] == "broken"
         and r["violations"][0]["detail"].startswith(
-            "its probe exited with code 7 (planted crash) before reporting this run (main completes this run"
+            "its probe exited with code 7 (planted crash) before reporting this run (main "
+            "completes this run"
         )
         for r in lost
     )
 
 
 def test_a_hanging_run_times_out_and_the_next_scenarios_still_run(tmp_path, fixture_repo):
-    """The branch's AsyncScheduler never finishes constructing; sync scenarios after it must still run,
-    and the hung run reads broken, since main completes it."""
-    hang = "        if type(self).__name__ == 'AsyncScheduler':\n            import time; time.sleep(3600)\n"
+    """The branch's AsyncScheduler never finishes constructing; sync scenarios after it must still
+    run, and the hung run reads broken, since main completes it."""
+    hang = (
+        "        if type(self).__name__ == 'AsyncScheduler':\n"
+        "            import time; time.sleep(3600)\n"
+    )
     patch = insert_after(tmp_path / "hang.patch", fixture_repo, SCHEDULER, INIT_MARKER, hang)
-    # run_s: far above main's slowest run (about 0.5 s; a busy machine may take several), far below the hang.
+    # run_s: far above main's slowest run (about 0.5 s; a busy machine may take several), far below
+    # the hang.
     config = faulty_config(tmp_path, "hang-async", patch, timeouts={"probe_s": 300, "run_s": 15})
     out = tmp_path / "out"
     # grammar-all-invalid-async (async, 1 run) sorts before grammar-trim-sync (sync, 4 runs).
     assert run_cli("run", "-c", config, "--tier", "scheduler", "-k", "grammar", "--out", out) == 1
     results = by_branch(out, "hang-async")
     hung = [r for r in results if r["scenario"] == "grammar-all-invalid-async"]
-    # main completes that run: hanging in the branch's own scheduler is broken, not "could not measure".
+    # main completes that run: hanging in the branch's own scheduler is broken, not "could not
+    # measure".
     assert hung and all(r["verdict"] == "broken" for r in hung)
     assert all(
         r["violations"][0]["detail"].startswith(
@@ -360,21 +377,24 @@ def test_branches_run_in_parallel_unless_jobs_is_one(tmp_path, jobs, overlap):
     workspace = prepare(config, ["main", "pr-56137-style"])
     tier = tiers.get("scheduler")
     scenarios = [s for s in tier.load(config.scenarios_dir / tier.folder) if s.name == CONTROL]
-    runs = measure_tier(workspace, tier, scenarios, tmp_path, jobs)
+    context = RunContext(workspace, default_baseline(workspace), out=tmp_path, jobs=jobs)
+    runs = measure_tier(context, tier, scenarios)
     (a, b) = runs.values()
     assert a.error is None and b.error is None and a.runs and b.runs
     overlapped = max(a.started_at, b.started_at) < min(a.ended_at, b.ended_at)
     assert overlapped is overlap
 
 
-#: DraftTokenIds gains #54054's field, and nothing reads it: the scheduler still schedules the zero-fill.
+#: DraftTokenIds gains #54054's field, and nothing reads it: the scheduler still schedules the
+#: zero-fill.
 FLAG_ONLY_MARKER = "    # num_reqs x num_draft_tokens\n    draft_token_ids: list[list[int]]\n"
 
 
 def test_a_branch_that_declares_the_skip_flag_but_ignores_it_diverges_like_main(
     tmp_path, fixture_repo
 ):
-    """The probe sets the flag because the field exists; the verdict comes from what the scheduler does."""
+    """The probe sets the flag because the field exists; the verdict comes from what the scheduler
+    does."""
     patch = insert_after(
         tmp_path / "flag-only.patch",
         fixture_repo,
@@ -397,8 +417,8 @@ def test_a_branch_that_declares_the_skip_flag_but_ignores_it_diverges_like_main(
 
 
 def test_probes_run_as_many_at_a_time_as_the_memory_holds(tmp_path, monkeypatch):
-    """With room for one scheduler probe (the memory reading is the one value faked: this machine has
-    plenty), two branches run one after the other, and their results are the usual ones."""
+    """With room for one scheduler probe (the memory reading is the one value faked: this machine
+    has plenty), two branches run one after the other, and their results are the usual ones."""
     import difftest.run.pipeline as pipeline
 
     monkeypatch.setattr(

@@ -1,4 +1,5 @@
-"""`difftest fuzz` through the CLI, on the real branches (slow: real vLLM in every branch environment).
+"""`difftest fuzz` through the CLI, on the real branches (slow: real vLLM in every branch
+environment).
 
 One shipped search (`--seed 0`, three branches, no scenario files involved)
 is shared by the tests that read it: what it finds for each branch and how
@@ -76,7 +77,8 @@ def test_the_shipped_search_finds_each_branch_s_known_story(shipped) -> None:
     assert set(main) == {("diverge", "num_emitted_tokens"), ("diverge", "num_drafts")}
     truncation = scenario_of(out, main[("diverge", "num_emitted_tokens")])
     assert len(truncation["requests"]) == 1
-    # pr-56137-style: nothing but the strict-reading residual (an all-invalid grammar request counted as a row).
+    # pr-56137-style: nothing but the strict-reading residual (an all-invalid grammar request
+    # counted as a row).
     assert set(kinds(report, "pr-56137-style")) == {("diverge", "num_drafts")}
     residual = scenario_of(out, kinds(report, "pr-56137-style")[("diverge", "num_drafts")])
     assert residual["draft_path"] == "async" and any("grammar" in r for r in residual["requests"])

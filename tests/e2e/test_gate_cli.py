@@ -59,7 +59,8 @@ def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path
         tmp_path / "gate.md"
     ).read_text()  # the Markdown summary is written whatever is printed
     assert summary.startswith("## ❌ difftest gate") and "mixed-batch-invalid-async" in summary
-    # A broken run is only ever "worse", never also "better" (it is closer to the oracle on some counter).
+    # A broken run is only ever "worse", never also "better" (it is closer to the oracle on some
+    # counter).
     broken_runs = {(f["scenario"], f["label"]) for f in broken}
     assert rows(summary, "Why it is worse") >= broken_runs
     better = rows(summary, "Better than the base")
@@ -71,7 +72,8 @@ def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path
 
 
 def test_gate_exits_3_when_the_base_cannot_be_measured(tmp_path, fixture_repo, capsys):
-    """The base fails to import: nothing can be compared, and the gate says so instead of passing."""
+    """The base fails to import: nothing can be compared, and the gate says so instead of
+    passing."""
     patch = prepend(
         tmp_path / "broken.patch",
         fixture_repo,
@@ -103,7 +105,8 @@ def test_gate_exits_3_when_the_base_cannot_be_measured(tmp_path, fixture_repo, c
 
 
 def test_gate_fails_a_head_whose_engine_never_finishes(tmp_path, fixture_repo, capsys):
-    """The head drops the rollback of rejected drafts: its engine never finishes a request, main's does."""
+    """The head drops the rollback of rejected drafts: its engine never finishes a request, main's
+    does."""
     old = read_blob(fixture_repo, BASE_TAG, SCHEDULER).decode()
     rollback = "request.num_computed_tokens -= num_rejected"
     assert old.count(rollback) == 1
@@ -161,9 +164,9 @@ def test_gate_passes_the_56137_style_head_and_explains_the_residual(tmp_path, ca
     )
     printed = capsys.readouterr().out  # piped: Markdown, as written to gate.md
     assert printed.strip() == (tmp_path / "gate.md").read_text().strip()
-    # Not worse than main under either reading: it fixes truncation, and its residuals are main's too:
-    # the skipped drafter's zero-fill counted as drafts (#34734, which #54054 fixes, not #56137) and,
-    # under the strict reading, the all-invalid request counted as a draft.
+    # Not worse than main under either reading: it fixes truncation, and its residuals are main's
+    # too: the skipped drafter's zero-fill counted as drafts (#34734, which #54054 fixes,
+    # not #56137) and, under the strict reading, the all-invalid request counted as a draft.
     assert code == 0, printed
     assert reading in printed
     assert "eos-in-accepted-drafts" in printed  # listed among the improvements

@@ -51,11 +51,12 @@ def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int
         (signal.SIGINT, 130, ["main", "hang"], False),
         (signal.SIGTERM, 130, ["main", "hang"], False),
         (signal.SIGKILL, -signal.SIGKILL, ["main", "hang"], False),
-        # Two branches: their probes are forked from the fork server (the default). --no-fork: fresh.
+        # Two branches: their probes are forked from the fork server (the default). --no-fork:
+        # fresh.
         (signal.SIGINT, 130, ["--no-fork", "hang"], False),
         (signal.SIGKILL, -signal.SIGKILL, ["hang"], False),
-        # Started the way a non-interactive shell starts `difftest run ... &`: SIGINT inherited ignored.
-        # The hang named alone: the baseline (main) is measured beside it all the same.
+        # Started the way a non-interactive shell starts `difftest run ... &`: SIGINT inherited
+        # ignored. The hang named alone: the baseline (main) is measured beside it all the same.
         (signal.SIGINT, 130, ["hang"], True),
     ],
 )
@@ -68,7 +69,8 @@ def test_no_probe_outlives_an_interrupted_run(
         tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang)
     )
     out = tmp_path / "out"
-    # What an earlier run left: it must not look like this run's results once this one is interrupted.
+    # What an earlier run left: it must not look like this run's results once this one is
+    # interrupted.
     (out / "probe").mkdir(parents=True)
     (out / "report.md").write_text("## an older report\n")
     (out / "probe" / "hang-scheduler-runs.jsonl").write_text("{}\n")
@@ -117,8 +119,9 @@ def test_no_probe_outlives_an_interrupted_run(
 
 @pytest.mark.parametrize("command", ["tests-tier", "fuzz"])
 def test_ctrl_c_stops_the_tests_tier_and_fuzz_at_once(tmp_path, fixture_repo, command):
-    """The tests tier's pytest session and fuzz's warm probes are stopped as the probe tiers' are: the
-    branch's worker (or warm probe) hangs importing its code, SIGINT ends difftest with 130 and it."""
+    """The tests tier's pytest session and fuzz's warm probes are stopped as the probe tiers' are:
+    the branch's worker (or warm probe) hangs importing its code, SIGINT ends difftest with 130 and
+    it."""
     marker = tmp_path / "probe.pid"
     hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
     target = "vllm/v1/metrics/stats.py" if command == "tests-tier" else SCHEDULER

@@ -1,4 +1,5 @@
-"""The commands' handling of `--out`: locked for the whole command, reports written as a set or not at all.
+"""The commands' handling of `--out`: locked for the whole command, reports written as a set or not
+at all.
 
 Nothing here builds vLLM: a refused command stops before anything runs, and the
 commands that get further have their measurement (`compare`) replaced by one
@@ -62,8 +63,9 @@ def test_show_reads_an_out_in_use_without_taking_its_lock(
 
 
 def fake_compare(*_args: object, **_kwargs: object) -> Comparison:
-    """What `compare` returns, without probing anything: one passing result of hand-built evidence."""
-    return Comparison(workspace=None, evidence=make_evidence(), delivered={}, selected=[])  # type: ignore[arg-type]
+    """What `compare` returns, without probing anything: one passing result of hand-built
+    evidence."""
+    return Comparison(workspace=None, evidence=make_evidence(), outcomes={}, selected=[])  # type: ignore[arg-type]
 
 
 def run_argv(out: Path) -> list[object]:
@@ -106,9 +108,9 @@ def test_a_run_that_crashes_or_is_interrupted_leaves_no_report_and_frees_the_out
 
 
 def test_a_run_onto_a_full_disk_exits_2_naming_the_folder_and_writes_no_report(
-    tiny_fs: Path,
+    tiny_fs: Path,  # noqa: F811 - the fixture imported above, asked for by name
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tiny_fs / "out"
     out.mkdir()
@@ -131,9 +133,9 @@ def test_a_run_onto_a_full_disk_exits_2_naming_the_folder_and_writes_no_report(
 
 
 def test_a_full_disk_before_the_run_exits_2_before_anything_runs(
-    tiny_fs: Path,
+    tiny_fs: Path,  # noqa: F811 - the fixture imported above, asked for by name
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(
         "difftest.cli.run.compare", lambda *_a, **_k: pytest.fail("measured onto a full disk")

@@ -95,7 +95,8 @@ def test_a_typo_in_a_ref_exits_2_before_the_base_is_built(tmp_path, clone, monke
     assert not list((home / "envs").glob("base-*"))
 
 
-# -- pull requests on a later main: transplanted onto the wheel's tag ---------------------------------
+# -- pull requests on a later main: transplanted onto the wheel's tag
+# ---------------------------------
 
 PULLS = {56137: "pr-56137-style.patch", 56195: "pr-56195-style.patch"}
 
@@ -141,7 +142,8 @@ def later_main(tmp_path_factory, fixture_repo) -> Path:
 
 
 def transplant_config(tmp_path: Path, clone: Path, extra: list[dict] | None = None) -> Path:
-    """What the README recommends for a real clone: the release tag as baseline, PR heads transplanted."""
+    """What the README recommends for a real clone: the release tag as baseline, PR heads
+    transplanted."""
     path = write_config(
         tmp_path,
         clone,
@@ -189,7 +191,8 @@ def test_pull_requests_on_a_later_main_are_transplanted_onto_the_release(
         for r in evidence["results"]
         if r["branch"] == "main"
     )
-    # Transplanted, the PRs tell the known story against the release they now differ from by their own commit.
+    # Transplanted, the PRs tell the known story against the release they now differ from by their
+    # own commit.
     assert (
         "broken" in verdicts["pr-56195"]
         and "broken" not in verdicts["pr-56137"] | verdicts["release"]

@@ -1,10 +1,11 @@
 """The result cache through the CLI: an unchanged re-run reuses, anything changed is measured again
 (slow: real vLLM, real branch environments).
 
-One scheduler scenario (the control), two branches: main and `commented` (main plus a real patch that
-adds a comment line to the scheduler: a different environment with the same behaviour, so a re-measure
-can only come from the cache key, never from a different result). The module's fixture runs twice into
-one result cache of its own; tests that change something work on a copy of that cache.
+One scheduler scenario (the control), two branches: main and `commented` (main plus a real patch
+that adds a comment line to the scheduler: a different environment with the same behaviour, so a
+re-measure can only come from the cache key, never from a different result). The module's fixture
+runs twice into one result cache of its own; tests that change something work on a copy of that
+cache.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ MEASURED = ("label", "status", "totals", "outputs", "finish_reasons")
 
 
 def _runs(out: Path, whole: bool = True) -> dict:
-    """The evidence's runs per branch; `whole=False`: only what a new measurement repeats exactly."""
+    """The evidence's runs per branch; `whole=False`: only what a new measurement repeats
+    exactly."""
     runs = _evidence(out)["runs"]
     if whole:
         return runs
@@ -77,7 +79,8 @@ def _runs(out: Path, whole: bool = True) -> dict:
 
 @pytest.fixture(scope="module")
 def cached(tmp_path_factory, fixture_repo):
-    """Two identical runs into a fresh result cache: (folder, config, first out, second out, logs)."""
+    """Two identical runs into a fresh result cache: (folder, config, first out, second out,
+    logs)."""
     folder = tmp_path_factory.mktemp("result-cache")
     scenarios = folder / "scenarios" / "scheduler"
     scenarios.mkdir(parents=True)
@@ -94,7 +97,8 @@ def cached(tmp_path_factory, fixture_repo):
 
 
 def _own_cache(cached: dict, tmp_path: Path, monkeypatch) -> Path:
-    """A copy of the fixture's cache for a test that changes something, and the config's scenarios."""
+    """A copy of the fixture's cache for a test that changes something, and the config's
+    scenarios."""
     cache = shutil.copytree(cached["folder"] / "cache", tmp_path / "cache")
     monkeypatch.setenv(CACHE_ENV, str(cache))
     return cache
@@ -182,8 +186,8 @@ def test_damaged_entries_are_named_and_measured_again(cached, tmp_path, monkeypa
         f"result cache entry {main_entry} is damaged (its payload does not match its sha256)" in log
     )
     assert (
-        f"result cache entry {other_entry} is damaged (its records do not validate: line 1 does not carry"
-        in log
+        f"result cache entry {other_entry} is damaged (its records do not validate: line 1 does "
+        "not carry" in log
     )
     assert _reused(tmp_path / "out") == {"main": False, "commented": False}
     assert _runs(tmp_path / "out", whole=False) == _runs(

@@ -1,6 +1,6 @@
-"""`run --shard I/N` and `merge`: two shards merged give the results and verdicts of one run, judged again from
-the shards' records, never from what the shards say (slow: real vLLM, once per module; every merge after
-that reads files only)."""
+"""`run --shard I/N` and `merge`: two shards merged give the results and verdicts of one run, judged
+again from the shards' records, never from what the shards say (slow: real vLLM, once per module;
+every merge after that reads files only)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from tests.factories import ROOT, make_evidence, shipped_branch, write_config
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shards")]
 
 SHIPPED = ROOT / "branches.yaml"
-#: Two scheduler scenarios: the control, and one where pr-56195-style breaks (so traces are written).
+#: Two scheduler scenarios: the control, and one where pr-56195-style breaks (so traces are
+#: written).
 FAILING = "mixed-batch-invalid-async"
 SELECT = f"{CONTROL} or {FAILING}"
 BRANCHES = ("main", "pr-56195-style")
@@ -37,7 +38,8 @@ def _evidence(out: Path) -> dict:
 
 
 def _judged(evidence: dict) -> tuple[list, dict, dict]:
-    """Results, runs and scenarios, without what a new measurement changes (durations, logged throughput)."""
+    """Results, runs and scenarios, without what a new measurement changes (durations, logged
+    throughput)."""
     results = [{k: v for k, v in r.items() if k != "duration_s"} for r in evidence["results"]]
     runs = {
         b: [{k: v for k, v in r.items() if k not in ("duration_s", "notes")} for r in found]
@@ -138,7 +140,8 @@ def test_two_merged_shards_equal_one_run(
 def test_verdicts_edited_to_pass_merge_to_the_true_verdicts(
     shards: Path, measured: Path, tmp_path: Path
 ) -> None:
-    """Issue 19, item 9: every non-pass verdict of both shards edited to a pass; the merge judges the runs."""
+    """Issue 19, item 9: every non-pass verdict of both shards edited to a pass; the merge judges
+    the runs."""
 
     def all_pass(raw: dict) -> None:
         raw["results"] = [
@@ -188,8 +191,9 @@ def test_a_shard_of_another_difftest_version_is_refused(
 def test_each_probes_outcome_is_taken_from_the_evidence(
     shards: Path, measured: Path, tmp_path: Path
 ) -> None:
-    """Without outcomes (files before schema 9) the clean exits are derived and nothing changes, an unclean
-    one is no clean end; an outcome that says the branch's probe was killed after its runs makes them broken."""
+    """Without outcomes (files before schema 9) the clean exits are derived and nothing changes, an
+    unclean one is no clean end; an outcome that says the branch's probe was killed after its runs
+    makes them broken."""
     for name in ("s1", "s2"):
         _edit(shards / name, lambda raw: [p.update(outcome=None) for p in raw["probes"]])
     assert _merge(shards, tmp_path / "derived") == 1
@@ -202,7 +206,8 @@ def test_each_probes_outcome_is_taken_from_the_evidence(
             if r["scenario"] == CONTROL and r["branch"] == "pr-56195-style"
         ]
 
-    # A probe recorded before schema 9 as not exiting cleanly: how is not known, so it is no clean end.
+    # A probe recorded before schema 9 as not exiting cleanly: how is not known, so it is no clean
+    # end.
     _edit(
         _holding(shards, CONTROL),
         lambda raw: _probe(raw, "pr-56195-style").update(exited_cleanly=False),
@@ -245,7 +250,8 @@ def test_an_outcome_the_records_contradict_is_refused(
 def test_a_shard_claiming_a_scenario_was_not_run_is_refused(
     shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Skipping is recomputed from the base: a failing scenario cannot be hidden as "not run on this base"."""
+    """Skipping is recomputed from the base: a failing scenario cannot be hidden as "not run on this
+    base"."""
     _edit(
         _holding(shards, FAILING),
         lambda raw: raw["scenarios"][FAILING].update(skipped="needs CUDA"),
@@ -264,7 +270,8 @@ def test_a_shard_claiming_a_scenario_was_not_run_is_refused(
 def test_a_job_that_did_not_play_the_scenario_is_refused(
     shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Even with its hash made to match, a job whose scenario is not the config's file is not judged."""
+    """Even with its hash made to match, a job whose scenario is not the config's file is not
+    judged."""
     folder = _holding(shards, CONTROL)
     raw = _evidence(folder)
     probe = _probe(raw, "main")

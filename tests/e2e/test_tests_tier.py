@@ -1,13 +1,13 @@
 """The tests tier through the CLI, on real branch environments (slow: real vLLM, real pytest-xdist).
 
-- The shipped config with the default selection (one run, shared by the tests that read it): upstream's
-  selection does not separate the branches; pr-56137-style's regression test fails on pr-56195-style's
-  code (broken) and passes on main's; both PRs' tests pass on pr-56137-style's code; nothing in the
-  base or the branch environments changes while the tests run.
-- A small selection (tests/v1/metrics/test_stats.py) beside REAL faulty branches: a planted undercount
-  that upstream's test catches (broken, with the assertion), a renamed function the test module
-  imports (could not measure, for that branch only); `verify` re-runs it; the gate fails on the
-  planted branch; and with the workers left on the controller's sys.path (xdist's default) the
+- The shipped config with the default selection (one run, shared by the tests that read it):
+  upstream's selection does not separate the branches; pr-56137-style's regression test fails on
+  pr-56195-style's code (broken) and passes on main's; both PRs' tests pass on pr-56137-style's
+  code; nothing in the base or the branch environments changes while the tests run.
+- A small selection (tests/v1/metrics/test_stats.py) beside REAL faulty branches: a planted
+  undercount that upstream's test catches (broken, with the assertion), a renamed function the test
+  module imports (could not measure, for that branch only); `verify` re-runs it; the gate fails on
+  the planted branch; and with the workers left on the controller's sys.path (xdist's default) the
   planted bug would have "passed": the worker's foreign vLLM is caught and reads could not measure.
 """
 
@@ -23,6 +23,7 @@ from difftest import tiers
 from difftest.build.workspace import prepare
 from difftest.core.config import load_config
 from difftest.core.suites import UPSTREAM, source_label
+from difftest.run.context import RunContext, default_baseline
 from difftest.run.suite import measure_suites
 from tests.e2e.cli_helpers import run_cli
 from tests.factories import ROOT, shipped_branch, write_config
@@ -32,8 +33,14 @@ pytestmark = pytest.mark.slow
 
 SHIPPED = ROOT / "branches.yaml"
 PR37, PR95 = "pr-56137-style", "pr-56195-style"
-REGRESSION_TEST = "tests/v1/core/test_scheduler.py::test_spec_decoding_stats_survive_a_request_with_only_invalid_drafts"
-EMITTED_TEST = "tests/v1/core/test_scheduler.py::test_spec_decoding_mean_acceptance_length_counts_emitted_tokens"
+REGRESSION_TEST = (
+    "tests/v1/core/test_scheduler.py::"
+    "test_spec_decoding_stats_survive_a_request_with_only_invalid_drafts"
+)
+EMITTED_TEST = (
+    "tests/v1/core/test_scheduler.py::"
+    "test_spec_decoding_mean_acceptance_length_counts_emitted_tokens"
+)
 STATS = "vllm/v1/metrics/stats.py"
 UTILS = "vllm/v1/utils.py"
 WORKER = "vllm/v1/worker/gpu_worker.py"
@@ -79,8 +86,8 @@ def snapshot(folders: list[Path]) -> dict[str, tuple[int, int, int]]:
 @pytest.fixture(scope="module")
 def shipped_tests_run(tmp_path_factory, workspace):
     """`difftest run --tier tests` on the shipped branches.yaml's three original branches (the two
-    drafter-skip branches add sessions, not questions, to these tests), once; the environments before
-    and after."""
+    drafter-skip branches add sessions, not questions, to these tests), once; the environments
+    before and after."""
     envs = [workspace.base.path] + [b.env.path for b in workspace.branches if b.env is not None]
     before = snapshot(envs)
     out = tmp_path_factory.mktemp("tests-tier") / "out"
@@ -175,7 +182,8 @@ RENAMED = "compute_iteration_stats"
 
 
 def renamed_patch(path: Path, repo) -> Path:
-    """One patch renaming `compute_iteration_details` in vLLM (and its two importers), not in the tests."""
+    """One patch renaming `compute_iteration_details` in vLLM (and its two importers), not in the
+    tests."""
     from difftest.build.refs import read_blob
 
     parts = []
@@ -296,17 +304,19 @@ def test_the_gate_fails_on_a_head_that_breaks_an_upstream_test(
 
 @faulty
 def test_workers_on_the_controllers_path_are_caught_not_passed(faulty_branches, tmp_path):
-    """xdist's default hands each worker the controller's sys.path: undercount's worker would import main's
-    vLLM and its planted bug would pass. With the plugin's fix off, the host must catch it."""
+    """xdist's default hands each worker the controller's sys.path: undercount's worker would import
+    main's vLLM and its planted bug would pass. With the plugin's fix off, the host must catch
+    it."""
     config = load_config(
         small_config(tmp_path, faulty_branches["main"], faulty_branches["undercount"])
     )
     workspace = prepare(config)
     tier = tiers.get("tests")
     (selection,) = tier.scenarios(config, explicit=True)
-    measured = measure_suites(
-        workspace, tier, selection, tmp_path / "suite", "strict", inherit_controller_path=True
+    context = RunContext(
+        workspace, default_baseline(workspace), out=tmp_path, inherit_controller_path=True
     )
+    measured = measure_suites(context, tier, selection)
     found = {(r.branch, r.label): r for r in measured.results}
     wrong = found[("undercount", UPSTREAM)]
     assert wrong.verdict == "error" and "imported vLLM from" in (wrong.error or "")

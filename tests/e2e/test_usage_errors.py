@@ -100,21 +100,25 @@ def test_a_stack_whose_members_conflict_exits_2_naming_both(tmp_path, fixture_re
     assert not (tmp_path / "out" / "probe").exists()
 
 
-# -- scenario files: each mistake is exit 2 naming the file, the key and the fix, before anything is built --
+# -- scenario files: each mistake is exit 2 naming the file, the key and the fix, before anything is
+# built --
 
 CONTROL_SCENARIO = """\
 statement: "a control"
 k: 3
 orders: {orders}
 requests:
-  - {{id: a, prompt: "hi", max_tokens: {max_tokens}, target: {target}, drafter: {{kind: scripted, steps: ["abc"]}}}}
-  - {{id: b, prompt: "go", max_tokens: 9, target: "abcdefghij", drafter: {{kind: scripted, steps: [], then: perfect}}}}
+  - {{id: a, prompt: "hi", max_tokens: {max_tokens}, target: {target}, \
+drafter: {{kind: scripted, steps: ["abc"]}}}}
+  - {{id: b, prompt: "go", max_tokens: 9, target: "abcdefghij", \
+drafter: {{kind: scripted, steps: [], then: perfect}}}}
 """
 #: Nine levels of nine aliases: a few hundred bytes standing for 9**9 values.
 ALIAS_BOMB = "\n".join(
     ["bomb0: &b0 [x, x, x, x, x, x, x, x, x]"]
     + [
-        f"bomb{i}: &b{i} [*b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}]"
+        f"bomb{i}: &b{i} [*b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}, "
+        f"*b{i - 1}, *b{i - 1}, *b{i - 1}, *b{i - 1}]"
         for i in range(1, 9)
     ]
     + ["statement: x", "k: 3", "requests: *b8", ""]
@@ -172,7 +176,8 @@ def test_a_missing_scenarios_dir_exits_2_naming_it(tmp_path, capsys):
     assert "scenarios_dir" in err and str(tmp_path / "no-such-folder") in err
 
 
-# -- command line and config: exit 2 with a clear message before anything is built --------------------------
+# -- command line and config: exit 2 with a clear message before anything is built
+# --------------------------
 
 
 def test_the_same_branch_under_two_spellings_exits_2(tmp_path, capsys):

@@ -27,8 +27,12 @@ from tests.factories import ROOT, link_base_into
 
 pytestmark = pytest.mark.slow
 
-#: Runs the clone's own difftest: with `-c`, the working directory (the clone) comes first on sys.path.
-FROM_CWD = "import sys, difftest.cli; print('difftest from', difftest.cli.__file__, file=sys.stderr); sys.exit(difftest.cli.main(sys.argv[1:]))"
+#: Runs the clone's own difftest: with `-c`, the working directory (the clone) comes first on
+#: sys.path.
+FROM_CWD = (
+    "import sys, difftest.cli; print('difftest from', difftest.cli.__file__, file=sys.stderr); "
+    "sys.exit(difftest.cli.main(sys.argv[1:]))"
+)
 
 
 def clone_of_this_checkout(dest: Path) -> Path:

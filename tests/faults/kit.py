@@ -18,7 +18,8 @@ from pathlib import Path
 from tests.e2e.cli_helpers import INIT_MARKER, METRICS, SCHEDULER
 from tests.patching import insert_after, prepend
 
-#: The environment variable the `env-count` fault's counting reads (vLLM's prefix: it reaches probes).
+#: The environment variable the `env-count` fault's counting reads (vLLM's prefix: it reaches
+#: probes).
 SKEW_ENV = "VLLM_DIFFTEST_FAULT_SKEW"
 
 
@@ -70,7 +71,8 @@ EXIT_ONE = "import atexit as _atexit, os as _os\n_atexit.register(lambda: _os._e
 
 
 def _orphan(tmp: Path) -> str:
-    """Starts a child that leaves the probe's session and sleeps; its pid goes to a file the test reads."""
+    """Starts a child that leaves the probe's session and sleeps; its pid goes to a file the test
+    reads."""
     pids = _pid_file(tmp, "orphan")
     return (
         "import subprocess as _subprocess\n"
@@ -190,9 +192,13 @@ def _env_count_patch(tmp: Path, repo: object) -> Path:
 
 def deep_orphan(tmp: Path) -> str:
     """Starts, through a shell that leaves the session and clears the environment, a grandchild that
-    sleeps (no token, no group of the probe's: only the subreaper can find it); its pid to a file."""
+    sleeps (no token, no group of the probe's: only the subreaper can find it); its pid to a
+    file."""
     pids = _pid_file(tmp, "deep-orphan")
-    shell = f"setsid env -i /bin/sh -c 'sleep 777 & echo $! >> {pids}; wait' </dev/null >/dev/null 2>&1 &"
+    shell = (
+        f"setsid env -i /bin/sh -c 'sleep 777 & echo $! >> {pids}; wait' </dev/null >/dev/null "
+        "2>&1 &"
+    )
     return (
         "        import subprocess as _subprocess\n"
         f"        _subprocess.Popen(['/bin/sh', '-c', {shell!r}], start_new_session=True)\n"

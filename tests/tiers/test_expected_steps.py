@@ -1,4 +1,5 @@
-"""The oracle's row per step (`Tier.expected_steps`) on real probe runs of every shipped branch (slow).
+"""The oracle's row per step (`Tier.expected_steps`) on real probe runs of every shipped branch
+(slow).
 
 The rows are what `difftest show` and the HTML trace set beside the branch's
 own stats, so they must be the oracle's totals split by step: summed, they
@@ -27,7 +28,9 @@ def _summed(rows: list[Totals | None], k: int) -> dict[str, object]:
     for counter in COUNTERS:
         values = [getattr(r, counter) for r in rows if r is not None]
         if counter.endswith("_per_pos"):
-            out[counter] = [sum(column) for column in zip(*values)] if values else [0] * k
+            out[counter] = (
+                [sum(column) for column in zip(*values, strict=True)] if values else [0] * k
+            )
         else:
             out[counter] = sum(values)
     return out

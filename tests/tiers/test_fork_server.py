@@ -66,7 +66,8 @@ def test_forked_probes_measure_what_fresh_probes_measure_each_on_its_own_branch(
 def test_where_forking_is_unsafe_every_probe_starts_fresh_and_says_why(
     workspace, shipped_scenarios, tmp_path, monkeypatch
 ) -> None:
-    # OpenBLAS then starts its thread pool when NumPy is imported: a process with threads is not forked.
+    # OpenBLAS then starts its thread pool when NumPy is imported: a process with threads is not
+    # forked.
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
@@ -92,7 +93,8 @@ def test_where_forking_is_unsafe_every_probe_starts_fresh_and_says_why(
 
 
 def copy_env(env: Path, dest: Path) -> Path:
-    """A hard-linked copy of a branch environment, to tamper with (files are replaced, never edited)."""
+    """A hard-linked copy of a branch environment, to tamper with (files are replaced, never
+    edited)."""
     subprocess.run(["cp", "-al", str(env), str(dest)], check=True)
     return dest
 
@@ -105,7 +107,8 @@ def replace(path: Path, text: str) -> None:
 def test_a_probe_whose_vllm_is_not_its_branch_overlay_is_not_trusted(
     workspace, shipped_scenarios, tmp_path
 ) -> None:
-    """An environment whose path finds the base's vLLM before its overlay measures the wrong code."""
+    """An environment whose path finds the base's vLLM before its overlay measures the wrong
+    code."""
     env = copy_env(workspace.branch("pr-56195-style").env.path, tmp_path / "env")
     (pth,) = env.glob("lib/python3*/site-packages/difftest_overlay.pth")
     lines = pth.read_text().splitlines()
@@ -170,7 +173,8 @@ def test_a_forked_probe_past_its_time_limit_is_killed_and_reads_timeout(
 def test_a_forked_engine_probe_measures_what_a_fresh_one_measures(
     workspace, shipped_scenarios, probe_runs, tmp_path
 ) -> None:
-    """The real in-process engine (model, KV cache, OpenMP) in a child forked after torch was imported."""
+    """The real in-process engine (model, KV cache, OpenMP) in a child forked after torch was
+    imported."""
     engine = tiers.get("engine")
     job = make_job(engine, shipped_scenarios("engine"), run_timeout_s=120)
     python = workspace.branch("main").env.python
@@ -178,8 +182,9 @@ def test_a_forked_engine_probe_measures_what_a_fresh_one_measures(
         "main"
     ]
     assert (delivered.launch, delivered.error) == ("forked", None), delivered.log_tail
-    # What the engine tier judges. Its steps are not compared: where a grammar compiles in the background,
-    # which steps schedule which request depends on the compiler thread's speed, fresh or forked alike.
+    # What the engine tier judges. Its steps are not compared: where a grammar compiles in the
+    # background, which steps schedule which request depends on the compiler thread's speed, fresh
+    # or forked alike.
     judged = ("scenario", "label", "status", "totals", "outputs", "finish_reasons", "error")
     assert [r.model_dump(include=set(judged)) for r in delivered.runs] == [
         r.model_dump(include=set(judged)) for r in probe_runs("engine", "main")
@@ -203,7 +208,8 @@ def _server_pids() -> list[int]:
 
 def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios, tmp_path) -> None:
     """SIGSTOP the server once it forked the probes: their ends are never reported, yet difftest
-    neither waits for ever nor loses the runs: the server is dropped and the branches probed fresh."""
+    neither waits for ever nor loses the runs: the server is dropped and the branches probed
+    fresh."""
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
     targets = [(name, workspace.branch(name).env.python) for name in BRANCHES[:2]]
@@ -226,9 +232,10 @@ def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios
     assert stopped, "the server was never stopped"
     for name, _ in targets:
         run = delivered[name]
-        # The stuck server was found out as stuck (a probe whose end it never reported, a fork it never
-        # answered), not sat out: a probe waited for until its time limit reads timed out, and is not
-        # started again. How soon it is found out is a speed, shown in bench/, not asserted here.
+        # The stuck server was found out as stuck (a probe whose end it never reported, a fork it
+        # never answered), not sat out: a probe waited for until its time limit reads timed out, and
+        # is not started again. How soon it is found out is a speed, shown in bench/, not asserted
+        # here.
         assert run.launch == "fresh" and "the fork server failed: it did not" in run.launch_note, (
             run.launch_note
         )
@@ -240,8 +247,8 @@ def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios
 def test_a_fork_server_that_says_nonsense_is_dropped(
     workspace, shipped_scenarios, tmp_path
 ) -> None:
-    """A stand-in server (a fault this test injects: the real one never says this) that is ready, then
-    answers a fork request with garbage: the probe starts fresh, saying why, and measures."""
+    """A stand-in server (a fault this test injects: the real one never says this) that is ready,
+    then answers a fork request with garbage: the probe starts fresh, saying why, and measures."""
     from difftest.run.launch import ForkServer
     from difftest.run.runner import _LIVE
 
@@ -279,8 +286,8 @@ def test_a_fork_server_that_says_nonsense_is_dropped(
 
 
 def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo) -> None:
-    """Branch code that reads its process's signal dispositions sees the same in a forked probe as in a
-    fresh one (a write to a closed pipe, say, is an exception in both, not a kill)."""
+    """Branch code that reads its process's signal dispositions sees the same in a forked probe as
+    in a fresh one (a write to a closed pipe, say, is an exception in both, not a kill)."""
     from difftest.build.workspace import prepare
     from difftest.core.config import load_config
     from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config
@@ -291,8 +298,10 @@ def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo)
     spy = (  # written when the probe ends, when both have imported everything they will
         "import atexit as _atexit, os as _os, json as _json\n"
         "def _spy():\n"
-        "    status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if l.startswith('Sig'))\n"
-        "    status = {k: v.strip() for k, v in status.items() if k in ('SigBlk', 'SigIgn', 'SigCgt')}\n"
+        "    status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() "
+        "if l.startswith('Sig'))\n"
+        "    status = {k: v.strip() for k, v in status.items() if k in ('SigBlk', 'SigIgn', "
+        "'SigCgt')}\n"
         f"    _json.dump(status, open(_os.path.join({str(seen)!r}, str(_os.getpid())), 'w'))\n"
         "_atexit.register(_spy)\n"
     )
@@ -322,9 +331,10 @@ def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo)
 def test_a_branch_whose_vllm_import_sets_torch_differently_is_probed_fresh(
     tmp_path, fixture_repo
 ) -> None:
-    """The shared torch was imported with vLLM 0.32's TORCHINDUCTOR_COMPILE_THREADS=1; a branch whose
-    import sets another value would find torch's inductor configured for 1 in a forked probe (a fresh
-    one reads its own value): the child stops right after importing vLLM and the branch starts fresh."""
+    """The shared torch was imported with vLLM 0.32's TORCHINDUCTOR_COMPILE_THREADS=1; a branch
+    whose import sets another value would find torch's inductor configured for 1 in a forked probe
+    (a fresh one reads its own value): the child stops right after importing vLLM and the branch
+    starts fresh."""
     from difftest.build.workspace import prepare
     from difftest.core.config import load_config
     from tests.e2e.cli_helpers import CONTROL, faulty_config

@@ -107,7 +107,8 @@ def test_a_vllm_that_fails_to_import_exits_3_with_the_reason(tmp_path: Path) -> 
 def test_a_relative_work_folder_is_found_by_the_probe(
     shipped_scenarios, workspace, tmp_path: Path, monkeypatch
 ) -> None:
-    """`difftest run` with the default `--out out`: the probe runs inside that folder, not the caller's."""
+    """`difftest run` with the default `--out out`: the probe runs inside that folder, not the
+    caller's."""
     monkeypatch.chdir(tmp_path)
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     delivered = run_probe(

@@ -1,5 +1,5 @@
-"""The warm probe (`difftest.run.probe_server`): job after job in one process, restarted after a crash
-or a hang (slow: real vLLM; the faulty branches are real patches of the scheduler)."""
+"""The warm probe (`difftest.run.probe_server`): job after job in one process, restarted after a
+crash or a hang (slow: real vLLM; the faulty branches are real patches of the scheduler)."""
 
 from __future__ import annotations
 
@@ -81,14 +81,16 @@ def test_one_process_answers_job_after_job_as_a_cold_probe_does(
     ]
 
 
-#: Branch code run when its Scheduler is built: k = 5 kills the process, k = 4 hangs where the probe's
-#: own per-run limit cannot stop it (SIGALRM blocked), so the host must.
+#: Branch code run when its Scheduler is built: k = 5 kills the process, k = 4 hangs where the
+#: probe's own per-run limit cannot stop it (SIGALRM blocked), so the host must.
 CRASH_OR_HANG = (
     "        k = vllm_config.speculative_config.num_speculative_tokens\n"
     "        if k == 5:\n"
-    "            import os, sys; sys.stderr.write('planted crash\\n'); sys.stderr.flush(); os._exit(7)\n"
+    "            import os, sys; sys.stderr.write('planted crash\\n'); sys.stderr.flush(); "
+    "os._exit(7)\n"
     "        if k == 4:\n"
-    "            import signal, time; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM}); time.sleep(3600)\n"
+    "            import signal, time; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM}); "
+    "time.sleep(3600)\n"
 )
 
 
@@ -110,15 +112,16 @@ def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(
         after_hang = server.play(job(scenario(2)))
         assert after_hang.error is None and [r.status for r in after_hang.runs] == ["ok"]
         assert server.starts == 3
-        # A probe that keeps dying is not started again past `max_starts`: every later job reads error at once.
+        # A probe that keeps dying is not started again past `max_starts`: every later job reads
+        # error at once.
         server.limits = replace(limits, max_starts=3)
         assert (
             server.play(job(scenario(5, "k5"))).error == "probe exited with code 7: planted crash"
         )
         refused = server.play(job(scenario(3)))
-        assert (
-            refused.error
-            == "not started again: the probe stopped 3 times (last: probe exited with code 7: planted crash)"
+        assert refused.error == (
+            "not started again: the probe stopped 3 times (last: probe exited with code 7: "
+            "planted crash)"
         )
         assert [(r.status, r.error) for r in refused.runs] == [
             ("error", refused.error)

@@ -112,7 +112,8 @@ def test_56195_loses_stats_by_order(runs_of) -> None:
             assert kinds == set()
         else:
             assert {"stats-lost", "order-independence", "additivity"} <= kinds
-            # Each lost row is named, and it is always one of the requests scheduled before the invalid one.
+            # Each lost row is named, and it is always one of the requests scheduled before the
+            # invalid one.
             for v in violations[run.label]:
                 if v.invariant == "stats-lost":
                     assert v.requests and set(v.requests) <= set(run.order[:position]), v.detail
@@ -141,7 +142,8 @@ def test_without_the_flag_the_zero_fill_is_scheduled_and_counted(runs_of, branch
 
 @pytest.mark.parametrize("branch", SKIP_FIXES)
 def test_the_runner_flag_keeps_the_zero_fill_out(runs_of, branch: str) -> None:
-    """The probe sets `drafting_skipped` because these branches define it; their scheduler schedules none."""
+    """The probe sets `drafting_skipped` because these branches define it; their scheduler schedules
+    none."""
     for run in runs_of(branch)[SKIP]:
         skipped = [s for s in run.steps if s.skipped]
         assert bool(skipped) == ("long" in run.order) and all(

@@ -22,12 +22,13 @@ from __future__ import annotations
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from difftest.build.envs.uvtool import run_uv
 from difftest.core.suites import SuiteSession
-from difftest.run.suite import SessionRun, run_session
+from difftest.run.suite import SessionRun, SessionSetup, run_session
 from difftest.run.suite_results import read_session
 from tests.factories import ROOT
 
@@ -126,19 +127,19 @@ def run(
     # The host's pytest/xdist (the role of the test-only folder) and difftest's plugin (a branch
     # environment has it through its `.pth`).
     python_path = [Path(sysconfig.get_paths()["purelib"]), ROOT]
-    options = dict(run_timeout_s=60, timeout_s=240)
+    options: dict[str, Any] = dict(run_timeout_s=60, timeout_s=240)
     options.update(kwargs)
-    return run_session(
-        plan,
-        tree,
-        interpreters["a"] / "bin" / "python",
-        workers,
-        python_path,
-        tmp_path,
-        PLUGIN,
-        tmp_path / "out",
+    if "extra_args" in options:
+        options["extra_args"] = tuple(options["extra_args"])
+    setup = SessionSetup(
+        controller=interpreters["a"] / "bin" / "python",
+        workers=workers,
+        python_path=python_path,
+        hub=tmp_path,
+        plugin=PLUGIN,
         **options,
     )
+    return run_session(plan, tree, setup, tmp_path / "out")
 
 
 def outcomes(found) -> dict[tuple[str, str], tuple[str, str]]:
@@ -164,7 +165,8 @@ def test_each_worker_runs_every_test_with_its_own_interpreter(where_run):
     done, (found, problems) = where_run
     assert done.error is None and problems == {}
     got = outcomes(found)
-    # The tree's `addopts = "-n0 -p no:xdist"` is overridden: both branches ran, each on its own code.
+    # The tree's `addopts = "-n0 -p no:xdist"` is overridden: both branches ran, each on its own
+    # code.
     assert got[("a", "test_code_matches_interpreter")][0] == "passed"
     assert got[("b", "test_code_matches_interpreter")][0] == "passed"
     assert got[("a", "test_fails_on_b")][0] == "passed"
@@ -206,7 +208,8 @@ def test_a_grafted_module_runs_only_the_tests_asked_for_under_its_own_name(where
 
 
 def test_workers_that_inherit_the_controllers_path_run_its_code(tmp_path, tree, interpreters):
-    """The pitfall itself: without the plugin's fix, b's worker imports a's `which` and `planted` "passes"."""
+    """The pitfall itself: without the plugin's fix, b's worker imports a's `which` and `planted`
+    "passes"."""
     plan = session("tests/test_where.py")
     done = run(tmp_path, tree, interpreters, plan, inherit_controller_path=True)
     got = outcomes(read_session(plan, done.out, interpreters, done.error)[0])

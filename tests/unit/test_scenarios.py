@@ -1,4 +1,5 @@
-"""Scenario files: the shipped ones load and plan the right runs; bad files fail with a clear ConfigError.
+"""Scenario files: the shipped ones load and plan the right runs; bad files fail with a clear
+ConfigError.
 
 Pure and fast: loading validates the schema and plays each scheduler script
 once in Python, no vLLM. Bad files are the smallest valid file (`GOOD`) with

@@ -1,5 +1,5 @@
-"""The scheduler tier's fuzz strategies (`tiers/scheduler/strategies.py`): valid by construction, and
-covering the whole scenario space the tier supports.
+"""The scheduler tier's fuzz strategies (`tiers/scheduler/strategies.py`): valid by construction,
+and covering the whole scenario space the tier supports.
 
 Validity is checked with the loader itself (`parse_scenario`: schema, then the
 script played once), and through a written file, as `difftest run` reads what

@@ -1,5 +1,6 @@
-"""The tests tier's pure decisions: which tests a branch brings, how sessions are planned, how outcomes
-are judged. The inputs are what git and pytest give (file texts, outcomes), written out here."""
+"""The tests tier's pure decisions: which tests a branch brings, how sessions are planned, how
+outcomes are judged. The inputs are what git and pytest give (file texts, outcomes), written out
+here."""
 
 from __future__ import annotations
 
@@ -231,7 +232,8 @@ def test_verdicts_per_branch_and_source() -> None:
         results[("pr-a", pr)].verdict == "pass"
         and "pass where the baseline does not" in results[("pr-a", pr)].statement
     )
-    # the baseline failed it as well, but collected it: a branch that cannot collect it could not be measured
+    # the baseline failed it as well, but collected it: a branch that cannot collect it could not be
+    # measured
     assert results[("pr-b", pr)].verdict == "error" and "could not measure 1 test" in (
         results[("pr-b", pr)].error or ""
     )
@@ -267,8 +269,11 @@ def test_verify_names_every_test_whose_outcome_changed() -> None:
         make_test_record(code="pr-c"),
     ]
     assert evidence_differences(with_tests(recorded), with_tests(rerun)) == [
-        "main/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: test outcome passed (pass) -> failed (regression)",
-        "pr-b/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: test not re-run",
-        "pr-c/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: test not in the evidence",
+        "main/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: "
+        "test outcome passed (pass) -> failed (regression)",
+        "pr-b/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: "
+        "test not re-run",
+        "pr-c/from:pr-56137-style/tests/v1/core/test_scheduler.py::test_stats_survive: "
+        "test not in the evidence",
     ]
     assert evidence_differences(with_tests(recorded), with_tests(recorded)) == []

@@ -109,7 +109,8 @@ def ensure_base(spec: BaseSpec, log: Log = lambda _msg: None) -> BaseEnv:
             log(f"removing unfinished base build {path.name}")
             shutil.rmtree(path)
         log(
-            f"building base {spec.requirement} (Python {version}) in {path.name}: a few minutes, once"
+            f"building base {spec.requirement} (Python {version}) in {path.name}: a few minutes, "
+            "once"
         )
         return _build(spec, interpreter, key, path, log)
 
@@ -164,7 +165,10 @@ def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> 
         + wheel_source_args(spec.torch)
         + [spec.requirement],
         what=f"install {spec.requirement}",
-        hint="check `base.requirement` and `base.torch` in branches.yaml (the torch wheel source), and the network",
+        hint=(
+            "check `base.requirement` and `base.torch` in branches.yaml (the torch wheel source), "
+            "and the network"
+        ),
     )
     lock = run_uv(["pip", "freeze", "--python", str(python)], what="record the base lock")
     (path / "lock.txt").write_text(lock)

@@ -124,10 +124,12 @@ def _build(
     if native:
         shown = ", ".join(native[:8]) + (" ..." if len(native) > 8 else "")
         raise NativeCodeChanged(
-            f"branch {branch.name!r} ({branch.sha[:12]}) changes native code relative to {base_ref}: {shown}",
-            "compare branches whose compiled code matches the base release (a pull request on a later main: "
-            "`transplant: true` replays only its own commits), or point `base.requirement` at a wheel built from "
-            "that code (GPU: the per-commit wheel of its merge-base)",
+            f"branch {branch.name!r} ({branch.sha[:12]}) changes native code relative to "
+            f"{base_ref}: {shown}",
+            "compare branches whose compiled code matches the base release (a pull request on a "
+            "later main: `transplant: true` replays only its own commits), or point "
+            "`base.requirement` at a wheel built from that code (GPU: the per-commit wheel of its "
+            "merge-base)",
         )
     python_changes = [c for c in changes if c.path.startswith("vllm/")]
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
@@ -254,7 +256,10 @@ def _site_packages(env: Path) -> Path:
 
 def _check_overlay(env: Path, changes: list) -> None:
     """Ask the new interpreter where `vllm` comes from (cheap: nothing is imported)."""
-    code = "import importlib.util as u; print(u.find_spec('vllm').origin); print(u.find_spec('difftest.probe').origin)"
+    code = (
+        "import importlib.util as u; print(u.find_spec('vllm').origin); "
+        "print(u.find_spec('difftest.probe').origin)"
+    )
     out = subprocess.run(
         [str(env / "bin" / "python"), "-I", "-c", code], capture_output=True, text=True
     )
@@ -262,5 +267,6 @@ def _check_overlay(env: Path, changes: list) -> None:
     if out.returncode != 0 or len(origins) != 2 or not origins[0].startswith(str(env / "overlay")):
         raise EnvironmentBuildError(
             f"the branch interpreter does not see the overlay first: {out.stdout or out.stderr}",
-            "remove the environment folder (`difftest envs --prune`) and retry; report it if it persists",
+            "remove the environment folder (`difftest envs --prune`) and retry; report it if it "
+            "persists",
         )

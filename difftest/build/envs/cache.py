@@ -84,7 +84,9 @@ def list_envs(with_sizes: bool = True) -> list[CachedEnv]:
 def _base_alive(branch_fp: dict[str, Any]) -> bool:
     """A branch environment is only as good as the base its `.pth` points at."""
     base_fp = read_fingerprint(Path(branch_fp.get("base_path", "/nonexistent")))
-    return bool(base_fp) and base_fp.get("key") == branch_fp.get("base", {}).get("key")
+    if not base_fp:
+        return False
+    return bool(base_fp.get("key") == branch_fp.get("base", {}).get("key"))
 
 
 def _base_vllm(branch_fp: dict[str, Any]) -> Path:

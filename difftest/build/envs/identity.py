@@ -49,7 +49,8 @@ def wheel_identity(record: Path) -> str:
 
 
 def legacy_record_hash(record: Path) -> str:
-    """Identity version 1 (the RECORD file's own hash), to verify evidence written before version 2."""
+    """Identity version 1 (the RECORD file's own hash), to verify evidence written before version
+    2."""
     return hashlib.sha256(record.read_bytes()).hexdigest()
 
 

@@ -30,7 +30,8 @@ MANIFEST_VERSION = 1
 
 
 def make_manifest(env: Path, base_vllm: Path, pth: Path) -> dict[str, Any]:
-    """What `env` holds now (called last when building): its own files by hash, the links by count."""
+    """What `env` holds now (called last when building): its own files by hash, the links by
+    count."""
     own: dict[str, str] = {}
     base = _files(base_vllm.parent, "vllm")
     copies = 0
@@ -55,10 +56,10 @@ def check_manifest(env: Path, manifest: dict[str, Any] | None, base_vllm: Path) 
         return "it has no manifest of its files (built by an older difftest)"
     own: dict[str, str] = manifest["own"]
     for rel, digest in own.items():
-        path = env / rel
-        if not path.is_file():
+        own_file = env / rel
+        if not own_file.is_file():
             return f"{rel} is missing"
-        if sha256_file(path) != digest:
+        if sha256_file(own_file) != digest:
             return f"{rel} was changed after the environment was built"
     base = _files(base_vllm.parent, "vllm")
     overlay = _files(env / OVERLAY)
@@ -81,7 +82,8 @@ def check_manifest(env: Path, manifest: dict[str, Any] | None, base_vllm: Path) 
 
 
 def _files(root: Path, only: str = "") -> dict[str, tuple[int, str]]:
-    """{path relative to `root`: (inode, absolute path)} of every file below `root` (or `root/only`).
+    """{path relative to `root`: (inode, absolute path)} of every file below `root` (or
+    `root/only`).
 
     `os.scandir` reads the inode with the directory entry, so comparing thousands of files with the
     base's costs no `stat` call at all (where pathlib and `os.lstat` cost ten times more).
@@ -103,7 +105,8 @@ def _files(root: Path, only: str = "") -> dict[str, tuple[int, str]]:
 
 
 def _same_copy(path: str, base_file: str) -> bool:
-    """Where the build had to copy instead of hard-linking: a copy with the base file's size and mtime."""
+    """Where the build had to copy instead of hard-linking: a copy with the base file's size and
+    mtime."""
     try:
         mine, theirs = os.lstat(path), os.lstat(base_file)
     except OSError:

@@ -20,7 +20,8 @@ def env_lock(folder_name: str) -> FileLock:
 
 
 def owner_name(folder: Path) -> str:
-    """The environment a folder belongs to: a build in progress `.branch-x-y.tmp123` is `branch-x-y`."""
+    """The environment a folder belongs to: a build in progress `.branch-x-y.tmp123` is
+    `branch-x-y`."""
     name = folder.name
     if name.startswith("."):
         name = name[1:].rsplit(".", 1)[0]

@@ -1,4 +1,5 @@
-"""A branch spec as commits: a start commit plus steps (patch files, replayed commits), written without a checkout.
+"""A branch spec as commits: a start commit plus steps (patch files, replayed commits), written
+without a checkout.
 
 Three kinds of branch spec, one mechanism:
 - `ref` (+ `patches`): start at the ref, apply the patch files in order;
@@ -43,7 +44,8 @@ BRANCH_PREFIX = "refs/heads/difftest/"
 
 @dataclass(frozen=True)
 class BranchContext:
-    """What a branch may need beyond its own spec: the base's commit, the mainline, the other branches."""
+    """What a branch may need beyond its own spec: the base's commit, the mainline, the other
+    branches."""
 
     base_ref: str | None = None
     mainline: str = "main"
@@ -55,7 +57,8 @@ class ResolvedBranch:
     """A branch as commits: `ref_sha` is where its steps start, `sha` the tip after them."""
 
     name: str
-    #: The ref it starts from as written (a stack: its members' common start; transplanted: repo.base_ref).
+    #: The ref it starts from as written (a stack: its members' common start; transplanted:
+    #: repo.base_ref).
     ref: str
     ref_sha: str
     sha: str
@@ -91,9 +94,10 @@ def resolve_branch(
         repo.git.update_ref("-m", f"difftest: branch {spec.name}", local_ref, tip)
     except GitCommandError as exc:
         raise RefError(
-            f"branch {spec.name!r}: cannot write {local_ref} in {repo_label(repo)}: {git_message(exc)}",
-            "check that the repository is writable; a branch named plain `difftest` blocks the `difftest/` "
-            "branches, so rename or delete it",
+            f"branch {spec.name!r}: cannot write {local_ref} in {repo_label(repo)}: "
+            f"{git_message(exc)}",
+            "check that the repository is writable; a branch named plain `difftest` blocks the "
+            "`difftest/` branches, so rename or delete it",
         ) from None
     return ResolvedBranch(
         name=spec.name,
@@ -115,7 +119,8 @@ def _plan(repo: git.Repo, spec: BranchSpec, context: BranchContext) -> _Plan:
     if spec.transplant:
         if not context.base_ref:
             raise RefError(
-                f"branch {spec.name!r} is transplanted, but no base commit is known to transplant it onto",
+                f"branch {spec.name!r} is transplanted, but no base commit is known to transplant "
+                "it onto",
                 "set `repo.base_ref` (the commit the base wheel was built from, e.g. tag v0.32.0)",
             )
         info = plan_transplant(repo, spec.name, spec.ref, context.mainline, context.base_ref)
@@ -140,16 +145,19 @@ def _plan_stack(repo: git.Repo, spec: BranchSpec, context: BranchContext) -> _Pl
             )
         if not member_spec.patches and not member_spec.transplant:
             raise RefError(
-                f"stack {spec.name!r}: member {member!r} brings no changes of its own (no patches, no transplant)",
-                "stack branches that carry patches or `transplant: true`; a plain ref has no changes to compose",
+                f"stack {spec.name!r}: member {member!r} brings no changes of its own (no patches, "
+                "no transplant)",
+                "stack branches that carry patches or `transplant: true`; a plain ref has no "
+                "changes to compose",
             )
         plans.append((member, _plan(repo, member_spec, context)))
     first_name, first = plans[0]
     for name, plan in plans[1:]:
         if plan.start_sha != first.start_sha:
             raise RefError(
-                f"stack {spec.name!r}: {first_name!r} starts at {first.start} ({first.start_sha[:12]}) but "
-                f"{name!r} at {plan.start} ({plan.start_sha[:12]}), so their changes cannot be composed",
+                f"stack {spec.name!r}: {first_name!r} starts at {first.start} "
+                f"({first.start_sha[:12]}) but {name!r} at {plan.start} ({plan.start_sha[:12]}), "
+                "so their changes cannot be composed",
                 "stack branches that start from the same commit: patch series on the same ref, "
                 "or branches with `transplant: true` (they all start at repo.base_ref)",
             )
@@ -162,7 +170,8 @@ def _plan_stack(repo: git.Repo, spec: BranchSpec, context: BranchContext) -> _Pl
 
 
 def _commit_steps(repo: git.Repo, spec: BranchSpec, plan: _Plan) -> str:
-    """Apply and commit every step on one temporary index; raise RefError naming the step that fails."""
+    """Apply and commit every step on one temporary index; raise RefError naming the step that
+    fails."""
     replays = {id(step): info for info in plan.transplants for step in info.steps}
     tip = plan.start_sha
     with tempfile.TemporaryDirectory(prefix="difftest-index-") as scratch:
@@ -171,7 +180,8 @@ def _commit_steps(repo: git.Repo, spec: BranchSpec, plan: _Plan) -> str:
             repo.git.read_tree(tip, env=env)
         except GitCommandError as exc:
             raise RefError(
-                f"branch {spec.name!r}: cannot read the tree of {plan.start} ({tip[:12]}): {git_message(exc)}",
+                f"branch {spec.name!r}: cannot read the tree of {plan.start} ({tip[:12]}): "
+                f"{git_message(exc)}",
                 f"check that {repo_label(repo)} is intact (`git fsck`)",
             ) from None
         for done, (owner, step) in enumerate(plan.steps):
@@ -206,7 +216,8 @@ def _commit(
 
 
 def _before(spec: BranchSpec, plan: _Plan, owner: str, done: int) -> str:
-    """What the failing step was applied on top of, for the message (naming the other stack members)."""
+    """What the failing step was applied on top of, for the message (naming the other stack
+    members)."""
     if spec.stack:
         earlier = list(dict.fromkeys(o for o, _s in plan.steps[:done] if o != owner))
         if earlier:
@@ -227,16 +238,17 @@ def _patch_error(
     where = f"stack {spec.name!r}: {owner!r}'s" if spec.stack else f"branch {spec.name!r}:"
     if spec.stack:
         hint = (
-            f"the two changes conflict: rebase {info.path.name} onto {owner}'s predecessors in the stack "
-            "(apply them first, then regenerate the patch), or stack them in the other order"
+            f"the two changes conflict: rebase {info.path.name} onto {owner}'s predecessors in the "
+            "stack (apply them first, then regenerate the patch), or stack them in the other order"
         )
     else:
         hint = (
-            f"rebase the patch onto {plan.start}: apply it in a checkout of {plan.start}, resolve the conflicts, "
-            f"and regenerate it with `git diff {plan.start} > {info.path.name}`"
+            f"rebase the patch onto {plan.start}: apply it in a checkout of {plan.start}, resolve "
+            f"the conflicts, and regenerate it with `git diff {plan.start} > {info.path.name}`"
         )
     return RefError(
-        f"{where} patch {info.path} does not apply to {plan.start}{_before(spec, plan, owner, done)}:\n    {problem}",
+        f"{where} patch {info.path} does not apply to "
+        f"{plan.start}{_before(spec, plan, owner, done)}:\n    {problem}",
         hint,
     )
 
@@ -259,9 +271,9 @@ def _replay_error(
     return RefError(
         f"{where} {describe_step(step)} conflicts with {plan.start} ({plan.start_sha[:12]})"
         f"{_before(spec, plan, owner, done)}{conflicted}:\n    {problem}",
-        "the branch depends on code that is on the mainline but not in the base release: set `base.requirement` "
-        "to a wheel built from the branch's merge-base (GPU: the per-commit wheel) and drop `transplant`, "
-        "or rebase the branch onto the release tag",
+        "the branch depends on code that is on the mainline but not in the base release: set "
+        "`base.requirement` to a wheel built from the branch's merge-base (GPU: the per-commit "
+        "wheel) and drop `transplant`, or rebase the branch onto the release tag",
     )
 
 
@@ -274,5 +286,6 @@ def _refuse_checked_out(repo: git.Repo, local_ref: str) -> None:
     if head == local_ref:
         raise RefError(
             f"{local_ref} is checked out in {repo_label(repo)}, and difftest rewrites that branch",
-            "check out another branch (`git switch -`); difftest never needs its branches checked out",
+            "check out another branch (`git switch -`); difftest never needs its branches checked "
+            "out",
         )

@@ -38,7 +38,8 @@ def patch_info(branch: str, patch: Path, ref: str) -> PatchInfo:
     if not data.strip():
         raise RefError(
             f"branch {branch!r}: patch file {patch} is empty",
-            f"regenerate it with `git diff {ref} > {patch.name}` in a checkout with your change, or remove it",
+            f"regenerate it with `git diff {ref} > {patch.name}` in a checkout with your change, "
+            "or remove it",
         )
     return PatchInfo(path=patch, sha256=hashlib.sha256(data).hexdigest())
 
@@ -53,4 +54,7 @@ def apply_patch(repo: git.Repo, info: PatchInfo, env: dict[str, str]) -> str | N
 
 
 def patch_message(info: PatchInfo) -> str:
-    return f"Apply {info.path.name}\n\nsha256: {info.sha256}\nCommitted by difftest with `git apply --cached`.\n"
+    return (
+        f"Apply {info.path.name}\n\n"
+        f"sha256: {info.sha256}\nCommitted by difftest with `git apply --cached`.\n"
+    )

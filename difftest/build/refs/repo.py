@@ -18,7 +18,10 @@ from difftest.build.refs._git import git_message
 from difftest.core.errors import RefError
 
 _PULL_HEAD = re.compile(r"^(?:refs/)?pull/(\d+)/head$")
-_REPO_HINT = "set repo.path to a vLLM git checkout (`git clone` one), or to null to use the fixture repository"
+_REPO_HINT = (
+    "set repo.path to a vLLM git checkout (`git clone` one), or to null to use the fixture "
+    "repository"
+)
 
 
 def repo_label(repo: git.Repo) -> str:
@@ -45,7 +48,8 @@ def fetch(repo: git.Repo, remote: str = "origin", refs: Iterable[str] = ()) -> N
     if remote not in names:
         raise RefError(
             f"{repo_label(repo)} has no remote {remote!r} (remotes: {names or 'none'})",
-            f"add it with `git -C {repo_label(repo)} remote add {remote} URL`, or run without --fetch",
+            f"add it with `git -C {repo_label(repo)} remote add {remote} URL`, or run without "
+            "--fetch",
         )
     refspecs = []
     for ref in refs:
@@ -60,7 +64,8 @@ def fetch(repo: git.Repo, remote: str = "origin", refs: Iterable[str] = ()) -> N
     except GitCommandError as exc:
         raise RefError(
             f"`git fetch {remote}` failed in {repo_label(repo)}: {git_message(exc)}",
-            "check the network and the remote's URL (`git remote -v`), or run without --fetch to use the refs you have",
+            "check the network and the remote's URL (`git remote -v`), or run without --fetch to "
+            "use the refs you have",
         ) from None
 
 
@@ -85,8 +90,8 @@ def _missing_ref_hint(repo: git.Repo, ref: str) -> str:
     if match:
         n = match[1]
         return (
-            f"fetch the pull request: `git -C {where} fetch origin pull/{n}/head:refs/pull/{n}/head` "
-            "(or rerun with --fetch); otherwise check the number"
+            f"fetch the pull request: `git -C {where} fetch origin "
+            f"pull/{n}/head:refs/pull/{n}/head` (or rerun with --fetch); otherwise check the number"
         )
     return (
         f"check the spelling (`git -C {where} branch -a`, `git -C {where} tag`), "

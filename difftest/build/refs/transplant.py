@@ -1,4 +1,5 @@
-"""Transplanting a pull request onto the base wheel's commit: which commits, and one three-way step each.
+"""Transplanting a pull request onto the base wheel's commit: which commits, and one three-way step
+each.
 
 A pull request's head sits on a `main` whose native code differs from every
 released wheel, but its own commits usually touch Python only. Replaying just
@@ -64,15 +65,19 @@ def plan_transplant(
         mainline_sha = resolve_ref(repo, mainline)
     except RefError as exc:
         raise RefError(
-            f"branch {branch!r} is transplanted, but the mainline {mainline!r} is not in {repo_label(repo)}",
-            f"set `repo.mainline` to the branch PRs are opened against (e.g. `origin/main`); {exc.hint}",
+            f"branch {branch!r} is transplanted, but the mainline {mainline!r} is not in "
+            f"{repo_label(repo)}",
+            "set `repo.mainline` to the branch PRs are opened against (e.g. `origin/main`); "
+            f"{exc.hint}",
         ) from None
     try:
         merge_base = repo.git.merge_base(mainline_sha, tip)
     except GitCommandError:
         raise RefError(
-            f"branch {branch!r}: {ref} ({tip[:12]}) has no common history with the mainline {mainline}",
-            "check `repo.mainline` and the branch's ref; a shallow clone may need `git fetch --unshallow`",
+            f"branch {branch!r}: {ref} ({tip[:12]}) has no common history with the mainline "
+            f"{mainline}",
+            "check `repo.mainline` and the branch's ref; a shallow clone may need "
+            "`git fetch --unshallow`",
         ) from None
     commits = _rev_list(repo, merge_base, tip)
     merges = _rev_list(repo, merge_base, tip, "--merges")
@@ -152,16 +157,24 @@ def _conflicted(repo: git.Repo, env: dict[str, str]) -> list[str]:
 
 
 def replay_message(info: TransplantInfo, step: CommitStep, repo: git.Repo) -> str:
-    """The original message (one commit) or a list of the squashed commits, plus where it came from."""
+    """The original message (one commit) or a list of the squashed commits, plus where it came
+    from."""
     if len(step.originals) == 1:
         body = repo.git.log("-1", "--format=%B", step.commit).rstrip("\n")
     else:
         body = step.subject + "\n\n" + "\n".join(f"{c} {_subject(repo, c)}" for c in step.originals)
     # SHAs only (no ref names): the same commits give the same SHAs whatever the refs are called.
-    return f"{body}\n\n(difftest: transplanted {step.commit} onto {info.onto_sha}; merge-base {info.merge_base})\n"
+    return (
+        f"{body}\n\n"
+        f"(difftest: transplanted {step.commit} onto {info.onto_sha}; merge-base "
+        f"{info.merge_base})\n"
+    )
 
 
 def describe_step(step: CommitStep) -> str:
     if len(step.originals) == 1:
         return f"commit {step.commit[:12]} ({step.subject!r})"
-    return f"the squashed range {step.parent[:12]}..{step.commit[:12]} ({len(step.originals)} commits, with merges)"
+    return (
+        f"the squashed range {step.parent[:12]}..{step.commit[:12]} ({len(step.originals)} "
+        "commits, with merges)"
+    )

@@ -19,7 +19,8 @@ from difftest.core import paths
 
 
 def build_once(dest: Path, marker: str, build: Callable[[Path], None]) -> Path:
-    """Return `dest`, running `build(tmp)` first unless `dest/marker` exists; `build` writes the marker."""
+    """Return `dest`, running `build(tmp)` first unless `dest/marker` exists; `build` writes the
+    marker."""
     if (dest / marker).is_file():
         return dest
     with FileLock(str(paths.locks_dir() / f"{dest.parent.name}-{dest.name}.lock")):

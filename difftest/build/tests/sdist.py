@@ -40,7 +40,8 @@ PINNED_SDISTS: dict[str, tuple[str, str]] = {
         "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad",
     ),
 }
-#: What is taken from the sdist: the test tree and pytest's configuration, nothing that imports as `vllm`.
+#: What is taken from the sdist: the test tree and pytest's configuration, nothing that imports as
+#: `vllm`.
 TAKEN = ("tests", "pyproject.toml")
 #: Written last into an extracted folder: its presence marks the extraction complete.
 DONE = ".difftest-extracted"
@@ -85,7 +86,8 @@ def fetch_sdist(filename: str, sha256: str) -> Path:
             continue
         if published and published != sha256:
             problems.append(
-                f"{_shown(index)} publishes sha256 {published[:12]}..., not the pinned {sha256[:12]}..."
+                f"{_shown(index)} publishes sha256 {published[:12]}..., not the pinned "
+                f"{sha256[:12]}..."
             )
             continue
         try:
@@ -94,11 +96,11 @@ def fetch_sdist(filename: str, sha256: str) -> Path:
         except (OSError, ValueError, urllib.error.URLError) as exc:
             problems.append(f"{_shown(index)}: {exc}")
     raise EnvironmentBuildError(
-        f"cannot fetch {filename} (the tests of vLLM's release) from the package indexes pip is configured "
-        f"with ({', '.join(_shown(u) for u in urls) or 'none'}):\n  "
+        f"cannot fetch {filename} (the tests of vLLM's release) from the package indexes pip is "
+        f"configured with ({', '.join(_shown(u) for u in urls) or 'none'}):\n  "
         + "\n  ".join(problems or ["no index configured"]),
-        f"check the network or pip's index settings, or download {filename} yourself and put it at {target} "
-        f"(sha256 {sha256})",
+        f"check the network or pip's index settings, or download {filename} yourself and put it at "
+        f"{target} (sha256 {sha256})",
     )
 
 
@@ -125,7 +127,8 @@ def _find_file(index: str, filename: str) -> tuple[str, str | None]:
 
 
 def _read(url: str) -> tuple[bytes, str, str]:
-    """Body, content type and final URL of an index page; a `file://` folder serves its index.html."""
+    """Body, content type and final URL of an index page; a `file://` folder serves its
+    index.html."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
         path = Path(urllib.request.url2pathname(parsed.path))
@@ -147,7 +150,8 @@ def _download(url: str, target: Path, sha256: str) -> None:
                 out.write(block)
         if digest.hexdigest() != sha256:
             raise ValueError(
-                f"downloaded bytes have sha256 {digest.hexdigest()[:12]}..., not the pinned {sha256[:12]}..."
+                f"downloaded bytes have sha256 {digest.hexdigest()[:12]}..., not the pinned "
+                f"{sha256[:12]}..."
             )
         os.replace(tmp, target)
     finally:

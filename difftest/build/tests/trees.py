@@ -34,7 +34,8 @@ DONE = ".difftest-tree.json"
 
 def branch_tests(repo: git.Repo, name: str, sha: str, baseline_sha: str) -> BranchTests:
     """What commit `sha` changes under `tests/` since its merge base with the baseline (as a pull
-    request's diff reads: the baseline's own later changes are not the branch's), with both texts."""
+    request's diff reads: the baseline's own later changes are not the branch's), with both
+    texts."""
     try:
         base = repo.git.merge_base(baseline_sha, sha)
     except GitCommandError:
@@ -65,7 +66,8 @@ def suite_tree(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | No
     if tree is None:
         raise RefError(
             f"commit {sha[:12]} in {repo_label(repo)} has no {TESTS}/ folder",
-            "use a commit of vLLM's repository (the fixture repo has the release's tests when its sdist is pinned)",
+            "use a commit of vLLM's repository (the fixture repo has the release's tests when its "
+            "sdist is pinned)",
         )
     config = _object(repo, f"{sha}:{PYTEST_CONFIG}")
     sources = {

@@ -56,7 +56,8 @@ class EngineTierSession:
             "tokenizer_eos": self.session.tokenizer_eos,
             "model_build_s": round(self.model_build_s, 3),
             "engine_load_s": round(self.engine_load_s, 3),
-            #: Whether the model runner's drafter-skip decision could be observed (engine oracle needs it).
+            #: Whether the model runner's drafter-skip decision could be observed (engine oracle
+            #: needs it).
             "runner_skip_observed": self.session.runner_tap.available,
         }
 

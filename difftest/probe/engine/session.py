@@ -45,7 +45,8 @@ def engine_config(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
     distinct = {tuple(sorted(c.items())) for c in configs.values()}
     if len(distinct) > 1:
         raise ValueError(
-            f"engine scenarios of one job must share one engine config (one engine per process): {configs}"
+            "engine scenarios of one job must share one engine config (one engine per process): "
+            f"{configs}"
         )
     return next(iter(configs.values()))
 
@@ -90,14 +91,16 @@ class EngineSession:
             "disable_log_stats=False must create a StatLoggerManager"
         )
         self.engine.logger_manager.stat_loggers.append(self.logger)
-        # In-process engine core only (VLLM_ENABLE_V1_MULTIPROCESSING=0): the tap needs the scheduler object.
+        # In-process engine core only (VLLM_ENABLE_V1_MULTIPROCESSING=0): the tap needs the
+        # scheduler object.
         core = self.engine.engine_core.engine_core
         self.runner_tap = RunnerTap(_model_runner(core))
         self.tap = StepTap(core.scheduler, self.runner_tap)
         self.tokenizer_eos = self.engine.input_processor.renderer.get_eos_token_id()
 
     def _describe(self, rids: list[str]) -> str:
-        """Where each stuck request is, as the branch's scheduler sees it (tokens computed of total)."""
+        """Where each stuck request is, as the branch's scheduler sees it (tokens computed of
+        total)."""
         requests = getattr(self.engine.engine_core.engine_core.scheduler, "requests", {})
         # The engine makes each id unique with a random suffix (`<id>-<8 characters>`).
         by_external = {**{key.rsplit("-", 1)[0]: r for key, r in requests.items()}, **requests}
@@ -157,7 +160,8 @@ class EngineSession:
                 if n > MAX_STEPS:
                     stuck = [rid for rid, *_ in entries if rid not in finals]
                     raise DidNotFinish(
-                        f"the batch did not finish within {MAX_STEPS} engine steps; unfinished: {self._describe(stuck)}"
+                        f"the batch did not finish within {MAX_STEPS} engine steps; unfinished: "
+                        f"{self._describe(stuck)}"
                     )
                 for out in self.engine.step():
                     if out.finished:

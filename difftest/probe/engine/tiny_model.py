@@ -40,10 +40,11 @@ SPECIALS = ("<|bos|>", "<|eos|>", "<|pad|>")
 MANIFEST = "difftest-manifest.json"
 
 _WORDS = (
-    "the a an of to in is on at for with and or not be it this that from by as are was were we you they "
-    "token draft accept verify stop end step batch model engine cache block queue grammar json regex "
-    "choice yes no true false null alpha beta gamma delta one two three four five six seven eight nine "
-    "zero red green blue left right up down fast slow high low open close read write run test pass fail"
+    "the a an of to in is on at for with and or not be it this that from by as are was were we you "
+    "they token draft accept verify stop end step batch model engine cache block queue grammar "
+    "json regex choice yes no true false null alpha beta gamma delta one two three four five six "
+    "seven eight nine zero red green blue left right up down fast slow high low open close read "
+    "write run test pass fail"
 ).split()
 
 
@@ -52,7 +53,8 @@ def recipe_key() -> str:
 
 
 def corpus(seed: int, lines: int) -> list[str]:
-    """Deterministic text with words, digits, punctuation and JSON-ish lines, so merges cover them."""
+    """Deterministic text with words, digits, punctuation and JSON-ish lines, so merges cover
+    them."""
     rng = random.Random(seed)
     out: list[str] = []
     for i in range(lines):

@@ -57,13 +57,14 @@ def choose(
                 }
         produced += len(emitted)
     raise NoTruncationPoint(
-        f"request {rid!r}: the reference run has no step with >= 2 accepted drafts whose first accepted token "
-        "is new in the output; change the prompt or raise max_tokens"
+        f"request {rid!r}: the reference run has no step with >= 2 accepted drafts whose first "
+        "accepted token is new in the output; change the prompt or raise max_tokens"
     )
 
 
 def _step_boundary(rid: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """The end of the last whole verification step with accepted drafts: a limit that cuts nothing."""
+    """The end of the last whole verification step with accepted drafts: a limit that cuts
+    nothing."""
     produced, chosen = 0, None
     for rec in steps:
         sampled = rec.get("sampled", {}).get(rid) or []

@@ -25,7 +25,7 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.spec_decode.metrics import SpecDecodingLogging, SpecDecodingStats
 
 from ..common import stats
-from ..protocol import DidNotFinish, RunResult, step_record
+from ..protocol import DidNotFinish, RunResult, StepRecord, step_record
 from . import script
 from .factory import SchedulerFactory
 
@@ -42,7 +42,8 @@ class _Request:
 
 
 def _has_skip_flag() -> bool:
-    """Whether this branch's `DraftTokenIds` can say that the runner skipped drafting (#54054's field)."""
+    """Whether this branch's `DraftTokenIds` can say that the runner skipped drafting (#54054's
+    field)."""
     try:
         return "drafting_skipped" in {f.name for f in dataclasses.fields(DraftTokenIds)}
     except TypeError:  # not a dataclass on this branch: ask its constructor
@@ -56,7 +57,8 @@ HAS_SKIP_FLAG = _has_skip_flag()
 
 
 def deliver_drafts(scheduler: Any, drafts: dict[str, list[int]], skipped: set[str]) -> None:
-    """Hand the scheduler the runner's drafts: real ones in one call, a skipped drafter's zero-fill in another.
+    """Hand the scheduler the runner's drafts: real ones in one call, a skipped drafter's zero-fill
+    in another.
 
     vLLM's runner decides skipping for the whole batch, so one `DraftTokenIds` is
     either skipped or not; the scheduler handles each request on its own, so two
@@ -94,7 +96,7 @@ def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[s
         position = len(scheduler.requests[rid].output_token_ids)
         return script.runner_drafts(r.spec, seed, k, r.target, position, r.steps_done - 1)
 
-    steps: list[dict[str, Any]] = []
+    steps: list[StepRecord] = []
     stats_objects: list[Any] = []
     outputs: dict[str, list[int]] = {rid: [] for rid in order}
     finish: dict[str, str] = {}

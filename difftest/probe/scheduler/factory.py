@@ -32,7 +32,8 @@ from .model_dir import MAX_MODEL_LEN
 BLOCK_SIZE = 16
 #: What the configs declare (vLLM asserts a positive count); each run's pool is `blocks_for(...)`.
 NUM_BLOCKS = 4096
-#: The smallest pool a run gets; a run never needs more than `blocks_for` gives, so nothing is preempted.
+#: The smallest pool a run gets; a run never needs more than `blocks_for` gives, so nothing is
+#: preempted.
 MIN_BLOCKS = 64
 GRAMMAR_TIMEOUT_S = 60.0
 
@@ -100,7 +101,8 @@ class SchedulerFactory:
 
     @staticmethod
     def blocks_for(requests: list[dict[str, Any]], k: int) -> int:
-        """Twice the blocks every request holds at its longest (prompt + max_tokens + k lookahead)."""
+        """Twice the blocks every request holds at its longest (prompt + max_tokens + k
+        lookahead)."""
         need = sum(
             -(-(len(script.tokens(r["prompt"])) + int(r["max_tokens"]) + k + 1) // BLOCK_SIZE)
             for r in requests
@@ -113,7 +115,8 @@ class SchedulerFactory:
         stop_ids = [script.token(s) for s in req.get("stop") or []]
         structured = None
         if req.get("grammar"):
-            # The frontend turns `choice` into an EBNF grammar before the engine sees it; do the same.
+            # The frontend turns `choice` into an EBNF grammar before the engine sees it; do the
+            # same.
             structured = StructuredOutputsParams(
                 grammar=choice_as_grammar(list(req["grammar"]["choice"]))
             )

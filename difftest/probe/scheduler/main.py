@@ -29,7 +29,8 @@ class SchedulerSession:
         self.stats_fields = [f.name for f in dataclasses.fields(SpecDecodingStats)]
         self.skip_flag = HAS_SKIP_FLAG
         self.factory = SchedulerFactory(ensure_model_dir(Path(job["work_dir"])))
-        self.factory.model_config()  # the first construction inspects the model: keep it out of run timings
+        # The first construction inspects the model: keep it out of run timings.
+        self.factory.model_config()
 
     def header_info(self) -> dict[str, Any]:
         return {

@@ -93,7 +93,8 @@ def _wrong_token(right: int | None, key: tuple[Any, ...]) -> int:
 def propose(
     req: dict[str, Any], seed: int, k: int, target: list[int], position: int, decode_index: int
 ) -> list[int]:
-    """Drafts for the request's `decode_index`-th verification step, whose first draft sits at `position`.
+    """Drafts for the request's `decode_index`-th verification step, whose first draft sits at
+    `position`.
 
     scripted: `steps[decode_index]` as a token string (empty/None = no drafts), then
     `then` (`none`: no drafts, `perfect`: the next k target tokens). random: k
@@ -122,7 +123,8 @@ def propose(
 
 
 def drafting_skipped(req: dict[str, Any], decode_index: int) -> bool:
-    """Whether the runner skipped the drafter for this verification step (`drafter.skipped`, 1-based)."""
+    """Whether the runner skipped the drafter for this verification step (`drafter.skipped`,
+    1-based)."""
     drafter = req.get("drafter") or {}
     return decode_index + 1 in (drafter.get("skipped") or ())
 
@@ -157,7 +159,8 @@ def verify(target: list[int], position: int, drafts: list[int]) -> list[int]:
 
 
 class ChoiceGrammar:
-    """Pure-Python twin of xgrammar's `choice` grammar: the output is one of the strings, then a stop token.
+    """Pure-Python twin of xgrammar's `choice` grammar: the output is one of the strings, then a
+    stop token.
 
     Same rules as xgrammar's matcher over a single-character vocabulary: a
     character is valid while the text stays a prefix of some choice; a stop
@@ -175,7 +178,8 @@ class ChoiceGrammar:
         return any(len(c) > n and c[:n] == done and c[n] == tok for c in self.choices)
 
     def valid_prefix(self, done: list[int], candidate: list[int]) -> list[int]:
-        """The longest prefix of `candidate` the grammar accepts after `done` (as vLLM's validate_tokens)."""
+        """The longest prefix of `candidate` the grammar accepts after `done` (as vLLM's
+        validate_tokens)."""
         if done and done[-1] in self.stop_ids:
             return []
         state = list(done)

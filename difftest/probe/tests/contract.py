@@ -8,11 +8,13 @@ from __future__ import annotations
 
 #: Set per gateway (`//env:DIFFTEST_CODE=<branch>`): which branch's code a worker runs.
 CODE_ENV = "DIFFTEST_CODE"
-#: Folder the controller writes `progress.jsonl` and `workers.json` into; its presence turns the plugin on.
+#: Folder the controller writes `progress.jsonl` and `workers.json` into; its presence turns the
+#: plugin on.
 OUT_ENV = "DIFFTEST_SUITE_OUT"
 #: JSON list of the node ids of grafted test modules that may run.
 GRAFTS_ENV = "DIFFTEST_SUITE_GRAFTS"
-#: For difftest's own tests only: leave the controller's sys.path in the workers (the xdist default).
+#: For difftest's own tests only: leave the controller's sys.path in the workers (the xdist
+#: default).
 INHERIT_PATH_ENV = "DIFFTEST_SUITE_INHERIT_PATH"
 #: Prefix of a worker's collection errors and skips: `[difftest code=<branch> node=<node id>] `.
 LABEL = "[difftest code={} node={}] "

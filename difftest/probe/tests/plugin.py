@@ -1,6 +1,6 @@
-"""pytest plugin of the tests tier: loaded with `-p difftest.probe.tests.plugin` in the controller and
-in every worker of a pytest-xdist session whose workers are branch environments (`--dist each`, one
-`popen//python=<branch python>` gateway per branch).
+"""pytest plugin of the tests tier: loaded with `-p difftest.probe.tests.plugin` in the controller
+and in every worker of a pytest-xdist session whose workers are branch environments (`--dist each`,
+one `popen//python=<branch python>` gateway per branch).
 
 It runs inside environments (the standard library and pytest, from the test-only folder on
 PYTHONPATH) and fixes what pytest-xdist silently gets wrong for this use:
@@ -45,7 +45,8 @@ _CODE = os.environ.get(CODE_ENV, "")
 
 
 def own_sys_path() -> list[str]:
-    """The sys.path this interpreter starts with (its `.pth` files processed), asked from a fresh one."""
+    """The sys.path this interpreter starts with (its `.pth` files processed), asked from a fresh
+    one."""
     done = subprocess.run(
         [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"],
         capture_output=True,
@@ -63,7 +64,7 @@ import pytest  # noqa: E402  (after the path is right: nothing of the controller
 _collected: dict[str, list[str]] = {}
 _workers: dict[str, dict[str, object]] = {}
 #: (branch, node id) -> what its reports so far say: the record written when its teardown arrives.
-_tests: dict[tuple[str, str], dict[str, object]] = {}
+_tests: dict[tuple[str, str], dict[str, str | float]] = {}
 
 
 def _code_of(node: object) -> str:
@@ -93,9 +94,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if not config.pluginmanager.hasplugin("dsession") or config.getoption("dist", "no") != "each":
         raise pytest.UsageError(
-            "difftest: this session must distribute every test to every branch (--dist each, one --tx per "
-            "branch), but distribution is off (-n0, -p no:xdist or --dist no): results would all come from "
-            "the controller's environment"
+            "difftest: this session must distribute every test to every branch (--dist each, one "
+            "--tx per branch), but distribution is off (-n0, -p no:xdist or --dist no): results "
+            "would all come from the controller's environment"
         )
 
 
@@ -110,7 +111,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     state = _tests.setdefault(
         (code, report.nodeid), {"outcome": "passed", "message": "", "duration_s": 0.0}
     )
-    state["duration_s"] = round(float(state["duration_s"]) + report.duration, 6)  # type: ignore[arg-type]
+    state["duration_s"] = round(float(state["duration_s"]) + report.duration, 6)
     if report.failed and state["outcome"] in ("passed", "skipped", "xfailed"):
         state.update(
             outcome="failed" if report.when == "call" else "error", message=_first_line(report)
@@ -167,6 +168,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if _WORKER:
         vllm = sys.modules.get("vllm")
+        # pytest-xdist gives a worker's config `workeroutput`; pytest's own Config type has none.
         session.config.workeroutput["difftest"] = {  # type: ignore[attr-defined]
             "code": _CODE,
             "python": sys.executable,
@@ -185,7 +187,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collectreport(report: pytest.CollectReport) -> None:
-    """Label this worker's collection failures and skips, so xdist does not merge them across workers."""
+    """Label this worker's collection failures and skips, so xdist does not merge them across
+    workers."""
     if not (_ACTIVE and _WORKER) or report.passed:
         return
     label = LABEL.format(_CODE, report.nodeid)
@@ -197,7 +200,8 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Of a grafted copy of a branch's test module, keep only the tests that branch adds or changes."""
+    """Of a grafted copy of a branch's test module, keep only the tests that branch adds or
+    changes."""
     if not (_ACTIVE and _WORKER):
         return
     allowed = json.loads(os.environ.get(GRAFTS_ENV) or "[]")

@@ -13,7 +13,7 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -23,6 +23,9 @@ from difftest.core.validation import describe
 from difftest.core.values import quote
 from difftest.core.yamlfile import read_yaml
 from difftest.probe.protocol import JobScenario, PlannedRun
+
+#: A tier's own scenario class, kept by `load_folder` for its callers.
+ScenarioT = TypeVar("ScenarioT", bound="ScenarioBase")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
@@ -59,15 +62,20 @@ class ScenarioBase(ScenarioIdentity):
     k: int = Field(ge=1, le=8)
     #: YAML key `orders`: `listed`, `all` (every permutation) or explicit id lists.
     batch_orders: Literal["listed", "all"] | list[list[str]] = Field("listed", alias="orders")
-    #: Run each request alone too (needed by the additivity invariant); default: when there are several.
+    #: Run each request alone too (needed by the additivity invariant); default: when there are
+    #: several.
     alone: bool | None = None
+    if TYPE_CHECKING:
+        # Declared for the type checker only: each subclass's own `requests` field is the one
+        # pydantic validates.
+        requests: Sequence[Any]
 
     @property
     def request_ids(self) -> list[str]:
-        return [r.id for r in self.requests]  # type: ignore[attr-defined]
+        return [r.id for r in self.requests]
 
     def request(self, rid: str) -> Any:
-        return next(r for r in self.requests if r.id == rid)  # type: ignore[attr-defined]
+        return next(r for r in self.requests if r.id == rid)
 
     def check_request_ids(self) -> None:
         """Unique ids, and explicit orders that are permutations of them (ValueError otherwise)."""
@@ -78,13 +86,15 @@ class ScenarioBase(ScenarioIdentity):
         if isinstance(self.batch_orders, list):
             if not self.batch_orders:
                 raise ValueError(
-                    "orders: an empty list runs nothing; write `listed`, `all` or at least one order"
+                    "orders: an empty list runs nothing; "
+                    "write `listed`, `all` or at least one order"
                 )
             seen: list[list[str]] = []
             for order in self.batch_orders:
                 if sorted(order) != sorted(ids):
                     raise ValueError(
-                        f"orders: {quote(order)} is not a permutation of the request ids {quote(ids)}"
+                        f"orders: {quote(order)} is not a permutation "
+                        f"of the request ids {quote(ids)}"
                     )
                 if order in seen:
                     raise ValueError(
@@ -102,7 +112,8 @@ class ScenarioBase(ScenarioIdentity):
         return [list(o) for o in self.batch_orders]
 
     def batch_and_alone_runs(self) -> list[PlannedRun]:
-        """Each batch order, then (with several requests, unless `alone: false`) each request alone."""
+        """Each batch order, then (with several requests, unless `alone: false`) each request
+        alone."""
         runs: list[PlannedRun] = [
             {"label": order_label(o), "order": o, "role": "batch"} for o in self.orders()
         ]
@@ -137,7 +148,8 @@ def order_label(order: list[str]) -> str:
 
 
 def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
-    """The file's mapping plus what the loader sets: `name` (default: the file's stem), `file`, `sha256`."""
+    """The file's mapping plus what the loader sets: `name` (default: the file's stem), `file`,
+    `sha256`."""
     raw_bytes = path.read_bytes()
     raw = read_yaml(path, raw_bytes)
     if not isinstance(raw, dict):
@@ -147,7 +159,8 @@ def read_scenario_file(path: Path, guide: str) -> dict[str, Any]:
 
 
 def scenario_file_text(raw: dict[str, Any], comments: Sequence[str] = ()) -> str:
-    """A scenario file for `raw`: `# ` comment lines, then the mapping as YAML (`read_scenario_file` reads it back)."""
+    """A scenario file for `raw`: `# ` comment lines, then the mapping as YAML (`read_scenario_file`
+    reads it back)."""
     head = "".join(
         f"# {line}\n" if line else "#\n"
         for comment in comments
@@ -181,7 +194,7 @@ def request_id(value: str) -> str:
     return value
 
 
-def check_unique_names(scenarios: list[ScenarioBase]) -> None:
+def check_unique_names(scenarios: Sequence[ScenarioBase]) -> None:
     seen: dict[str, str] = {}
     for s in scenarios:
         if s.name in seen:
@@ -201,7 +214,7 @@ def scenario_files(folder: Path) -> list[Path]:
     return files
 
 
-def load_folder(folder: Path, load_file: Callable[[Path], ScenarioBase]) -> list[ScenarioBase]:
+def load_folder(folder: Path, load_file: Callable[[Path], ScenarioT]) -> list[ScenarioT]:
     """Every `*.yaml` in `folder`, sorted by file name, with unique scenario names."""
     scenarios = [load_file(f) for f in scenario_files(folder)]
     check_unique_names(scenarios)

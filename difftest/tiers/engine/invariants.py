@@ -45,7 +45,8 @@ def check(runs: list[ProbeRun]) -> ByLabel:
 
 
 def across_branches(runs_by_branch: dict[str, list[ProbeRun]], baseline: str) -> dict[str, ByLabel]:
-    """Per branch (baseline excluded): runs whose generated tokens or truncation differ from the baseline's."""
+    """Per branch (baseline excluded): runs whose generated tokens or truncation differ from the
+    baseline's."""
     base_runs = {r.label: r for r in runs_by_branch.get(baseline, []) if r.status == "ok"}
     out: dict[str, ByLabel] = {}
     for branch, runs in runs_by_branch.items():
@@ -122,7 +123,8 @@ def _outputs_consistent(run: ProbeRun) -> list[Violation]:
         _v(
             "emitted-vs-output",
             run,
-            f"request {rid}: tokens emitted step by step {emitted.get(rid, [])} != final output {toks}",
+            f"request {rid}: tokens emitted step by step {emitted.get(rid, [])} "
+            f"!= final output {toks}",
         )
         for rid, toks in run.outputs.items()
         if emitted.get(rid, []) != toks
@@ -145,7 +147,8 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
                 _v(
                     "truncation-applied",
                     run,
-                    f"request {rid}: cut {kind} at token {token} ended as finish={finish}, stop_reason={reason}; expected {want}",
+                    f"request {rid}: cut {kind} at token {token} ended as "
+                    f"finish={finish}, stop_reason={reason}; expected {want}",
                 )
             )
         output = run.outputs.get(rid, [])

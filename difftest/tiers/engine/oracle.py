@@ -17,7 +17,8 @@ from difftest.tiers.common.accounting import Verification
 
 
 def verifications(step: StepRecord) -> list[Verification]:
-    """The verifications of one step, in scheduling order: requests with drafts and delivered output."""
+    """The verifications of one step, in scheduling order: requests with drafts and delivered
+    output."""
     out = []
     for rid in step.scheduled or list(step.drafts):
         drafts = step.drafts.get(rid) or []

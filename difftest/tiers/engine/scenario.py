@@ -59,7 +59,8 @@ class EngineSettings(_Strict):
 
 
 class StructuredSpec(_Strict):
-    """Exactly one of a regex, a JSON schema or a list of choices (vLLM's StructuredOutputsParams)."""
+    """Exactly one of a regex, a JSON schema or a list of choices (vLLM's
+    StructuredOutputsParams)."""
 
     regex: str | None = None
     json_schema: dict[str, Any] | None = Field(None, alias="json")
@@ -90,7 +91,8 @@ class EngineRequest(_Strict):
     max_tokens: int = Field(gt=0, le=512)
     #: How the probe cuts this request inside accepted drafts, chosen from a reference run.
     truncate: Truncate = "none"
-    #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can draft from it).
+    #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can
+    #: draft from it).
     prime: int = Field(0, ge=0, le=64)
     structured: StructuredSpec | None = None
     #: The request is meant to run into engine.max_model_len (finish `length`): the context check,
@@ -106,8 +108,8 @@ class EngineRequest(_Strict):
 class EngineScenario(ScenarioBase):
     tier: Literal["engine"] = "engine"
     engine: EngineSettings = Field(default_factory=EngineSettings)
-    #: `cuda`: needs a CUDA base (async scheduling, ngram_gpu/draft_model); not run on a CPU base, and
-    #: the evidence says so.
+    #: `cuda`: needs a CUDA base (async scheduling, ngram_gpu/draft_model); not run on a CPU base,
+    #: and the evidence says so.
     requires: Literal["cpu", "cuda"] = "cpu"
     requests: list[EngineRequest] = Field(min_length=1)
 
@@ -125,19 +127,23 @@ class EngineScenario(ScenarioBase):
             needed = len(r.prompt.encode()) + 1 + r.prime + r.max_tokens + self.k + 1
             if needed > self.engine.max_model_len and not r.until_max_model_len:
                 raise ValueError(
-                    f"requests.{r.id}: may need {needed} tokens of context (prompt bytes + BOS + prime + max_tokens "
-                    f"+ k drafts + 1), more than engine.max_model_len {self.engine.max_model_len}: vLLM would cap "
-                    "it (a false diverge); shorten the prompt or max_tokens, raise engine.max_model_len, or, if the request "
-                    "is meant to end there, write `until_max_model_len: true`"
+                    f"requests.{r.id}: may need {needed} tokens of context "
+                    "(prompt bytes + BOS + prime + max_tokens + k drafts + 1), "
+                    f"more than engine.max_model_len {self.engine.max_model_len}: "
+                    "vLLM would cap it (a false diverge); shorten the prompt or max_tokens, "
+                    "raise engine.max_model_len, or, if the request is meant to end there, "
+                    "write `until_max_model_len: true`"
                 )
         return self
 
     def engine_key(self) -> dict[str, Any]:
-        """What must be equal across a job's scenarios (the probe's ENGINE_KEYS, plus method/async)."""
+        """What must be equal across a job's scenarios (the probe's ENGINE_KEYS, plus
+        method/async)."""
         return {"k": self.k, "seed": self.seed, **self.engine.model_dump()}
 
     def runs(self) -> list[PlannedRun]:
-        """Reference runs (uncut, for every truncating request) first, then batch orders, then alone."""
+        """Reference runs (uncut, for every truncating request) first, then batch orders, then
+        alone."""
         references: list[PlannedRun] = [
             {"label": f"reference:{r.id}", "order": [r.id], "role": "reference"}
             for r in self.requests
@@ -181,7 +187,7 @@ def parse_engine_scenario(raw: dict[str, Any], source: Path | str) -> EngineScen
 
 def load_engine_scenarios(folder: Path) -> list[EngineScenario]:
     """Every `*.yaml` in `folder`, sorted; one engine config for all, unique names."""
-    scenarios: list[EngineScenario] = load_folder(folder, load_engine_scenario)  # type: ignore[assignment]
+    scenarios = load_folder(folder, load_engine_scenario)
     check_shared_engine(scenarios)
     return scenarios
 
@@ -200,5 +206,6 @@ def check_shared_engine(scenarios: list[EngineScenario]) -> None:
             }
             raise ConfigError(
                 f"{s.file}: engine settings differ from {first.file}: {diff}",
-                "all engine scenarios of a folder share one engine (one per process on CPU): use the same k, seed and `engine:`",
+                "all engine scenarios of a folder share one engine (one per process on CPU): "
+                "use the same k, seed and `engine:`",
             )

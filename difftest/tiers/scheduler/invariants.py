@@ -34,7 +34,8 @@ def outputs_follow_script(scenario: Scenario, run: ProbeRun) -> list[Violation]:
                 Violation(
                     invariant="outputs-follow-script",
                     label=run.label,
-                    detail=f"request {rid} emitted {script.text(got)!r}; the script gives {script.text(want)!r}",
+                    detail=f"request {rid} emitted {script.text(got)!r}; "
+                    f"the script gives {script.text(want)!r}",
                     counter="outputs",
                     measured=got,
                     expected=want,

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def expected_totals(scenario: Scenario, order: list[str], reading: Reading = "strict") -> Totals:
-    """The totals a correct branch reports for a run of these requests (any order gives the same)."""
+    """The totals a correct branch reports for a run of these requests (any order gives the
+    same)."""
     data = scenario.probe_data()
     verifications = [v for rid in order for v in play_request(data, rid).verifications]
     return accounting.totals(verifications, scenario.k, reading)
@@ -32,9 +33,7 @@ def expected_outputs(scenario: Scenario, order: list[str]) -> dict[str, list[int
     return {rid: play_request(data, rid).output for rid in order}
 
 
-def expected_steps(
-    scenario: Scenario, run: ProbeRun, reading: Reading = "strict"
-) -> list[Totals]:
+def expected_steps(scenario: Scenario, run: ProbeRun, reading: Reading = "strict") -> list[Totals]:
     """The oracle's row for each recorded step: the played verification each request made in it.
 
     A request's first step with sampled tokens is its prefill (one token, no

@@ -85,7 +85,8 @@ def _play(data: dict[str, Any], rid: str) -> RequestPlay:
             raise ScriptViolation(f"no stop after {MAX_STEPS} steps")
         position = len(output)
         if script.drafting_skipped(req, decode_index):
-            # A correct scheduler schedules none of a skipped drafter's zero-fill: a plain decode step.
+            # A correct scheduler schedules none of a skipped drafter's zero-fill: a plain decode
+            # step.
             appended, finish = _append(
                 output, script.verify(target, position, []), max_tokens, stops
             )

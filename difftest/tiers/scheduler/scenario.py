@@ -30,11 +30,13 @@ GUIDE = "scenarios/README.md"
 
 _HINTS = {
     "k": "an integer from 1 to 8 (num_speculative_tokens)",
-    "draft_path": "`sync` (update_draft_token_ids) or `async` (AsyncScheduler + update_draft_token_ids_in_output)",
+    "draft_path": "`sync` (update_draft_token_ids) or "
+    "`async` (AsyncScheduler + update_draft_token_ids_in_output)",
     "orders": "`listed`, `all` (every permutation) or a list of id lists",
     "requests": "a list of `{id, prompt, max_tokens, target, drafter}` mappings",
-    "drafter": "`{kind: scripted, steps: [TOKENS...], then: none|perfect}` or `{kind: random, acceptance: 0.0-1.0}`, "
-    "each with an optional `skipped: [N, ...]` (verification steps, from 1, whose drafting the runner skipped)",
+    "drafter": "`{kind: scripted, steps: [TOKENS...], then: none|perfect}` or "
+    "`{kind: random, acceptance: 0.0-1.0}`, each with an optional `skipped: [N, ...]` "
+    "(verification steps, from 1, whose drafting the runner skipped)",
     "target": "a token string such as `ab<eos>` or `{random: {length: N, alphabet: abc}}`",
     "grammar": "`{choice: [STRING, ...]}`",
     "statement": "one line saying what the scenario probes",
@@ -106,7 +108,8 @@ class RequestSpec(_Strict):
     def _prompt(cls, value: str) -> str:
         ids = _tokens(value)
         if len(ids) < 2:
-            # A 1-token prompt meets the scheduler's -1 padding of new decodes (#50518): not this tier's subject.
+            # A 1-token prompt meets the scheduler's -1 padding of new decodes (#50518): not this
+            # tier's subject.
             raise ValueError(
                 "needs at least 2 tokens (a 1-token prompt gets scheduler -1 padding, #50518)"
             )
@@ -155,21 +158,24 @@ class Scenario(ScenarioBase):
             skipping = [r.id for r in self.requests if r.drafter.skipped]
             if skipping:
                 raise ValueError(
-                    f"requests {skipping}: `drafter.skipped` is played on the sync path only (the path of the CPU "
-                    "engine); on the async path the skip flag would arrive after the placeholders were scheduled"
+                    f"requests {skipping}: `drafter.skipped` is played on the sync path only "
+                    "(the path of the CPU engine); on the async path the skip flag would arrive "
+                    "after the placeholders were scheduled"
                 )
             for r in self.requests:
                 if isinstance(r.drafter, ScriptedDrafter):
                     short = [s for s in r.drafter.steps if len(_tokens(s or "")) != self.k]
                     if short:
                         raise ValueError(
-                            f"requests.{r.id}.drafter.steps: on the async path a drafter proposes exactly k={self.k} "
-                            f"tokens per step (fewer become -1 placeholders, #44056); got {short}"
+                            f"requests.{r.id}.drafter.steps: on the async path "
+                            f"a drafter proposes exactly k={self.k} tokens per step "
+                            f"(fewer become -1 placeholders, #44056); got {short}"
                         )
                     if r.drafter.then == "none":
                         raise ValueError(
-                            f"requests.{r.id}.drafter.then: `none` is not possible on the async path "
-                            "(k placeholders are always scheduled); use `perfect`"
+                            f"requests.{r.id}.drafter.then: `none` is not possible "
+                            "on the async path (k placeholders are always scheduled); "
+                            "use `perfect`"
                         )
         return self
 
@@ -198,7 +204,8 @@ def load_scenario(path: Path) -> Scenario:
 
 
 def parse_scenario(raw: dict[str, Any], source: Path | str) -> Scenario:
-    """Validate a scenario mapping as the loader does (schema, then playable): a file's, or a generated one."""
+    """Validate a scenario mapping as the loader does (schema, then playable): a file's, or a
+    generated one."""
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
@@ -209,11 +216,12 @@ def parse_scenario(raw: dict[str, Any], source: Path | str) -> Scenario:
 
 def load_scenarios(folder: Path) -> list[Scenario]:
     """Every `*.yaml` in `folder`, sorted by file name."""
-    return load_folder(folder, load_scenario)  # type: ignore[return-value]
+    return load_folder(folder, load_scenario)
 
 
 def _check_playable(scenario: Scenario, path: Path | str) -> None:
-    """Play every request once; a script that cannot be played is the author's error, not a branch's."""
+    """Play every request once; a script that cannot be played is the author's error, not a
+    branch's."""
     data = scenario.probe_data()
     for req in scenario.requests:
         try:
@@ -221,19 +229,22 @@ def _check_playable(scenario: Scenario, path: Path | str) -> None:
         except (script.ScriptError, ScriptViolation) as exc:
             raise ConfigError(
                 f"{path}: requests.{req.id}: {exc}",
-                "make the target stream long enough to reach a stop (or max_tokens) and keep it inside its grammar",
+                "make the target stream long enough to reach a stop (or max_tokens) "
+                "and keep it inside its grammar",
             ) from None
         _check_fits(scenario, req, len(played.output), path)
 
 
 def _check_fits(scenario: Scenario, req: RequestSpec, output: int, path: Path | str) -> None:
-    """Prompt + output + one step's drafts must stay below the probe model's context length: vLLM
-    would cap the request there (finish `length`, fewer drafts), a false `diverge` on every branch."""
+    """Prompt + output + one step's drafts must stay below the probe model's context length:
+    vLLM would cap the request there (finish `length`, fewer drafts), a false `diverge` on every
+    branch."""
     prompt = len(_tokens(req.prompt))
     needed = prompt + output + scenario.k + 1
     if needed > script.MAX_MODEL_LEN:
         raise ConfigError(
-            f"{path}: requests.{req.id}: needs {needed} tokens of context (prompt {prompt} + output {output} + "
-            f"k={scenario.k} drafts + 1), more than the probe model's max_model_len {script.MAX_MODEL_LEN}",
+            f"{path}: requests.{req.id}: needs {needed} tokens of context "
+            f"(prompt {prompt} + output {output} + k={scenario.k} drafts + 1), "
+            f"more than the probe model's max_model_len {script.MAX_MODEL_LEN}",
             "shorten the prompt, the target stream or `max_tokens`",
         )

@@ -38,7 +38,8 @@ MAX_PLANNED_STEPS = 5
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 #: Grammar choices use these letters only, so most other letters are grammar-invalid drafts.
 CHOICE_LETTERS = "abcd"
-#: Grammar requests' wrong drafts: choice letters (valid or not, by position) and letters no choice has.
+#: Grammar requests' wrong drafts: choice letters (valid or not, by position) and letters no choice
+#: has.
 GRAMMAR_DRAFT_LETTERS = CHOICE_LETTERS + "xyz"
 EOS = "<eos>"
 #: Another token a request may name as its EOS instead of `<eos>`.
@@ -73,9 +74,9 @@ def scenarios() -> st.SearchStrategy[dict[str, Any]]:
 
 @st.composite
 def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
-    # Draw order matters for shrinking: everything of a request (prompt included) is drawn inside its
-    # own list element, and what depends on the requests (the orders) last, so that deleting a request
-    # leaves every other draw meaning what it meant.
+    # Draw order matters for shrinking: everything of a request (prompt included) is drawn inside
+    # its own list element, and what depends on the requests (the orders) last, so that deleting a
+    # request leaves every other draw meaning what it meant.
     k = draw(_ints(MIN_K, MAX_K))
     path = draw(_PATHS)
     seed = draw(_ints(0, 2**16))
@@ -85,7 +86,7 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
     if any(_is_random(b) for b in bodies):
         raw["seed"] = seed
     raw["orders"] = draw(orders(ids))
-    raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies)]
+    raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies, strict=True)]
     return raw
 
 
@@ -117,7 +118,8 @@ def _orders(ids: tuple[str, ...]) -> st.SearchStrategy[Any]:
     return st.sampled_from(styles).flatmap(lambda s: explicit if s == "explicit" else st.just(s))
 
 
-#: At least 2 tokens: a 1-token prompt meets the scheduler's -1 padding (#50518), not this tier's subject.
+#: At least 2 tokens: a 1-token prompt meets the scheduler's -1 padding (#50518), not this tier's
+#: subject.
 _PROMPTS = st.text(alphabet=LETTERS, min_size=2, max_size=6)
 _PATHS = st.sampled_from(["sync", "async"])
 _THEN = st.sampled_from(["none", "perfect"])
@@ -163,7 +165,8 @@ def _positions(plan: list[tuple[int, int]]) -> list[int]:
 def _drafts(
     draw: st.DrawFn, target: list[str], position: int, proposed: int, accepted: int, pool: str
 ) -> str:
-    """The target's next `accepted` tokens, then a token the target does not have there, then anything."""
+    """The target's next `accepted` tokens, then a token the target does not have there, then
+    anything."""
     drafts = target[position : position + accepted]
     if proposed > accepted:
         wrong = draw(_text(pool, 1))
@@ -199,7 +202,8 @@ _PERFECT_DRAFTER = {"kind": "scripted", "steps": [], "then": "perfect"}
 
 @st.composite
 def _scripted_request(draw: st.DrawFn, k: int, path: str) -> dict[str, Any]:
-    """A target that stops exactly where the strategy chose: inside accepted drafts, on the bonus, or later."""
+    """A target that stops exactly where the strategy chose: inside accepted drafts, on the bonus,
+    or later."""
     plan = _plan(draw, k, path)
     positions = _positions(plan)
     step = draw(_ints(0, len(plan)))  # len(plan): after the planned steps
@@ -232,7 +236,8 @@ def _scripted_request(draw: st.DrawFn, k: int, path: str) -> dict[str, Any]:
 
 @st.composite
 def _random_request(draw: st.DrawFn, k: int, path: str) -> dict[str, Any]:
-    """A seeded random target over a few letters (maybe with EOS or a stop token among them), cut by max_tokens."""
+    """A seeded random target over a few letters (maybe with EOS or a stop token among them), cut by
+    max_tokens."""
     alphabet = draw(_ALPHABETS)
     stop = draw(_RANDOM_STOPS)
     request: dict[str, Any] = {}
@@ -251,7 +256,8 @@ def _random_request(draw: st.DrawFn, k: int, path: str) -> dict[str, Any]:
 
 @st.composite
 def _grammar_request(draw: st.DrawFn, k: int, path: str) -> dict[str, Any]:
-    """A `choice` grammar; drafts valid, valid but wrong, partially or fully invalid; EOS or max_tokens ends it."""
+    """A `choice` grammar; drafts valid, valid but wrong, partially or fully invalid; EOS or
+    max_tokens ends it."""
     choices = draw(_CHOICES)
     chosen = list(choices[draw(_ints(0, len(choices) - 1))])
     eos_at = len(chosen)

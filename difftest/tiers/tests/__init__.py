@@ -1,1 +1,2 @@
-"""The tests tier: the repository's own tests, and each branch's new tests, on every branch's code."""
+"""The tests tier: the repository's own tests, and each branch's new tests, on every branch's
+code."""

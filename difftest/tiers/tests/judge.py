@@ -2,13 +2,15 @@
 
 Every test is judged against the baseline's outcome of the same test:
 
-| here \\ baseline             | passed       | anything else       |
-|-----------------------------|--------------|---------------------|
-| passed                      | pass         | fixed               |
-| failed / error              | regression   | fails on baseline   |
-| skipped / xfailed           | skipped      | skipped             |
-| not collected               | unmeasured   | fails on baseline if the baseline could not collect it either, else unmeasured |
-| not run (session, worker)   | unmeasured   | unmeasured          |
+| here \\ baseline           | passed     | anything else                          |
+|---------------------------|------------|----------------------------------------|
+| passed                    | pass       | fixed                                  |
+| failed / error            | regression | fails on baseline                      |
+| skipped / xfailed         | skipped    | skipped                                |
+| not collected             | unmeasured | fails on baseline if the baseline      |
+|                           |            | could not collect it either, else      |
+|                           |            | unmeasured                             |
+| not run (session, worker) | unmeasured | unmeasured                             |
 
 The baseline itself is the reference, never judged: whatever does not pass
 there "fails on the baseline", except what was not run at all. A source's
@@ -22,7 +24,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from difftest.core.records import Reading, Result, TestJudgement, TestRecord, Violation
+from difftest.core.records import (
+    Reading,
+    Result,
+    TestJudgement,
+    TestRecord,
+    Verdict,
+    Violation,
+)
 from difftest.core.suites import RawOutcome
 
 FAILING = ("failed", "error")
@@ -32,7 +41,8 @@ MAX_LISTED = 20
 
 
 def judgement(outcome: str, baseline: str | None, is_baseline: bool) -> TestJudgement:
-    """One test on one branch's code, given the baseline's outcome (None: the baseline did not report it)."""
+    """One test on one branch's code, given the baseline's outcome (None: the baseline did not
+    report it)."""
     if outcome == "not-run":
         return "unmeasured"
     if outcome == "passed":
@@ -48,7 +58,8 @@ def judgement(outcome: str, baseline: str | None, is_baseline: bool) -> TestJudg
 
 
 def judge_records(outcomes: Iterable[RawOutcome], baseline: str) -> list[TestRecord]:
-    """Every outcome with its judgement; the baseline's outcome of the same (source, test) is the reference."""
+    """Every outcome with its judgement; the baseline's outcome of the same (source, test) is the
+    reference."""
     outcomes = list(outcomes)
     reference = {(o.source, o.test): o.outcome for o in outcomes if o.code == baseline}
     return [
@@ -74,7 +85,8 @@ def verdicts(
     reading: Reading,
     unmeasured: dict[str, str] | None = None,
 ) -> list[Result]:
-    """One Result per (code branch, source); `unmeasured` names branches that ran nothing, and why."""
+    """One Result per (code branch, source); `unmeasured` names branches that ran nothing, and
+    why."""
     unmeasured = unmeasured or {}
     results = []
     for code in codes:
@@ -95,16 +107,30 @@ def _verdict(
     reading: Reading,
     why: str | None,
 ) -> Result:
-    base = dict(
-        branch=code,
-        scenario=scenario,
-        tier=tier,
-        label=source,
-        reading=reading,
-        duration_s=round(sum(r.duration_s for r in mine), 3),
-    )
+    duration_s = round(sum(r.duration_s for r in mine), 3)
+
+    def result(
+        verdict: Verdict,
+        statement: str,
+        error: str | None = None,
+        violations: list[Violation] | None = None,
+    ) -> Result:
+        """This (branch, source)'s Result; only the verdict and its evidence vary."""
+        return Result(
+            branch=code,
+            scenario=scenario,
+            tier=tier,
+            label=source,
+            reading=reading,
+            duration_s=duration_s,
+            verdict=verdict,
+            error=error,
+            violations=violations or [],
+            statement=statement,
+        )
+
     if why and not mine:
-        return Result(**base, verdict="error", error=why, statement=f"tests of {source}: not run")
+        return result("error", f"tests of {source}: not run", error=why)
     counts = Counter(r.judgement for r in mine)
     statement = f"tests of {source}: " + summary(counts, len(mine))
     regressions = [r for r in mine if r.judgement == "regression"]
@@ -125,20 +151,17 @@ def _verdict(
                     detail=f"and {len(regressions) - MAX_LISTED} more failing test(s)",
                 )
             )
-        return Result(**base, verdict="broken", violations=violations, statement=statement)
+        return result("broken", statement, violations=violations)
     lost = [r for r in mine if r.judgement == "unmeasured"]
     if lost or not mine:
         detail = "; ".join(f"{r.test}: {r.message or r.outcome}" for r in lost[:3]) or (
             why or "no test ran"
         )
         more = f" (and {len(lost) - 3} more)" if len(lost) > 3 else ""
-        return Result(
-            **base,
-            verdict="error",
-            error=f"could not measure {len(lost)} test(s): {detail}{more}",
-            statement=statement,
+        return result(
+            "error", statement, error=f"could not measure {len(lost)} test(s): {detail}{more}"
         )
-    return Result(**base, verdict="pass", statement=statement)
+    return result("pass", statement)
 
 
 #: Judgements in the order summaries name them.
@@ -160,7 +183,7 @@ WORDS: dict[str, str] = {
 }
 
 
-def summary(counts: Counter[str], total: int) -> str:
+def summary(counts: Counter[TestJudgement], total: int) -> str:
     """`86 tests: 83 passed, 3 fail on the baseline too`."""
     parts = [f"{counts[j]} {WORDS[j]}" for j in ORDER if counts.get(j)]
     return f"{total} test{'s' if total != 1 else ''}" + (": " + ", ".join(parts) if parts else "")

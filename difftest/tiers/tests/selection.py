@@ -14,7 +14,10 @@ from difftest.core.config import TestsSpec
 from difftest.tiers.common.scenario import ScenarioIdentity
 
 NAME = "repo-tests"
-STATEMENT = "the repository's own tests (the selection) and each branch's new or changed tests, on every branch's code"
+STATEMENT = (
+    "the repository's own tests (the selection) and each branch's new or changed tests, "
+    "on every branch's code"
+)
 
 
 class TestSelection(ScenarioIdentity):

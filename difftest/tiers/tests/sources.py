@@ -43,8 +43,9 @@ def is_test_module(path: str) -> bool:
 
 
 def changed_tests(path: str, old: str | None, new: str) -> list[str]:
-    """pytest arguments for the tests of module `path` that `new` adds or changes relative to `old`:
-    node ids of changed test functions/classes, or the module itself when the change may alter them all."""
+    """pytest arguments for the tests of module `path` that `new` adds or changes relative to
+    `old`: node ids of changed test functions/classes, or the module itself when the change may
+    alter them all."""
     new_units = _units(new)
     old_units = _units(old) if old is not None else None
     if new_units is None or old_units is None or not _only_added(old_units[0], new_units[0]):
@@ -54,7 +55,8 @@ def changed_tests(path: str, old: str | None, new: str) -> list[str]:
 
 
 def _units(text: str) -> tuple[list[ast.stmt], dict[str, str]] | None:
-    """(the module's statements other than tests, {test name: its syntax tree}); None if it does not parse."""
+    """(the module's statements other than tests, {test name: its syntax tree}); None if it does not
+    parse."""
     try:
         module = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -62,15 +64,21 @@ def _units(text: str) -> tuple[list[ast.stmt], dict[str, str]] | None:
     tests: dict[str, str] = {}
     rest: list[ast.stmt] = []
     for node in module.body:
-        is_test = (
-            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.name.startswith("test")
-        ) or (isinstance(node, ast.ClassDef) and node.name.startswith("Test"))
-        if is_test:
-            tests[node.name] = ast.dump(node)  # type: ignore[attr-defined]
+        name = _test_name(node)
+        if name is not None:
+            tests[name] = ast.dump(node)
         else:
             rest.append(node)
     return rest, tests
+
+
+def _test_name(node: ast.stmt) -> str | None:
+    """The name of a test function or test class (what pytest collects), else None."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+        return node.name
+    if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+        return node.name
+    return None
 
 
 def _only_added(old: list[ast.stmt], new: list[ast.stmt]) -> bool:
@@ -141,7 +149,8 @@ def plan(
     keyword: str | None,
     deselect: list[str],
 ) -> SuitePlan:
-    """The sources (upstream, then each branch's own tests, identical ones merged) and the sessions."""
+    """The sources (upstream, then each branch's own tests, identical ones merged) and the
+    sessions."""
     upstream = TestSource(
         label=UPSTREAM, origin=baseline.name, sha=baseline.sha, tests=tuple(select), keyword=keyword
     )
@@ -224,7 +233,8 @@ def _sessions(
 
 
 def graft_path(path: str, number: int) -> str:
-    """Where a branch's copy of test module `path` goes: same folder, a name pytest still collects."""
+    """Where a branch's copy of test module `path` goes: same folder, a name pytest still
+    collects."""
     pure = PurePosixPath(path)
     stem = pure.stem
     if stem.endswith("_test") and not stem.startswith("test_"):

@@ -1,4 +1,5 @@
-"""The tests tier: the repository's own tests, and each branch's new tests, run on every branch's code.
+"""The tests tier: the repository's own tests, and each branch's new tests, run on every branch's
+code.
 
 The scheduler and engine tiers measure counters against an oracle; this tier
 reads test outcomes. A test that passes on the baseline and fails on a branch is
