@@ -127,7 +127,8 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
             )
         distances = _distances(old, head)
         if head.verdict == "broken":
-            # A broken run is worse, full stop: it is never also listed as better or "as on the base".
+            # A broken run is worse, full stop: it is never also listed as better or "as on the
+            # base".
             distances = [f for f in distances if f.kind in WORSE_KINDS]
         findings += distances
     seen = {(r.scenario, r.label) for r in head_results}
@@ -176,7 +177,7 @@ def distance(measured: Any, expected: Any) -> float:
         width = max(len(got), len(want))
         got += [0] * (width - len(got))
         want += [0] * (width - len(want))
-        return float(sum(abs(g - w) for g, w in zip(got, want)))
+        return float(sum(abs(g - w) for g, w in zip(got, want, strict=True)))
     if measured is None and expected is None:
         return 0.0
     if measured is None or expected is None:
@@ -186,7 +187,7 @@ def distance(measured: Any, expected: Any) -> float:
 
 def _distances(old: Result, new: Result) -> list[GateFinding]:
     assert old.measured is not None and new.measured is not None
-    found = []
+    found: list[GateFinding] = []
     for counter in [*COUNTERS, MAL]:
         b_val, b_exp = _values(old.measured, old.expected, counter)
         h_val, h_exp = _values(new.measured, new.expected, counter)
@@ -194,10 +195,16 @@ def _distances(old: Result, new: Result) -> list[GateFinding]:
         tol = MAL_TOLERANCE if counter == MAL else 0.0
         if h_dist > b_dist + tol:
             kind: Kind = "further"
-            text = f"{counter} is further from the oracle: distance {_num(b_dist)} on base, {_num(h_dist)} on head"
+            text = (
+                f"{counter} is further from the oracle: "
+                f"distance {_num(b_dist)} on base, {_num(h_dist)} on head"
+            )
         elif h_dist + tol < b_dist:
             kind = "improved"
-            text = f"{counter} is closer to the oracle: distance {_num(b_dist)} on base, {_num(h_dist)} on head"
+            text = (
+                f"{counter} is closer to the oracle: "
+                f"distance {_num(b_dist)} on base, {_num(h_dist)} on head"
+            )
         elif h_dist > tol:
             # Not worse, but not right either: the residual a reviewer should still see.
             kind = "unchanged"

@@ -4,13 +4,15 @@ The probe writes plain JSON in the shapes of `difftest.probe.protocol`; the host
 validates each record against the models here, which forbid unknown keys and
 accept only integers for counters, so a record that is not what the protocol
 says is rejected (and becomes an `error` result for its run) instead of being
-half-read. Everything after the runner reads these models only.
+half-read. Everything after the runner reads these models only. `Totals` and
+`StepStats` take their counter fields from `protocol.COUNTER_TABLE`
+(`totals_model`, `step_stats_model`): a counter added there is a field here.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -19,13 +21,15 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from difftest.probe.protocol import (
+    COUNTER_TABLE,
     COUNTERS,
-    EMITTED_FIELDS,
+    Counter,
     FailureKind,
     Origin,
     RunRole,
@@ -33,7 +37,9 @@ from difftest.probe.protocol import (
 )
 
 __all__ = [
+    "COUNTER_TABLE",
     "COUNTERS",
+    "Counter",
     "Difference",
     "Failure",
     "ProbeHeader",
@@ -42,6 +48,7 @@ __all__ = [
     "Result",
     "RunRole",
     "StepRecord",
+    "StepStats",
     "TestJudgement",
     "TestOutcome",
     "TestRecord",
@@ -70,7 +77,14 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Totals(_Record):
+def _counter_field(counter: Counter) -> tuple[Any, Any]:
+    """A counter's field: a strict integer, or a list of them (one per draft position)."""
+    if counter.per_position:
+        return (list[StrictInt], Field(default_factory=list))
+    return (StrictInt, 0)
+
+
+class _TotalsBase(_Record):
     """SpecDecodingStats summed over every step of one run.
 
     `num_emitted_tokens` is the branch's own emitted/committed counter when it
@@ -80,17 +94,7 @@ class Totals(_Record):
     branch itself logs; `extra` keeps every other field the branch added.
     """
 
-    num_drafts: StrictInt = 0
-    num_draft_tokens: StrictInt = 0
-    num_accepted_tokens: StrictInt = 0
-    num_accepted_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
-    num_draft_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
-    num_emitted_tokens: StrictInt = 0
-    emitted_source: StrictStr = "implied"
-    mean_acceptance_length: StrictFloat | StrictInt | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("mean_acceptance_length")
+    @field_validator("mean_acceptance_length", check_fields=False)
     @classmethod
     def _finite_or_none(cls, value: float | int | None) -> float | None:
         """NaN (a log with no drafts) reads as "none logged"."""
@@ -99,30 +103,90 @@ class Totals(_Record):
         return float(value)
 
 
-class StepStats(BaseModel):
+#: Totals' fields after its counters, in JSON order (a base class's fields would come first).
+_TOTALS_AFTER: dict[str, Any] = {
+    "emitted_source": (StrictStr, "implied"),
+    "mean_acceptance_length": (StrictFloat | StrictInt | None, None),
+    "extra": (dict[str, Any], Field(default_factory=dict)),
+}
+
+
+def totals_model(table: tuple[Counter, ...]) -> type[_TotalsBase]:
+    """`Totals` for a counter table: one field per counter in the table's order, then the rest."""
+    fields: dict[str, Any] = {c.name: _counter_field(c) for c in table} | _TOTALS_AFTER
+    return create_model(
+        "Totals", __base__=_TotalsBase, __module__=__name__, __doc__=_TotalsBase.__doc__, **fields
+    )
+
+
+class _StepStatsBase(BaseModel):
     """One step's SpecDecodingStats: the counters difftest reads must be integers; a branch's
     own added fields are kept as they are."""
 
     model_config = ConfigDict(extra="allow")
 
     num_spec_tokens: StrictInt | None = None
-    num_drafts: StrictInt = 0
-    num_draft_tokens: StrictInt = 0
-    num_accepted_tokens: StrictInt = 0
-    num_accepted_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
-    num_draft_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _emitted_is_an_integer(self) -> StepStats:
-        for name in EMITTED_FIELDS:
+    def value(self, name: str, default: Any = 0) -> Any:
+        """A field by name, the branch's own fields included."""
+        return getattr(self, name, default)
+
+
+def step_stats_model(table: tuple[Counter, ...]) -> type[_StepStatsBase]:
+    """`StepStats` for a counter table: a field for each counter every branch names as the table
+    does; the names a branch may give the others (`Counter.branch_names`) must hold integers."""
+    branch_named = tuple(name for c in table for name in c.branch_names)
+
+    def _branch_named_are_integers(self: _StepStatsBase) -> _StepStatsBase:
+        for name in branch_named:
             value = (self.model_extra or {}).get(name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         return self
 
-    def value(self, name: str, default: Any = 0) -> Any:
-        """A field by name, the branch's own fields included."""
-        return getattr(self, name, default)
+    validators: dict[str, Any] = {
+        "_branch_named_are_integers": model_validator(mode="after")(_branch_named_are_integers)
+    }
+    fields: dict[str, Any] = {c.name: _counter_field(c) for c in table if not c.branch_names}
+    return create_model(
+        "StepStats",
+        __base__=_StepStatsBase,
+        __module__=__name__,
+        __doc__=_StepStatsBase.__doc__,
+        __validators__=validators,
+        **fields,
+    )
+
+
+if TYPE_CHECKING:
+    # What `totals_model` and `step_stats_model` make of `COUNTER_TABLE`, written out for the type
+    # checker, which cannot run them: so it still knows each counter's type, and the calls that
+    # build these models by keyword are checked. Only mypy reads these classes. A counter added to
+    # the table is a field at run time without a line here; add one when code names it as an
+    # attribute (mypy says so). tests/unit/test_counter_table.py fails on a line that is not what
+    # the table derives (name, order, type).
+
+    class Totals(_TotalsBase):
+        num_drafts: StrictInt = 0
+        num_draft_tokens: StrictInt = 0
+        num_accepted_tokens: StrictInt = 0
+        num_accepted_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+        num_draft_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+        num_emitted_tokens: StrictInt = 0
+        emitted_source: StrictStr = "implied"
+        mean_acceptance_length: StrictFloat | StrictInt | None = None
+        extra: dict[str, Any] = Field(default_factory=dict)
+
+    class StepStats(_StepStatsBase):
+        num_drafts: StrictInt = 0
+        num_draft_tokens: StrictInt = 0
+        num_accepted_tokens: StrictInt = 0
+        num_accepted_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+        num_draft_tokens_per_pos: list[StrictInt] = Field(default_factory=list)
+
+else:
+    Totals = totals_model(COUNTER_TABLE)
+    StepStats = step_stats_model(COUNTER_TABLE)
 
 
 class StepRecord(_Record):
@@ -152,7 +216,8 @@ class Failure(_Record):
 
 
 class CodeOrigin(_Record):
-    """Where the probe's vLLM came from (`protocol.code_origin`): checked against the branch environment."""
+    """Where the probe's vLLM came from (`protocol.code_origin`): checked against the branch
+    environment."""
 
     vllm_dir: str
     vllm_elsewhere: list[str]
@@ -228,7 +293,8 @@ class Violation(BaseModel):
     counter: str | None = None
     measured: Any = None
     expected: Any = None
-    #: The requests the violation is about where they can be named (e.g. those whose stats were lost).
+    #: The requests the violation is about where they can be named (e.g. those whose stats were
+    #: lost).
     requests: list[str] = Field(default_factory=list)
 
 

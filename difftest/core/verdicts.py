@@ -212,7 +212,7 @@ def _judge_run(
     violations: list[Violation],
     reading: Reading,
 ) -> Result:
-    base = dict(
+    base: dict[str, Any] = dict(
         branch=branch,
         scenario=scenario,
         tier=tier,
@@ -224,7 +224,7 @@ def _judge_run(
         statement=statement,
         duration_s=run.duration_s,
     )
-    if not run.measured:
+    if not run.measured or run.totals is None:
         return Result(**base, verdict="error", error=run_error(run))
     if expected is None:
         return Result(
@@ -259,7 +259,10 @@ def _why(counter: str, got: Any, want: Any, measured: Totals) -> str:
     else:
         text = f"measured {got}, oracle {want} ({got - want:+d})"
     if counter == "num_emitted_tokens" and measured.emitted_source == "implied":
-        text += "; the branch has no emitted counter, so this is what its MAL implies (num_drafts + num_accepted_tokens)"
+        text += (
+            "; the branch has no emitted counter, so this is what its MAL implies "
+            "(num_drafts + num_accepted_tokens)"
+        )
     return text
 
 
@@ -270,6 +273,6 @@ def _why_mal(measured: Totals, expected: Totals) -> str:
         else "derived from its counters"
     )
     return (
-        f"derived: oracle = emitted / num_drafts = {expected.num_emitted_tokens}/{expected.num_drafts}; "
-        f"measured value {source}"
+        "derived: oracle = emitted / num_drafts = "
+        f"{expected.num_emitted_tokens}/{expected.num_drafts}; measured value {source}"
     )

@@ -21,12 +21,14 @@ each answer as it checks a RUNS.jsonl.
 
 Each run is played under `CallInfo.from_call` (the shape of pytest's CallInfo):
 the result, or the failure with its kind, a one-line summary (`Type: message`),
-where it was raised and whether vLLM's code raised it, plus the duration. A failure in one run never stops the next one.
+where it was raised and whether vLLM's code raised it, plus the duration. A
+failure in one run never stops the next one.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import signal
@@ -60,16 +62,6 @@ STUCK_PREFIX = "difftest.probe: still running at exit: "
 #: trailer): the probe writes every thread's stack to its log (`dump_stacks_on_signal`).
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 
-#: The SpecDecodingStats counters compared against the oracle, in report order.
-COUNTERS = (
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-    "num_accepted_tokens_per_pos",
-    "num_draft_tokens_per_pos",
-    "num_emitted_tokens",
-)
-
 #: Names a branch may give its "tokens really emitted" counter, most specific first.
 EMITTED_FIELDS = (
     "num_emitted_tokens",
@@ -77,6 +69,107 @@ EMITTED_FIELDS = (
     "num_committed_draft_tokens",
     "num_output_tokens",
 )
+
+#: A counter is one integer, or one integer per draft position (a list as long as k).
+CounterKind = Literal["scalar", "per_position"]
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One SpecDecodingStats counter difftest compares, under every name it goes by.
+
+    `COUNTER_TABLE` is the one place the counters are written: the host's models
+    (`core.records.Totals`, `StepStats`), the probe's sums, the Prometheus map,
+    the report rows and the trace columns are derived from it; the oracle's
+    rule for each row lives in `tiers.common.accounting`, which refuses a row
+    without one.
+    """
+
+    #: The field of SpecDecodingStats, of `Totals` and of the evidence.
+    name: str
+    #: The row label of a report's counter table.
+    label: str
+    #: The column header of a step trace.
+    short: str
+    #: The key of a step trace's stats row (`reports.trace.FIELDS`): what a differing step names.
+    trace: str
+    #: The Prometheus counter the engine exports it as (no `vllm:` prefix or `_total` suffix).
+    prometheus: str | None = None
+    kind: CounterKind = "scalar"
+    #: The field names a branch may give it instead, most specific first; empty: every branch's
+    #: stats carry it as `name`. A branch with none of them leaves it implied (`common.stats`).
+    branch_names: tuple[str, ...] = ()
+
+    @property
+    def per_position(self) -> bool:
+        return self.kind == "per_position"
+
+
+#: The SpecDecodingStats counters compared against the oracle, in report order.
+COUNTER_TABLE: tuple[Counter, ...] = (
+    Counter(
+        name="num_drafts",
+        label="num_drafts",
+        short="rows",
+        trace="rows",
+        prometheus="spec_decode_num_drafts",
+    ),
+    Counter(
+        name="num_draft_tokens",
+        label="num_draft_tokens",
+        short="drafts",
+        trace="draft_tokens",
+        prometheus="spec_decode_num_draft_tokens",
+    ),
+    Counter(
+        name="num_accepted_tokens",
+        label="num_accepted_tokens",
+        short="accepted",
+        trace="accepted",
+        prometheus="spec_decode_num_accepted_tokens",
+    ),
+    Counter(
+        name="num_accepted_tokens_per_pos",
+        label="accepted per pos",
+        short="accepted/pos",
+        trace="accepted_per_pos",
+        prometheus="spec_decode_num_accepted_tokens_per_pos",
+        kind="per_position",
+    ),
+    Counter(
+        name="num_draft_tokens_per_pos",
+        label="draft tokens per pos",
+        short="drafts/pos",
+        trace="draft_tokens_per_pos",
+        kind="per_position",
+    ),
+    Counter(
+        name="num_emitted_tokens",
+        label="num_emitted_tokens",
+        short="emitted",
+        trace="emitted",
+        branch_names=EMITTED_FIELDS,
+    ),
+)
+
+
+def counter_names(table: tuple[Counter, ...]) -> tuple[str, ...]:
+    """The counters' names, in the table's order."""
+    return tuple(c.name for c in table)
+
+
+def own_named(table: tuple[Counter, ...]) -> tuple[str, ...]:
+    """The counters every branch's stats carry under their own name (no `branch_names`)."""
+    return tuple(c.name for c in table if not c.branch_names)
+
+
+def prometheus_fields(table: tuple[Counter, ...]) -> dict[str, str]:
+    """Prometheus name -> counter name, for the counters the engine exports."""
+    return {c.prometheus: c.name for c in table if c.prometheus is not None}
+
+
+#: The names of `COUNTER_TABLE`, in report order (what verdicts, gate and invariants compare).
+COUNTERS = counter_names(COUNTER_TABLE)
 
 RunRole = Literal["batch", "alone", "reference"]
 #: batch: one batch order, judged; alone: one request alone (feeds additivity), judged;
@@ -280,7 +373,8 @@ def _importable_path(filename: str) -> str:
 
 
 def _origin(frames: list[tuple[Any, int]]) -> str:
-    """`vllm` when vLLM code ran below the probe's last frame (the branch raised), else the raiser."""
+    """`vllm` when vLLM code ran below the probe's last frame (the branch raised), else the
+    raiser."""
     names = [str(frame.f_globals.get("__name__", "")) for frame, _ in frames]
     probe_at = max((i for i, n in enumerate(names) if n.startswith("difftest.probe")), default=-1)
     below = names[probe_at + 1 :]
@@ -342,19 +436,17 @@ class RecordWriter:
 
 
 def code_origin() -> dict[str, Any]:
-    """Where this probe's vLLM came from, so the host can check it ran the branch's code and no other
-    (a fresh interpreter and a forked one alike): the package folder, any vLLM module loaded from
-    outside it, and the interpreter."""
-    vllm = sys.modules.get("vllm")
-    folder = (
-        os.path.dirname(os.path.realpath(vllm.__file__)) if getattr(vllm, "__file__", None) else ""
-    )
+    """Where this probe's vLLM came from, so the host can check it ran the branch's code and no
+    other (a fresh interpreter and a forked one alike): the package folder, any vLLM module loaded
+    from outside it, and the interpreter."""
+    vllm_file = getattr(sys.modules.get("vllm"), "__file__", None)
+    folder = os.path.dirname(os.path.realpath(vllm_file)) if vllm_file else ""
     elsewhere = sorted(
         name
         for name, module in list(sys.modules.items())
         if (name == "vllm" or name.startswith("vllm."))
-        and getattr(module, "__file__", None)
-        and not os.path.realpath(module.__file__).startswith(folder + os.sep)
+        and (module_file := getattr(module, "__file__", None))
+        and not os.path.realpath(module_file).startswith(folder + os.sep)
     )
     return {"vllm_dir": folder, "vllm_elsewhere": elsewhere[:5], "executable": sys.executable}
 
@@ -415,9 +507,8 @@ def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
     writer.header(dict(started.info), started.import_s, started.setup_s)
     for scenario in job["scenarios"]:
         for planned in scenario["runs"]:
-            call = CallInfo.from_call(
-                lambda: started.session.play(scenario, planned), job.get("run_timeout_s")
-            )
+            play = functools.partial(started.session.play, scenario, planned)
+            call = CallInfo.from_call(play, job.get("run_timeout_s"))
             writer.run(scenario, planned, call)
     writer.trailer()
 
@@ -427,7 +518,8 @@ AFTER_VLLM_IMPORT: list[Callable[[], None]] = []
 
 
 def vllm_imported() -> None:
-    """A probe entry calls this right after `import vllm`, before anything else (no-op in a fresh probe)."""
+    """A probe entry calls this right after `import vllm`, before anything else (no-op in a fresh
+    probe)."""
     for hook in AFTER_VLLM_IMPORT:
         hook()
 
@@ -467,9 +559,9 @@ def name_waiting_threads() -> None:
 
 
 def finish(code: int) -> NoReturn:
-    """End the probe as the interpreter's own exit would, less the teardown of torch and vLLM (seconds
-    on a busy machine, for nothing): threading's exit hooks run and non-daemon threads joined (the
-    interpreter's `threading._shutdown`), atexit handlers run (any the branch
+    """End the probe as the interpreter's own exit would, less the teardown of torch and vLLM
+    (seconds on a busy machine, for nothing): threading's exit hooks run and non-daemon threads
+    joined (the interpreter's `threading._shutdown`), atexit handlers run (any the branch
     registered too), streams flushed, then `os._exit`. Fresh and forked probes both end here."""
     try:
         name_waiting_threads()

@@ -2,30 +2,44 @@
 recorded beside the one the oracle expects, with the first step where they part.
 
 The step records come from the probe's JSONL (the evidence keeps runs without
-steps); the oracle's row per step is the tier's (`Tier.expected_steps`), so
+steps); the oracle's row per step is the tier's (`ProbeTier.expected_steps`), so
 this module never asks which tier it holds. `difftest show` prints a trace;
 the HTML report carries one, collapsed, for every result that is not a pass.
+A row's fields are the counters of `COUNTER_TABLE`, under their `trace` keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from difftest import tiers
-from difftest.core.records import ProbeRun, Reading, Result, StepRecord, StepStats, Totals
-from difftest.tiers.base import Tier
+from difftest.core.records import (
+    COUNTER_TABLE,
+    Counter,
+    ProbeRun,
+    Reading,
+    Result,
+    StepRecord,
+    StepStats,
+    Totals,
+)
 from difftest.tiers.common.scenario import ScenarioBase
+from difftest.tiers.probe_tier import ProbeTier
+
+
+def trace_fields(table: tuple[Counter, ...]) -> dict[str, str]:
+    """A stats row's fields (each counter's `trace` key) and their column headers, in order."""
+    return {c.trace: c.short for c in table}
+
 
 #: The compared fields of a stats row, and how they read in a table header.
-FIELDS: dict[str, str] = {
-    "rows": "rows",
-    "draft_tokens": "drafts",
-    "accepted": "accepted",
-    "accepted_per_pos": "accepted/pos",
-    "draft_tokens_per_pos": "drafts/pos",
-    "emitted": "emitted",
-}
+FIELDS: dict[str, str] = trace_fields(COUNTER_TABLE)
+_TRACE_KEYS = {c.name: c.trace for c in COUNTER_TABLE}
+#: The fields a trace reads itself: the rows, and the emitted count (the branch's own counter, or
+#: what its mean acceptance length implies).
+ROWS, EMITTED = _TRACE_KEYS["num_drafts"], _TRACE_KEYS["num_emitted_tokens"]
 
 
 @dataclass(frozen=True)
@@ -42,19 +56,25 @@ class RequestStep:
 
 @dataclass(frozen=True)
 class StatsRow:
-    """One step's stats, as the branch recorded them or as the oracle expects them."""
+    """One step's stats, as the branch recorded them or as the oracle expects them: a value per
+    field of `FIELDS` (the emitted count is None where the branch's counter is not an integer)."""
 
-    rows: int = 0
-    draft_tokens: int = 0
-    accepted: int = 0
-    accepted_per_pos: list[int] = field(default_factory=list)
-    draft_tokens_per_pos: list[int] = field(default_factory=list)
-    emitted: int | None = None
+    values: dict[str, int | list[int] | None]
     #: False when the branch reported no spec stats for the step at all.
     reported: bool = True
 
     def value(self, name: str) -> object:
-        return getattr(self, name)
+        return self.values[name]
+
+    @property
+    def rows(self) -> int:
+        value = self.values[ROWS]
+        return value if isinstance(value, int) else 0
+
+    @property
+    def emitted(self) -> int | None:
+        value = self.values[EMITTED]
+        return value if isinstance(value, int) else None
 
 
 @dataclass(frozen=True)
@@ -97,8 +117,8 @@ class Trace:
     def segments(
         self, context: int = 1, limit: int | None = None, lead: int = 3
     ) -> list[TraceStep | Elided]:
-        """The steps worth showing: those within `context` of a disagreeing step (or the first `lead`
-        steps when none disagrees), the rest folded into `Elided`; at most `limit` steps shown."""
+        """The steps worth showing: those within `context` of a disagreeing step (or the first
+        `lead` steps when none disagrees), the rest folded into `Elided`; at most `limit` shown."""
         wanted = {i for i, s in enumerate(self.steps) if s.differs}
         if not wanted:
             wanted = set(range(min(lead, len(self.steps))))
@@ -139,14 +159,14 @@ def _flush(
 
 
 def build_trace(
-    tier: Tier, scenario: ScenarioBase, run: ProbeRun, reading: Reading, branch: str
+    tier: ProbeTier[Any], scenario: ScenarioBase, run: ProbeRun, reading: Reading, branch: str
 ) -> Trace:
     """The trace of one recorded run (with its steps)."""
     source = run.totals.emitted_source if run.totals is not None else "implied"
     k = int(getattr(scenario, "k", 0) or 0)
     expected = tier.expected_steps(scenario, run, reading)
     steps = []
-    for record, want in zip(run.steps, expected):
+    for record, want in zip(run.steps, expected, strict=False):
         recorded = _recorded(record.stats, source, k)
         oracle = _expected(want, k) if want is not None else None
         steps.append(
@@ -167,7 +187,8 @@ def traces_for(
     scenarios: dict[str, ScenarioBase],
     reading: Reading,
 ) -> dict[tuple[str, str, str], Trace]:
-    """(branch, scenario, label) -> trace, for every given result whose run was recorded with steps."""
+    """(branch, scenario, label) -> trace, for every given result whose run was recorded with steps
+    by a probe tier."""
     out = {}
     for result in results:
         key = (result.branch, result.scenario, result.label)
@@ -176,7 +197,7 @@ def traces_for(
             scenarios.get(result.scenario),
             tiers.REGISTRY.get(result.tier),
         )
-        if run is None or scenario is None or tier is None or not run.steps:
+        if run is None or scenario is None or not isinstance(tier, ProbeTier) or not run.steps:
             continue
         out[key] = build_trace(tier, scenario, run, reading, result.branch)
     return out
@@ -203,9 +224,10 @@ def _padded(values: list[int], k: int) -> list[int]:
 
 def _recorded(stats: StepStats | None, source: str, k: int) -> StatsRow:
     if stats is None:
-        return StatsRow(
-            accepted_per_pos=[0] * k, draft_tokens_per_pos=[0] * k, emitted=0, reported=False
-        )
+        zeros: dict[str, int | list[int] | None] = {
+            c.trace: [0] * k if c.per_position else 0 for c in COUNTER_TABLE
+        }
+        return StatsRow(zeros, reported=False)
     if source.startswith("counter:"):
         value = stats.value(source.split(":", 1)[1], None)
         emitted = value if isinstance(value, int) else None
@@ -219,14 +241,15 @@ def _expected(totals: Totals, k: int) -> StatsRow:
 
 
 def _row(counts: StepStats | Totals, k: int, emitted: int | None) -> StatsRow:
+    """Each counter's value in `counts` (per-position ones padded to k), the emitted one given."""
     return StatsRow(
-        rows=counts.num_drafts,
-        draft_tokens=counts.num_draft_tokens,
-        accepted=counts.num_accepted_tokens,
-        accepted_per_pos=_padded(counts.num_accepted_tokens_per_pos, k),
-        draft_tokens_per_pos=_padded(counts.num_draft_tokens_per_pos, k),
-        emitted=emitted,
+        {c.trace: emitted if c.trace == EMITTED else _counted(counts, c, k) for c in COUNTER_TABLE}
     )
+
+
+def _counted(counts: StepStats | Totals, counter: Counter, k: int) -> int | list[int]:
+    value = getattr(counts, counter.name)
+    return _padded(value, k) if counter.per_position else value
 
 
 def _differs(recorded: StatsRow, expected: StatsRow | None) -> list[str]:

@@ -2,9 +2,10 @@
 
 Every field of the dataclass is summed (ints and floats added, lists added
 element-wise), so a branch that adds a counter shows up without code changes
-here. The one place that knows what "emitted" is called in each variant is
-`EMITTED_FIELDS`. The mean acceptance length is the number the branch itself
-logs: its own `SpecDecodingLogging` is fed every step and its message parsed.
+here. The counters compared are `protocol.COUNTER_TABLE`'s; the one place that
+knows what "emitted" is called in each variant is `EMITTED_FIELDS`. The mean
+acceptance length is the number the branch itself logs: its own
+`SpecDecodingLogging` is fed every step and its message parsed.
 """
 
 from __future__ import annotations
@@ -13,16 +14,13 @@ import dataclasses
 import re
 from typing import Any
 
-from ..protocol import EMITTED_FIELDS
+from ..protocol import COUNTER_TABLE, EMITTED_FIELDS, own_named
 
-#: Fields compared as counters; the rest (except num_spec_tokens) go to Totals.extra.
-CORE_FIELDS = (
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-    "num_accepted_tokens_per_pos",
-    "num_draft_tokens_per_pos",
-)
+#: Fields compared as counters under their own name; the rest (except num_spec_tokens) go to
+#: Totals.extra, but for the branch's emitted counter.
+CORE_FIELDS = own_named(COUNTER_TABLE)
+#: The core fields that hold one count per draft position.
+PER_POSITION = tuple(c.name for c in COUNTER_TABLE if c.per_position and c.name in CORE_FIELDS)
 #: Configuration, not a counter: kept in the raw step stats only.
 NOT_SUMMED = ("num_spec_tokens",)
 
@@ -80,7 +78,7 @@ def totals(
         if name not in NOT_SUMMED and name not in summed:
             summed[name] = [0] * k if name.endswith("_per_pos") else 0
     out: dict[str, Any] = {name: summed.get(name, 0) for name in CORE_FIELDS}
-    for name in ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos"):
+    for name in PER_POSITION:
         if not out[name]:
             out[name] = [0] * k
     emitted_field = next((f for f in EMITTED_FIELDS if f in summed), None)

@@ -22,15 +22,12 @@ from typing import Any
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 from ..common import stats
-from ..protocol import StepRecord, step_record
+from ..protocol import COUNTER_TABLE, StepRecord, prometheus_fields, step_record
 
 #: Prometheus name (without `vllm:` and `_total`) -> SpecDecodingStats field.
-PROMETHEUS_FIELDS = {
-    "spec_decode_num_drafts": "num_drafts",
-    "spec_decode_num_draft_tokens": "num_draft_tokens",
-    "spec_decode_num_accepted_tokens": "num_accepted_tokens",
-    "spec_decode_num_accepted_tokens_per_pos": "num_accepted_tokens_per_pos",
-}
+PROMETHEUS_FIELDS = prometheus_fields(COUNTER_TABLE)
+#: The exported counters that hold one count per draft position.
+_PER_POSITION = frozenset(c.name for c in COUNTER_TABLE if c.per_position)
 
 
 def external_id(internal: str) -> str:
@@ -87,7 +84,8 @@ class RunnerTap:
             setattr(runner, self.METHOD, observed)
 
     def take(self) -> bool:
-        """Whether the last step skipped drafting; cleared, so a step that never asked reads False."""
+        """Whether the last step skipped drafting; cleared, so a step that never asked reads
+        False."""
         skipped, self._skipped = self._skipped, False
         return skipped
 
@@ -129,7 +127,8 @@ class StepTap:
         except Exception as exc:
             sampled = {}
             self.errors.append(f"reading the sampled tokens: {exc!r}")
-        # The runner decided (in this step's sample_tokens) whether the NEXT step's drafts are a zero-fill.
+        # The runner decided (in this step's sample_tokens) whether the NEXT step's drafts are a
+        # zero-fill.
         skipped_after = self.runner.take() if self.runner is not None else False
         result = self._original(scheduler_output, model_runner_output)
         try:
@@ -140,7 +139,8 @@ class StepTap:
 
     @staticmethod
     def _sampled(mro: Any) -> dict[str, list[int]]:
-        """What the rejection sampler returned per request: accepted drafts + one bonus/recovered token."""
+        """What the rejection sampler returned per request: accepted drafts + one bonus/recovered
+        token."""
         sampled: dict[str, list[int]] = {}
         index = getattr(mro, "req_id_to_index", None) or {}
         tokens = getattr(mro, "sampled_token_ids", None) or []
@@ -221,7 +221,7 @@ def counter_delta(before: dict[str, Any], after: dict[str, Any], k: int) -> dict
     out: dict[str, Any] = {}
     for field in PROMETHEUS_FIELDS.values():
         a, b = after.get(field), before.get(field)
-        if field.endswith("_per_pos"):
+        if field in _PER_POSITION:
             a = list(a or [0] * k)
             b = list(b or [0] * len(a))
             out[field] = [x - (b[i] if i < len(b) else 0) for i, x in enumerate(a)]

@@ -1,4 +1,5 @@
-"""One planned run on the shared engine: sampling parameters, truncation cuts, priming, the record."""
+"""One planned run on the shared engine: sampling parameters, truncation cuts, priming, the
+record."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _spec_metrics(completion: Any) -> dict[str, Any] | None:
     metrics = getattr(completion, "spec_decode_metrics", None)
     if metrics is None:
         return None
-    out = dataclasses.asdict(metrics) if dataclasses.is_dataclass(metrics) else {}
+    is_instance = dataclasses.is_dataclass(metrics) and not isinstance(metrics, type)
+    out = dataclasses.asdict(metrics) if is_instance else {}
     if hasattr(metrics, "to_dict"):
         out["response"] = metrics.to_dict()
     return out
@@ -72,7 +74,8 @@ def run_one(
         if not reference and req.get("truncate", "none") != "none":
             if rid not in cuts:
                 raise RuntimeError(
-                    f"no truncation point for request {rid!r}: its reference run failed or did not run"
+                    f"no truncation point for request {rid!r}: "
+                    "its reference run failed or did not run"
                 )
             cut = used_cuts[rid] = cuts[rid]
         params, eos = _sampling_params(req, cut, int(scenario.get("seed", 0)))
@@ -99,7 +102,7 @@ def run_one(
         texts[rid] = completion.text
 
     logged = [s for s in played["logged"] if s is not None]
-    logged_dicts = [stats.stats_dict(s) for s in logged]
+    logged_dicts = [d for s in logged if (d := stats.stats_dict(s)) is not None]
     field_names = [f.name for f in dataclasses.fields(SpecDecodingStats)]
     mean, notes = stats.branch_mean(SpecDecodingLogging, logged)
     totals = stats.totals(logged_dicts, mean, session.k, field_names)
@@ -141,7 +144,8 @@ def run_one(
 
 
 def _prompt_ids(session: EngineSession, req: dict[str, Any], state: dict[str, Any]) -> list[int]:
-    """The request's prompt tokens; with `prime: m`, followed by the model's own first m greedy tokens.
+    """The request's prompt tokens; with `prime: m`, followed by the model's own first m greedy
+    tokens.
 
     Priming puts the model's loop into the prompt, so the ngram drafter can
     propose tokens the output has not emitted yet (the only way a stop/EOS

@@ -14,25 +14,70 @@ so "what correct accounting gives" is written once:
 - emitted = tokens appended to the request in that row after stop handling
   (EOS, stop token ids, max_tokens), stop token included, on rows only;
 - mean acceptance length = emitted / rows.
+
+Each counter of `COUNTER_TABLE` has its rule here (`ORACLE`: its words and one
+row's share of it); importing this module fails on a counter without one, so a
+new counter cannot reach a report before the oracle knows how to count it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from difftest.core.records import Reading, Totals
+from difftest.core.records import COUNTER_TABLE, Counter, Reading, Totals
 
-#: The rule above, per counter, in the words reports use to say why a branch differs from the oracle.
-RULES: dict[str, str] = {
-    "num_drafts": "a row is a request's step that verified a real draft (grammar-valid, not a skipped drafter's zero-fill)",
-    "num_draft_tokens": "only real drafts count, not grammar-invalid -1 padding or a skipped drafter's zero-fill",
-    "num_accepted_tokens": "the verifier's accepted prefix, capped at the real drafts",
-    "num_accepted_tokens_per_pos": "per position, the verifier's accepted prefix",
-    "num_draft_tokens_per_pos": "per position, real drafts only",
-    "num_emitted_tokens": "the tokens a step really appended after stop handling (EOS, stop token, max_tokens), "
-    "stop token included",
-    "mean_acceptance_length": "emitted tokens per row",
+
+@dataclass(frozen=True)
+class Row:
+    """One row as the rules count it."""
+
+    #: Real draft tokens, at most k.
+    real: int
+    #: The verifier's accepted prefix, at most `real`.
+    accepted: int
+    #: Tokens appended to the request in this row, after stop handling.
+    emitted: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How the oracle counts one counter: in words (reports say why a branch differs), and one
+    row's share: the amount a scalar counter adds, or how many leading positions (each + 1) a
+    per-position counter counts."""
+
+    text: str
+    share: Callable[[Row], int]
+
+
+#: The rule above, per counter of `COUNTER_TABLE`.
+ORACLE: dict[str, Rule] = {
+    "num_drafts": Rule(
+        "a row is a request's step that verified a real draft "
+        "(grammar-valid, not a skipped drafter's zero-fill)",
+        lambda row: 1,
+    ),
+    "num_draft_tokens": Rule(
+        "only real drafts count, not grammar-invalid -1 padding or a skipped drafter's zero-fill",
+        lambda row: row.real,
+    ),
+    "num_accepted_tokens": Rule(
+        "the verifier's accepted prefix, capped at the real drafts", lambda row: row.accepted
+    ),
+    "num_accepted_tokens_per_pos": Rule(
+        "per position, the verifier's accepted prefix", lambda row: row.accepted
+    ),
+    "num_draft_tokens_per_pos": Rule("per position, real drafts only", lambda row: row.real),
+    "num_emitted_tokens": Rule(
+        "the tokens a step really appended after stop handling (EOS, stop token, max_tokens), "
+        "stop token included",
+        lambda row: row.emitted,
+    ),
+}
+#: The rules in the words reports use to say why a branch differs from the oracle, mean included.
+RULES: dict[str, str] = {name: rule.text for name, rule in ORACLE.items()} | {
+    "mean_acceptance_length": "emitted tokens per row"
 }
 #: What each reading of a request whose drafts are all grammar-invalid says.
 READINGS: dict[str, str] = {
@@ -41,8 +86,24 @@ READINGS: dict[str, str] = {
 }
 
 
+def check_rules(table: tuple[Counter, ...], rules: Mapping[str, Rule]) -> None:
+    """Raise LookupError unless every counter of `table` has a rule and every rule a counter."""
+    names = [c.name for c in table]
+    missing = [name for name in names if name not in rules]
+    unknown = [name for name in rules if name not in names]
+    if missing or unknown:
+        raise LookupError(
+            "the oracle (tiers.common.accounting.ORACLE) must have one rule per counter of "
+            f"COUNTER_TABLE: no rule for {missing}, no counter for {unknown}"
+        )
+
+
+check_rules(COUNTER_TABLE, ORACLE)
+
+
 def truncated(expected: Totals) -> int:
-    """Accepted tokens the oracle saw cut by stop handling: `accepted + 1` per row minus what was emitted."""
+    """Accepted tokens the oracle saw cut by stop handling: `accepted + 1` per row minus what was
+    emitted."""
     return expected.num_accepted_tokens + expected.num_drafts - expected.num_emitted_tokens
 
 
@@ -59,13 +120,14 @@ class Verification:
     accepted: int
     #: Tokens appended to the request's output in this step, after stop handling.
     emitted: int
-    #: The runner skipped the drafter for this step: whatever was scheduled is its zero-fill, no draft.
+    #: The runner skipped the drafter for this step: whatever was scheduled is its zero-fill, no
+    #: draft.
     drafting_skipped: bool = False
 
 
 def is_row(v: Verification, reading: Reading) -> bool:
-    """Strict: at least one real draft. Lenient: also a step whose scheduled drafts were all invalidated.
-    Never a step whose drafting the runner skipped."""
+    """Strict: at least one real draft. Lenient: also a step whose scheduled drafts were all
+    invalidated. Never a step whose drafting the runner skipped."""
     if v.drafting_skipped:
         return False
     if v.real_drafts > 0:
@@ -73,31 +135,36 @@ def is_row(v: Verification, reading: Reading) -> bool:
     return reading == "lenient" and v.scheduled_drafts > 0
 
 
-def totals(verifications: Iterable[Verification], k: int, reading: Reading) -> Totals:
-    """The totals a correct branch reports for these verifications."""
-    drafts = draft_tokens = accepted = emitted = 0
-    acc_pos = [0] * k
-    draft_pos = [0] * k
+def count(
+    verifications: Iterable[Verification],
+    k: int,
+    reading: Reading,
+    table: tuple[Counter, ...] = COUNTER_TABLE,
+    rules: Mapping[str, Rule] = ORACLE,
+) -> dict[str, Any]:
+    """Every counter of `table`, summed by its rule over the rows of `verifications`."""
+    counts: dict[str, Any] = {c.name: [0] * k if c.per_position else 0 for c in table}
     for v in verifications:
         if not is_row(v, reading):
             continue
         real = min(v.real_drafts, k)
-        acc = max(0, min(v.accepted, real))
-        drafts += 1
-        draft_tokens += real
-        accepted += acc
-        emitted += v.emitted
-        for i in range(acc):
-            acc_pos[i] += 1
-        for i in range(real):
-            draft_pos[i] += 1
+        row = Row(real=real, accepted=max(0, min(v.accepted, real)), emitted=v.emitted)
+        for counter in table:
+            share = rules[counter.name].share(row)
+            if counter.per_position:
+                for i in range(min(share, k)):
+                    counts[counter.name][i] += 1
+            else:
+                counts[counter.name] += share
+    return counts
+
+
+def totals(verifications: Iterable[Verification], k: int, reading: Reading) -> Totals:
+    """The totals a correct branch reports for these verifications."""
+    counts = count(verifications, k, reading)
+    rows, emitted = counts["num_drafts"], counts["num_emitted_tokens"]
     return Totals(
-        num_drafts=drafts,
-        num_draft_tokens=draft_tokens,
-        num_accepted_tokens=accepted,
-        num_accepted_tokens_per_pos=acc_pos,
-        num_draft_tokens_per_pos=draft_pos,
-        num_emitted_tokens=emitted,
+        **counts,
         emitted_source="oracle",
-        mean_acceptance_length=(emitted / drafts) if drafts else None,
+        mean_acceptance_length=(emitted / rows) if rows else None,
     )

@@ -61,8 +61,8 @@ def _vec(totals: Totals) -> dict[str, Any]:
 def step_checks(run: ProbeRun) -> list[Violation]:
     """Lost stats, consistency and emitted bounds, step by step."""
     out: list[Violation] = []
-    own_emitted = run.totals is not None and run.totals.emitted_source.startswith("counter:")
-    emitted_field = run.totals.emitted_source.split(":", 1)[1] if own_emitted else None
+    source = run.totals.emitted_source if run.totals is not None else ""
+    emitted_field = source.split(":", 1)[1] if source.startswith("counter:") else None
     for step in run.steps:
         where = f"step {step.step}"
         verified = [
@@ -82,8 +82,8 @@ def step_checks(run: ProbeRun) -> list[Violation]:
                 Violation(
                     invariant="stats-lost",
                     label=run.label,
-                    detail=f"{where}: {len(verified)} request(s) had real drafts verified ({', '.join(verified)}) "
-                    f"but the step reports {reported}{named}",
+                    detail=f"{where}: {len(verified)} request(s) had real drafts verified "
+                    f"({', '.join(verified)}) but the step reports {reported}{named}",
                     counter="num_drafts",
                     measured=rows,
                     expected=len(verified),
@@ -100,7 +100,8 @@ def step_checks(run: ProbeRun) -> list[Violation]:
                     Violation(
                         invariant="emitted-bounds",
                         label=run.label,
-                        detail=f"{where}: {emitted_field}={emitted} outside [rows={rows}, accepted+rows={accepted + rows}]",
+                        detail=f"{where}: {emitted_field}={emitted} outside "
+                        f"[rows={rows}, accepted+rows={accepted + rows}]",
                         counter="num_emitted_tokens",
                         measured=emitted,
                         expected=[rows, accepted + rows],
@@ -155,7 +156,8 @@ def _consistency(values: dict[str, Any], label: str, where: str) -> list[Violati
                 Violation(
                     invariant="per-pos-sum",
                     label=label,
-                    detail=f"{where}: sum({per_pos})={sum(values[per_pos])} != {total}={values.get(total, 0)}",
+                    detail=f"{where}: sum({per_pos})={sum(values[per_pos])} != "
+                    f"{total}={values.get(total, 0)}",
                     counter=per_pos,
                     measured=sum(values[per_pos]),
                     expected=values.get(total, 0),
@@ -178,7 +180,7 @@ def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] |
         for name, value in _vec(alone[rid].totals).items():  # type: ignore[arg-type]
             if isinstance(value, list):
                 prev = total.get(name) or [0] * len(value)
-                total[name] = [a + b for a, b in zip(prev, value)]
+                total[name] = [a + b for a, b in zip(prev, value, strict=False)]
             else:
                 total[name] = total.get(name, 0) + value
     return total
@@ -187,14 +189,14 @@ def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] |
 def reference_run(
     batches: list[ProbeRun], alone: dict[str, ProbeRun]
 ) -> tuple[str, dict[str, Any]] | None:
-    """What the batch orders should agree on: the totals equal to the requests' sum alone if an order has
-    them, else the most common totals (ties: the first listed order)."""
+    """What the batch orders should agree on: the totals equal to the requests' sum alone if an
+    order has them, else the most common totals (ties: the first listed order)."""
     if len(batches) < 2:
         return None
     vectors = [(r.label, _vec(r.totals)) for r in batches]  # type: ignore[arg-type]
     summed = _sum_alone(alone, batches[0].order)
     if summed is not None:
-        for label, vec in vectors:
+        for _label, vec in vectors:
             if vec == summed:
                 return ("the sum of the requests run alone", summed)
     counts = Counter(repr(v) for _, v in vectors)
@@ -230,7 +232,8 @@ def additivity_check(run: ProbeRun, alone: dict[str, ProbeRun]) -> list[Violatio
         run,
         summed,
         lambda counter, got, want: (
-            f"batch {','.join(run.order)}: {counter}={got}, but its requests run alone sum to {want}"
+            f"batch {','.join(run.order)}: {counter}={got}, "
+            f"but its requests run alone sum to {want}"
         ),
     )
 
