@@ -22,15 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from difftest.core.records import ProbeRun, Violation
+from difftest.probe.protocol import COUNTER_TABLE, prometheus_fields
 from difftest.tiers.common import invariants as base
 
 ByLabel = base.ByLabel
-PROMETHEUS_COMPARED = (
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-    "num_accepted_tokens_per_pos",
-)
+#: The counters the engine also exports to Prometheus: both readings must agree on each.
+PROMETHEUS_COMPARED = tuple(prometheus_fields(COUNTER_TABLE).values())
 
 
 def check(runs: list[ProbeRun]) -> ByLabel:
