@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-
-from rich.console import Console
+from typing import Any, TypeVar
 
 from difftest import tiers
 from difftest.core.config import DEFAULT_CONFIG, Config
-from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun
-from difftest.reports import write_reports
-from difftest.reports.trace import traces_for
+from difftest.reports.outputs.console import stdout_console  # noqa: F401 - list, show, merge use it
+from difftest.reports.registry import format_choices
+from difftest.reports.sources import RunReport
 from difftest.run.pipeline import CompareRequest, Comparison
 from difftest.run.rejudge import recorded_scenarios  # noqa: F401 - show and verify import it from here
 from difftest.tiers.common.scenario import ScenarioBase
 
 Log = Callable[[str], None]
 ALL_TIERS = "all"
+R = TypeVar("R", bound=RunReport)
 
 
 class Command:
@@ -66,26 +66,27 @@ def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> No
     parser.add_argument(
         "--no-fork",
         action="store_true",
-        help="start every probe in an interpreter of its own instead of forking each tier's probes from one "
-        "warm interpreter that imported the shared libraries once (same results, slower; runs the result "
-        "cache holds are still reused: add --no-cache to measure them fresh)",
+        help="start every probe in an interpreter of its own instead of forking each tier's probes "
+        "from one warm interpreter that imported the shared libraries once (same results, slower; "
+        "runs the result cache holds are still reused: add --no-cache to measure them fresh)",
     )
     parser.add_argument(
         "-k",
         dest="select",
         default=None,
         metavar="EXPR",
-        help='only scenarios whose names match, as pytest -k: words, and/or/not, parentheses ("eos and not engine")',
+        help="only scenarios whose names match, as pytest -k: words, and/or/not, parentheses "
+        '("eos and not engine")',
     )
 
 
 def add_cache_option(parser: argparse.ArgumentParser) -> None:
-    """--no-cache, for the commands that may reuse probe runs from the result cache (`run`, `gate`)."""
+    """--no-cache, for the commands that may reuse probe runs from the result cache (run, gate)."""
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="measure every probe again instead of reusing unchanged runs from the result cache (verdicts are "
-        "always judged afresh)",
+        help="measure every probe again instead of reusing unchanged runs from the result cache "
+        "(verdicts are always judged afresh)",
     )
 
 
@@ -112,19 +113,22 @@ def compare_request(
 
 
 def add_format(
-    parser: argparse.ArgumentParser, choices: tuple[str, ...], default: str, text: str
+    parser: argparse.ArgumentParser,
+    command: str,
+    default: str,
+    text: str,
+    also: tuple[str, ...] = (),
 ) -> None:
+    """--format: the choices `command` offers in the output registry (`reports.registry`), after
+    `also` (choices the command resolves itself: the gate's auto)."""
+    choices = (*also, *format_choices(command))
+    scripts = "; json: the results as JSON on stdout, for scripts" if "json" in choices else ""
     parser.add_argument(
         "--format",
         choices=choices,
         default=default,
-        help=f"{text}; json: the results as JSON on stdout, for scripts (default: {default})",
+        help=f"{text}{scripts} (default: {default})",
     )
-
-
-def stdout_console() -> Console:
-    """The report's console: the terminal's width, or $COLUMNS (default 80) when piped; no colour then."""
-    return Console(highlight=False)
 
 
 #: A comparison's runs with their steps, keyed (branch, scenario, run label).
@@ -132,8 +136,8 @@ Recorded = dict[tuple[str, str, str], ProbeRun]
 
 
 def comparison_facts(comparison: Comparison) -> tuple[dict[str, ScenarioBase], Recorded]:
-    """The scenarios compared (by name) and every run with its steps: what the traces and the conclusion's
-    reasons are read from, built once for every report of the comparison."""
+    """The scenarios compared (by name) and every run with its steps: what the traces and the
+    conclusion's reasons are read from, built once for every report of the comparison."""
     recorded = {
         (branch, run.scenario, run.label): run
         for per_branch in comparison.delivered.values()
@@ -144,24 +148,9 @@ def comparison_facts(comparison: Comparison) -> tuple[dict[str, ScenarioBase], R
     return scenarios, recorded
 
 
-def write_comparison_reports(
-    comparison: Comparison, out: Path, extra: Mapping[str, str] | None = None
-) -> dict[str, Path]:
-    """Every report of a comparison, with the `extra` files (name -> text), written as one set; the HTML
-    one carries the step trace of each result that is not a pass."""
+def comparison_report(comparison: Comparison, kind: type[R], **fields: Any) -> R:
+    """The report of a comparison (`kind`: the command's), what its outputs render from: its
+    evidence, its scenarios and runs, the step trace of each result that does not pass, and
+    `fields`."""
     scenarios, recorded = comparison_facts(comparison)
-    return write_evidence_reports(comparison.evidence, out, scenarios, recorded, extra)
-
-
-def write_evidence_reports(
-    evidence: Evidence,
-    out: Path,
-    scenarios: dict[str, ScenarioBase],
-    recorded: Recorded,
-    extra: Mapping[str, str] | None = None,
-) -> dict[str, Path]:
-    """The reports of `evidence` with the facts they are read from (`comparison_facts`, or a merge's
-    re-read shards): the traces of what does not pass, and the conclusion's reasons."""
-    failing = [r for r in evidence.results if r.verdict != "pass"]
-    traces = traces_for(failing, recorded, scenarios, evidence.reading)
-    return write_reports(evidence, out, traces, extra, scenarios, recorded)
+    return kind.of(comparison.evidence, scenarios, recorded, **fields)

@@ -1,19 +1,17 @@
-"""`difftest fuzz`: generated scenarios on every branch, each kind of failure shrunk to a scenario file."""
+"""`difftest fuzz`: generated scenarios on every branch, each kind of failure shrunk to a scenario
+file."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-
-from difftest.cli.base import Command, Log, add_config
+from difftest.cli.base import Command, Log, add_config, add_format
 from difftest.cli.progress import fuzz_progress
 from difftest.core.config import Config
 from difftest.core.fuzz import fuzz_exit_code
-from difftest.reports import locked_out
+from difftest.reports import locked_out, registry, write_files
 
 DEFAULT_EXAMPLES = 100
 
@@ -21,7 +19,8 @@ DEFAULT_EXAMPLES = 100
 def _number(
     cast: Callable[[str], float], lowest: float, inclusive: bool, what: str
 ) -> Callable[[str], float]:
-    """An argparse type: `cast(text)`, at least `lowest` (or above it), or a message saying what is wanted."""
+    """An argparse type: `cast(text)`, at least `lowest` (or above it), or a message saying what is
+    wanted."""
 
     def parse(text: str) -> float:
         try:
@@ -44,7 +43,10 @@ SEED = _number(int, 0, True, "a whole number")
 
 class FuzzCommand(Command):
     name = "fuzz"
-    help = "generate scenarios, run them on every branch, shrink each kind of failure to a scenario file"
+    help = (
+        "generate scenarios, run them on every branch, shrink each kind of failure to a scenario "
+        "file"
+    )
 
     def setup_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_config(parser)
@@ -54,8 +56,8 @@ class FuzzCommand(Command):
             type=EXAMPLES,
             default=None,
             metavar="N",
-            help=f"examples per search round (default: {DEFAULT_EXAMPLES}); the search ends after a round "
-            "with no new kind of failure",
+            help=f"examples per search round (default: {DEFAULT_EXAMPLES}); the search ends after "
+            "a round with no new kind of failure",
         )
         budget.add_argument(
             "--time", type=SECONDS, default=None, metavar="S", help="search for S seconds instead"
@@ -70,7 +72,8 @@ class FuzzCommand(Command):
             "--against",
             default=None,
             metavar="BRANCH",
-            help="compare every branch with this one instead of the oracle (for changes the oracle has no opinion on)",
+            help="compare every branch with this one instead of the oracle (for changes the oracle "
+            "has no opinion on)",
         )
         parser.add_argument(
             "--out", default="out", help="folder for fuzz.md, fuzz.json and found/ (default: out)"
@@ -83,6 +86,7 @@ class FuzzCommand(Command):
             action="store_true",
             help="git fetch the configured repo first (pull heads too)",
         )
+        add_format(parser, self.name, "text", "text: each kind of failure found, for a person")
         parser.add_argument(
             "branches",
             nargs="*",
@@ -92,7 +96,6 @@ class FuzzCommand(Command):
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         # Imported here: the search pulls in Hypothesis (0.2 s), which no other command needs.
-        from difftest.reports.fuzz import render_fuzz_terminal, write_fuzz_markdown
         from difftest.run.fuzz import FuzzRequest, fuzz
 
         examples = (
@@ -113,10 +116,10 @@ class FuzzCommand(Command):
         with locked_out(request.out):  # before fuzz clears what an earlier fuzz wrote there
             with fuzz_progress() as progress:
                 report = fuzz(config, request, log, progress).report
-            written = write_fuzz_markdown(report, request.out)
-        render_fuzz_terminal(report, Console(width=None if sys.stdout.isatty() else 160))
+            written = write_files(report, request.out)
+        registry.show(report, self.name, args.format)
         log(
-            f"wrote {written}, {request.out / 'fuzz.json'}"
+            f"wrote {', '.join(str(p) for p in written.values())}, {request.out / 'fuzz.json'}"
             + (
                 f" and {len(report.findings)} scenario file(s) under {request.out / 'found'}"
                 if report.findings

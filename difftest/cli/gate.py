@@ -11,12 +11,11 @@ the Markdown.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 
-from difftest.build.refs import changed_files, touches
-from difftest.build.workspace import branch_spec, open_source_repo, refs_to_fetch, resolve_spec
+from difftest.build.gate_changes import head_stats_path_changes
+from difftest.build.workspace import branch_spec
 from difftest.cli.base import (
     Command,
     Log,
@@ -24,20 +23,19 @@ from difftest.cli.base import (
     add_compare_options,
     add_format,
     compare_request,
-    stdout_console,
-    write_comparison_reports,
+    comparison_report,
 )
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK
 from difftest.core.gate import compare_for_gate, gate_exit_code
-from difftest.reports import locked_out, prepare_out
-from difftest.reports.gate_markdown import render_gate_markdown
-from difftest.reports.gate_terminal import render_gate_terminal
-from difftest.reports.json_report import render_json, render_skipped_json
+from difftest.reports import locked_out, prepare_out, registry, write_report
+from difftest.reports.json_report import render_skipped_json
+from difftest.reports.sources import GateReport
 from difftest.run.pipeline import compare
 
-FORMATS = ("auto", "text", "md", "json")
+#: The gate's own `--format` choice, before the registry's: text on a terminal, md when piped.
+AUTO = "auto"
 
 
 class GateCommand(Command):
@@ -55,9 +53,10 @@ class GateCommand(Command):
         add_cache_option(parser)
         add_format(
             parser,
-            FORMATS,
-            "auto",
+            self.name,
+            AUTO,
             "text: for a person; md: Markdown; auto: text on a terminal, md when piped",
+            also=(AUTO,),
         )
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
@@ -66,11 +65,12 @@ class GateCommand(Command):
             prepare_out(args.out)
             base_name = branch_spec(config, args.base).name
             head_name = branch_spec(config, args.head).name
-            hits = stats_path_changes(config, args.base, args.head, args.fetch, log)
+            hits = head_stats_path_changes(config, args.base, args.head, args.fetch, log)
             if not hits and not args.always:
                 message = (
-                    f"difftest gate: skipped: {head_name} changes none of the stats-path files relative to {base_name} "
-                    f"({', '.join(config.stats_paths)}); pass --always to run anyway"
+                    f"difftest gate: skipped: {head_name} changes none of the stats-path files "
+                    f"relative to {base_name} ({', '.join(config.stats_paths)}); pass --always to "
+                    "run anyway"
                 )
                 print(message if args.format != "json" else render_skipped_json(message, EXIT_OK))
                 _step_summary(message + "\n")
@@ -84,33 +84,21 @@ class GateCommand(Command):
             head_results = [r for r in evidence.results if r.branch == head_name]
             outcome = compare_for_gate(base_results, head_results)
             code = gate_exit_code(outcome, head_results)
-            summary = render_gate_markdown(outcome, base_name, head_name)
-            write_comparison_reports(comparison, request.out, {"gate.md": summary})
-            chosen = (
-                args.format if args.format != "auto" else ("text" if sys.stdout.isatty() else "md")
+            report = comparison_report(
+                comparison,
+                GateReport,
+                exit_code=code,
+                outcome=outcome,
+                base=base_name,
+                head=head_name,
             )
-            if chosen == "json":
-                gate = {
-                    "worse": outcome.worse,
-                    "findings": [dataclasses.asdict(f) for f in outcome.findings],
-                }
-                print(render_json(evidence, code, base=base_name, head=head_name, gate=gate))
-            elif chosen == "text":
-                render_gate_terminal(outcome, base_name, head_name, stdout_console())
-            else:
-                print(summary)
-            _step_summary(summary)
+            write_report(report, request.out)
+            chosen = (
+                args.format if args.format != AUTO else ("text" if sys.stdout.isatty() else "md")
+            )
+            registry.show(report, self.name, chosen)
+            _step_summary(registry.render("gate", report))
             return code
-
-
-def stats_path_changes(
-    config: Config, base_name: str, head_name: str, do_fetch: bool, log: Log
-) -> list[str]:
-    """The head's changed files (relative to the base) that lie on the stats path."""
-    specs = [branch_spec(config, base_name), branch_spec(config, head_name)]
-    repo = open_source_repo(config, None, do_fetch, log, refs_to_fetch(config, specs))
-    base, head = (resolve_spec(config, repo, spec) for spec in specs)
-    return touches(changed_files(repo, base.sha, head.sha), config.stats_paths)
 
 
 def _step_summary(markdown: str) -> None:

@@ -1,4 +1,5 @@
-"""`difftest merge EVIDENCE... --out DIR`: the shards of `run --shard I/N` joined into one comparison.
+"""`difftest merge EVIDENCE... --out DIR`: the shards of `run --shard I/N` joined into one
+comparison.
 
 Checks that the files are the shards of one comparison this difftest wrote
 (`core.shards`), judges every shard again from its probe files (`run.rejudge`:
@@ -17,20 +18,14 @@ import sys
 from pathlib import Path
 
 from difftest.build.envs.fingerprint import sha256_file
-from difftest.cli.base import (
-    Command,
-    Log,
-    add_config,
-    stdout_console,
-    write_evidence_reports,
-)
+from difftest.cli.base import Command, Log, add_config
 from difftest.core.config import Config
 from difftest.core.errors import DifftestError
 from difftest.core.evidence import ProbeFiles, read_evidence, written_version
 from difftest.core.shards import Shard, check_shards, merge_shards
 from difftest.core.verdicts import exit_code
-from difftest.reports import locked_out, prepare_out
-from difftest.reports.terminal import render_terminal
+from difftest.reports import locked_out, prepare_out, registry, write_report
+from difftest.reports.sources import RunReport
 from difftest.run.rejudge import Rejudged, rejudge
 
 
@@ -61,7 +56,9 @@ class MergeCommand(Command):
             shards = [Shard(str(p), read_evidence(p), written_version(p)) for p in paths]
             check_shards(shards)
             folders = {
-                s.evidence.shard.index: p.parent for p, s in zip(paths, shards) if s.evidence.shard
+                s.evidence.shard.index: p.parent
+                for p, s in zip(paths, shards, strict=True)
+                if s.evidence.shard
             }
             # Every shard judged again from its own files, before anything is written.
             judged: dict[int, Rejudged] = {}
@@ -81,7 +78,8 @@ class MergeCommand(Command):
                     source = folders[index] / getattr(files, key)
                     shutil.copyfile(source, target / source.name)
                     if sha256_file(target / source.name) != getattr(files, f"{key}_sha256"):
-                        raise DifftestError(  # it changed after it was judged: the merge would cite other bytes
+                        # It changed after it was judged: the merge would cite other bytes.
+                        raise DifftestError(
                             f"{source} changed while it was being merged",
                             "merge again once nothing writes the shards",
                         )
@@ -96,9 +94,11 @@ class MergeCommand(Command):
             ).model_copy(update={"command": sys.argv[:]})
             scenarios = {name: s for j in judged.values() for name, s in j.scenarios.items()}
             recorded = {key: run for j in judged.values() for key, run in j.recorded.items()}
-            write_evidence_reports(merged, out, scenarios, recorded)
-            render_terminal(merged, stdout_console(), scenarios=scenarios, recorded=recorded)
+            report = RunReport.of(merged, scenarios, recorded, exit_code=exit_code(merged.results))
+            write_report(report, out)
+            registry.show_output("terminal", report)
             log(
-                f"merged {len(shards)} shard(s) into {out}, every verdict judged again from their runs"
+                f"merged {len(shards)} shard(s) into {out}, every verdict judged again from their "
+                "runs"
             )
-            return exit_code(merged.results)
+            return report.exit_code

@@ -14,17 +14,15 @@ from difftest.cli.base import (
     add_compare_options,
     add_format,
     compare_request,
-    comparison_facts,
-    stdout_console,
-    write_comparison_reports,
+    comparison_report,
 )
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.records import Result
 from difftest.core.verdicts import exit_code
-from difftest.reports import locked_out, prepare_out
-from difftest.reports.json_report import render_json
-from difftest.reports.terminal import render_terminal, render_tier_verdicts
+from difftest.reports import locked_out, prepare_out, registry, write_report
+from difftest.reports.sources import RunReport
+from difftest.reports.terminal import render_tier_verdicts
 from difftest.run.pipeline import compare
 
 
@@ -40,26 +38,26 @@ class RunCommand(Command):
             "--jobs",
             type=int,
             default=None,
-            help="branches probed at once (default: all for the scheduler tier, one per 4 cores for the engine tier)",
+            help="branches probed at once (default: all for the scheduler tier, one per 4 cores "
+            "for the engine tier)",
         )
         parser.add_argument(
             "-v",
             "--verbose",
             action="store_true",
-            help="print the counter table of every scenario, not only of those where some branch does not pass",
+            help="print the counter table of every scenario, not only of those where some branch "
+            "does not pass",
         )
         add_format(
-            parser,
-            ("text", "json"),
-            "text",
-            "text: tables, verdict grid and conclusion for a person",
+            parser, self.name, "text", "text: tables, verdict grid and conclusion for a person"
         )
         parser.add_argument(
             "--shard",
             type=shard_spec,
             default=None,
             metavar="I/N",
-            help="run only the I-th of N slices of the scenarios and write partial evidence (`difftest merge` joins them)",
+            help="run only the I-th of N slices of the scenarios and write partial evidence "
+            "(`difftest merge` joins them)",
         )
         parser.add_argument(
             "branches",
@@ -82,14 +80,10 @@ class RunCommand(Command):
                     render_tier_verdicts(results, tier, progress_console)
 
             comparison = compare(config, request, log, probe_progress, tier_done)
-            evidence = comparison.evidence
-            written = write_comparison_reports(comparison, request.out)
-            code = exit_code(evidence.results)
-            if args.format == "json":
-                print(render_json(evidence, code))
-            else:
-                scenarios, recorded = comparison_facts(comparison)
-                render_terminal(evidence, stdout_console(), args.verbose, scenarios, recorded)
+            code = exit_code(comparison.evidence.results)
+            report = comparison_report(comparison, RunReport, exit_code=code, verbose=args.verbose)
+            written = write_report(report, request.out)
+            registry.show(report, self.name, args.format)
             log("wrote " + ", ".join(str(p) for p in written.values()))
             return code
 

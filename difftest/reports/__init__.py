@@ -1,9 +1,11 @@
 """Reports rendered from an `Evidence`: terminal, Markdown, HTML, JUnit and the evidence file.
 
-Renderers are imported lazily by `write_reports`, which keeps this package
-importable without rich or jinja2 loaded. This module also owns `--out` as a
-folder: the lock a writing command holds on it (`locked_out`), clearing it
-(`prepare_out`) and writing the reports into it as one set (`write_report_set`).
+What there is to render, and into which file, is `registry.OUTPUTS`; its
+modules import their renderers only when they render, which keeps this
+package importable without rich or jinja2 loaded. This module owns `--out` as
+a folder: the lock a writing command holds on it (`locked_out`), clearing it
+(`prepare_out`) and writing the reports into it as one set (`write_report`,
+`write_report_set`).
 """
 
 from __future__ import annotations
@@ -25,29 +27,36 @@ from typing import TYPE_CHECKING
 from filelock import FileLock, Timeout
 
 from difftest.core.errors import ConfigError, DifftestError
-from difftest.core.evidence import Evidence, atomic_write_text, evidence_json
+from difftest.core.evidence import Evidence, atomic_write_text
+from difftest.reports import registry
+from difftest.reports.sources import RunReport
 
 if TYPE_CHECKING:
     from difftest.core.records import ProbeRun
     from difftest.reports.trace import Trace
     from difftest.tiers.common.scenario import ScenarioBase
 
-#: What a command writes into `--out`; removed when the next command starts.
-REPORT_FILES = ("report.md", "report.html", "junit.xml", "evidence.json", "gate.md")
+#: What a measuring command writes into `--out` (`registry.report_files`); removed when the next
+#: command starts.
+REPORT_FILES = registry.report_files()
 #: What the runner writes into `--out/probe/` per branch and tier.
 PROBE_FILES = ("*-job.json", "*-runs.jsonl", "*-probe.log")
-#: The lock a command that writes into `--out` holds for as long as it runs (kept in place: see `locked_out`).
+#: The lock a command that writes into `--out` holds for as long as it runs (kept in place: see
+#: `locked_out`).
 LOCK_FILE = ".difftest.lock"
-#: Beside the lock: who holds it (PID, command line, host, start), for the message of a command refused.
+#: Beside the lock: who holds it (PID, command line, host, start), for the message of a command
+#: refused.
 HOLDER_FILE = ".difftest.lock.json"
-#: Reports being written (`write_report_set`); one left by a killed command is removed by `prepare_out`.
+#: Reports being written (`write_report_set`); one left by a killed command is removed by
+#: `prepare_out`.
 STAGING_PREFIX = ".difftest-staging-"
 #: Errors that mean the file system has no room left, whatever was being written.
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 
 
 def _why(exc: OSError) -> str:
-    """An OSError in words, its errno name included: 'the disk is full (ENOSPC: No space left on device)'."""
+    """An OSError in words, its errno name included: 'the disk is full (ENOSPC: No space left on
+    device)'."""
     name = errno.errorcode.get(exc.errno or 0, "")
     detail = f"{name}: {exc.strerror}" if name and exc.strerror else str(exc.strerror or exc)
     if exc.errno == errno.ENOSPC:
@@ -66,7 +75,8 @@ def _disk_full_fix(exc: OSError) -> str | None:
 
 
 def _unusable(out: Path, exc: OSError) -> ConfigError:
-    """The error of an `--out` that cannot be made, locked, cleared or written before anything runs."""
+    """The error of an `--out` that cannot be made, locked, cleared or written before anything
+    runs."""
     why = "it is a file, not a folder" if out.exists() and not out.is_dir() else _why(exc)
     return ConfigError(
         f"--out {str(out)!r} cannot be used for reports: {why}",
@@ -76,7 +86,8 @@ def _unusable(out: Path, exc: OSError) -> ConfigError:
 
 @contextmanager
 def locked_out(out_dir: str | Path) -> Iterator[Path]:
-    """Hold `out_dir`'s lock for the whole command; refuse at once (exit 2) when another command holds it.
+    """Hold `out_dir`'s lock for the whole command; refuse at once (exit 2) when another command
+    holds it.
 
     Two commands writing into one folder clear and overwrite each other's probe
     records and reports, so the evidence of one would name records of the other.
@@ -172,10 +183,14 @@ def _holder_record() -> dict[str, object]:
 
 
 def _holder(out: Path) -> str:
-    """Who holds `out`'s lock, in words, from its holder file (which it may not have written yet)."""
+    """Who holds `out`'s lock, in words, from its holder file (which it may not have written
+    yet)."""
     try:
         record = json.loads((out / HOLDER_FILE).read_text(encoding="utf-8"))
-        return f"PID {record['pid']} on {record['host']}, started {record['started']}: {record['command']}"
+        return (
+            f"PID {record['pid']} on {record['host']}, started {record['started']}: "
+            f"{record['command']}"
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return f"it has not recorded itself in {str(out / HOLDER_FILE)!r} (yet)"
 
@@ -193,7 +208,7 @@ def prepare_out(out_dir: str | Path) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / "probe"
-        stale = [out / name for name in REPORT_FILES]
+        stale = [out / name for name in registry.report_files()]
         stale += (
             [p for pattern in PROBE_FILES for p in probe.glob(pattern)] if probe.is_dir() else []
         )
@@ -239,7 +254,8 @@ def write_report_set(out_dir: str | Path, files: Mapping[str, str]) -> dict[str,
         if not isinstance(exc, OSError):
             raise
         raise DifftestError(
-            f"the reports could not be written into --out {str(out)!r}: {_why(exc)}; none was written",
+            f"the reports could not be written into --out {str(out)!r}: {_why(exc)}; none was "
+            "written",
             _disk_full_fix(exc) or "check that you can write to that folder, then run again",
         ) from None
     finally:
@@ -262,6 +278,31 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def write_report(
+    report: RunReport, out_dir: str | Path, extra: Mapping[str, str] | None = None
+) -> dict[str, Path]:
+    """Every file output of `report` (`registry.OUTPUTS`: report.md, report.html, junit.xml, the
+    gate's gate.md, evidence.json) with the `extra` files (name -> text), written into `out_dir` as
+    one set (`write_report_set`), the evidence last; keyed by output name (an extra file by its
+    own). Everything is rendered before anything is written."""
+    rendered = registry.rendered_files(report)
+    texts = {o.file: text for o, text in rendered if o.file and not o.last}
+    texts.update(extra or {})
+    texts.update({o.file: text for o, text in rendered if o.file and o.last})
+    names = {o.file: o.name for o, _ in rendered}
+    written = write_report_set(out_dir, texts)
+    return {names.get(name, name): path for name, path in written.items()}
+
+
+def write_files(source: object, out_dir: str | Path) -> dict[str, Path]:
+    """Every file output of `source` written into `out_dir`, each on its own (`atomic_write_text`):
+    a summary written beside files its command writes itself (fuzz.md, beside fuzz.json and found/).
+    Keyed by output name; everything is rendered before anything is written."""
+    out = Path(out_dir)
+    rendered = registry.rendered_files(source)
+    return {o.name: atomic_write_text(out / o.file, text) for o, text in rendered if o.file}
+
+
 def write_reports(
     evidence: Evidence,
     out_dir: str | Path,
@@ -270,27 +311,8 @@ def write_reports(
     scenarios: Mapping[str, ScenarioBase] | None = None,
     recorded: Mapping[tuple[str, str, str], ProbeRun] | None = None,
 ) -> dict[str, Path]:
-    """Write report.md, report.html, junit.xml, the `extra` files (name -> text: gate.md) and evidence.json
-    into `out_dir` as one set (`write_report_set`); the HTML report carries the step traces given, keyed by
-    (branch, scenario, run label). `scenarios` (by name) and `recorded` (runs with steps, by the same key)
-    let the conclusion name the oracle's reading as a row count's reason. Everything is rendered before
-    anything is written."""
-    from difftest.reports.html import render_html
-    from difftest.reports.junit import render_junit
-    from difftest.reports.markdown import render_markdown
-
-    keys = {
-        "report.md": "markdown",
-        "report.html": "html",
-        "junit.xml": "junit",
-        "evidence.json": "evidence",
-    }
-    texts = {
-        "report.md": render_markdown(evidence, scenarios, recorded),
-        "report.html": render_html(evidence, traces or {}, scenarios, recorded),
-        "junit.xml": render_junit(evidence),
-        **(extra or {}),
-        "evidence.json": evidence_json(evidence),
-    }
-    written = write_report_set(out_dir, texts)
-    return {keys.get(name, name): path for name, path in written.items()}
+    """`write_report` of `evidence` alone: the HTML report carries the step traces given, keyed
+    by (branch, scenario, run label); `scenarios` (by name) and `recorded` (runs with steps, by
+    the same key) let the conclusion name the oracle's reading as a row count's reason."""
+    report = RunReport(evidence=evidence, scenarios=scenarios, recorded=recorded, traces=traces)
+    return write_report(report, out_dir, extra)

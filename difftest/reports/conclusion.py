@@ -41,6 +41,7 @@ from difftest.reports.views import (
 )
 from difftest.tiers.common.accounting import READINGS, RULES, truncated
 from difftest.tiers.common.scenario import ScenarioBase
+from difftest.tiers.probe_tier import ProbeTier
 
 #: How many scenario names a sentence lists before "and N more".
 LISTED = 3
@@ -96,7 +97,7 @@ class _Readings:
     def explain(self, result: Result) -> bool:
         """The other reading's oracle counts exactly the branch's rows, and this reading's does not."""
         scenario, tier = self.scenarios.get(result.scenario), tiers.REGISTRY.get(result.tier)
-        if result.measured is None or scenario is None or tier is None or tier.method != "probes":
+        if result.measured is None or scenario is None or not isinstance(tier, ProbeTier):
             return False
         run = self._run(result, scenario)
         if run is None:

@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from difftest.core.evidence import atomic_write_text
 from difftest.core.fuzz import FuzzReport
 from difftest.reports.format import md_escape, printable
 from difftest.reports.terminal import VERDICT_STYLES
@@ -20,7 +19,8 @@ COULD_NOT = "could not measure"
 
 
 def rows(report: FuzzReport) -> list[tuple[str, str, str, str, str]]:
-    """(branch, verdict, what, scenario file, reason) per kind found; a row per branch with nothing."""
+    """(branch, verdict, what, scenario file, reason) per kind found; a row per branch with
+    nothing."""
     out = []
     for branch, found in report.by_branch().items():
         if branch in report.unmeasured:
@@ -49,8 +49,8 @@ def headline(report: FuzzReport) -> str:
     }.get(report.stopped or "", "")
     return (
         f"difftest fuzz: {report.tier} tier, seed {report.seed}, {' / '.join(asked)} ({compared}): "
-        f"{report.searched} examples in the last of {report.rounds} round(s), {report.probed} scenarios probed, "
-        f"{report.elapsed_s:.1f} s{stopped}"
+        f"{report.searched} examples in the last of {report.rounds} round(s), {report.probed} "
+        f"scenarios probed, {report.elapsed_s:.1f} s{stopped}"
     )
 
 
@@ -116,7 +116,3 @@ def render_fuzz_markdown(report: FuzzReport) -> str:
             "",
         ]
     return "\n".join(lines)
-
-
-def write_fuzz_markdown(report: FuzzReport, out: Path) -> Path:
-    return atomic_write_text(out / "fuzz.md", render_fuzz_markdown(report))

@@ -20,10 +20,11 @@ from datetime import UTC
 
 from difftest import tiers
 from difftest.core.evidence import BranchEvidence, Evidence, ScenarioEvidence
-from difftest.core.records import ProbeRun, Result, Totals, Verdict
+from difftest.core.records import COUNTER_TABLE, Counter, ProbeRun, Result, Totals, Verdict
 from difftest.core.values import format_value
 from difftest.core.verdicts import MAL, VERDICTS, first_reason, measured_mal, oracle_mal, worst
-from difftest.tiers.base import EMITTED_SOURCE, Tier
+from difftest.tiers.base import EMITTED_SOURCE
+from difftest.tiers.probe_tier import COUNTER_ROWS
 
 #: How each verdict reads in a cell; `error` means the branch could not be measured.
 VERDICT_WORDS: dict[str, str] = {
@@ -41,17 +42,18 @@ SHORT_WORDS: dict[str, str] = {
 }
 #: Which run a counter table shows: the first label whose verdicts, most severe first, rank highest.
 SEVERITY: tuple[Verdict, ...] = ("broken", "error", "diverge", "pass")
+
+
+def row_labels(table: tuple[Counter, ...]) -> dict[str, str]:
+    """Row labels of the counter table, in order: each counter's, then the two rows after them."""
+    return {c.name: c.label for c in table} | {
+        EMITTED_SOURCE: "  emitted from",
+        MAL: "mean acceptance length",
+    }
+
+
 #: Row labels of the counter table, in order.
-ROW_LABELS: dict[str, str] = {
-    "num_drafts": "num_drafts",
-    "num_draft_tokens": "num_draft_tokens",
-    "num_accepted_tokens": "num_accepted_tokens",
-    "num_accepted_tokens_per_pos": "accepted per pos",
-    "num_draft_tokens_per_pos": "draft tokens per pos",
-    "num_emitted_tokens": "num_emitted_tokens",
-    EMITTED_SOURCE: "  emitted from",
-    MAL: "mean acceptance length",
-}
+ROW_LABELS: dict[str, str] = row_labels(COUNTER_TABLE)
 NOT_RUN = "not run"
 
 
@@ -377,7 +379,8 @@ def emitted_source(result: Result | None) -> str:
 
 def _rows_of(tier: str) -> list[str]:
     """The tier's counter rows; evidence from a tier this difftest does not know gets the default rows."""
-    return (tiers.REGISTRY.get(tier) or Tier()).report_rows()
+    known = tiers.REGISTRY.get(tier)
+    return known.report_rows() if known is not None else list(COUNTER_ROWS)
 
 
 def _rows(keys: list[str], chosen: list[Result | None], expected: Totals | None) -> list[Row]:

@@ -1,4 +1,5 @@
-"""What `difftest verify` refuses before it re-runs anything (`cli.verify.check_reproducible`).
+"""What `difftest verify` refuses before it re-runs anything
+(`build.reproducible.check_reproducible`).
 
 An evidence file can only be reproduced on the same base wheel, lock, Python and
 platform, and on the same commits: each mismatch is a ConfigError naming it.
@@ -6,8 +7,8 @@ Finding this machine's base and resolving a branch need a real vLLM base and a
 clone (minutes); the checks themselves are plain comparisons. So `ensure_base`,
 `open_source_repo` and `resolve_spec` are replaced by stand-ins that answer what
 a real base and clone would (a fingerprint; a commit with its patch files), and
-`recorded_scenarios` (the shipped scenario files' sha256, tested with `show`/
-`merge`) by a no-op: everything else is the real check.
+the scenario check it is handed (`run.rejudge.recorded_scenarios`: the shipped scenario files'
+sha256, tested with `show`/`merge`) by a no-op: everything else is the real check.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from difftest.build import reproducible
 from difftest.build.envs.base import BaseEnv
 from difftest.build.envs.branch import probe_digest
 from difftest.build.envs.identity import IDENTITY_VERSION
 from difftest.build.refs.branch import ResolvedBranch
 from difftest.build.refs.patches import PatchInfo
-from difftest.cli import verify
 from difftest.core.config import Config, load_config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import BaseEvidence, BranchEvidence, Evidence
@@ -77,7 +78,8 @@ def config(tmp_path: Path) -> Config:
 
 @pytest.fixture
 def machine(monkeypatch, tmp_path: Path):
-    """This machine as `check_reproducible` sees it: set its base fingerprint, its commit or patches."""
+    """This machine as `check_reproducible` sees it: set its base fingerprint, its commit or
+    patches."""
     now: dict[str, Any] = {"base": dict(FINGERPRINT), "sha": SHA, "patches": dict(PATCHES)}
 
     def ensure_base(_spec: Any, _log: Any = None) -> BaseEnv:  # stands in for a real vLLM base
@@ -99,22 +101,26 @@ def machine(monkeypatch, tmp_path: Path):
             patches=[PatchInfo(Path(name), digest) for name, digest in now["patches"].items()],
         )
 
-    monkeypatch.setattr(verify, "ensure_base", ensure_base)
-    monkeypatch.setattr(verify, "open_source_repo", lambda _config, _base: None)
-    monkeypatch.setattr(verify, "resolve_spec", resolve_spec)
-    monkeypatch.setattr(verify, "recorded_scenarios", lambda _config, _recorded: {})
+    monkeypatch.setattr(reproducible, "ensure_base", ensure_base)
+    monkeypatch.setattr(reproducible, "open_source_repo", lambda _config, _base: None)
+    monkeypatch.setattr(reproducible, "resolve_spec", resolve_spec)
     return now
+
+
+def scenarios_unchecked(_config: Config, _recorded: Evidence) -> dict[str, Any]:
+    """Stands in for `recorded_scenarios`: every scenario file the evidence names is unchanged."""
+    return {}
 
 
 def refusal(config: Config) -> str:
     with pytest.raises(ConfigError) as info:
-        verify.check_reproducible(config, recorded(), lambda _msg: None)
+        reproducible.check_reproducible(config, recorded(), lambda _msg: None, scenarios_unchecked)
     return info.value.problem
 
 
 def test_the_same_machine_and_commits_may_verify(config, machine) -> None:
-    verify.check_reproducible(
-        config, recorded(), lambda _msg: None
+    reproducible.check_reproducible(
+        config, recorded(), lambda _msg: None, scenarios_unchecked
     )  # the stand-ins alone refuse nothing
 
 
@@ -152,13 +158,16 @@ def test_a_branch_that_now_applies_other_patch_files_is_refused(config, machine)
 
 
 def test_evidence_measured_by_another_probe_is_refused(config, machine, monkeypatch) -> None:
-    monkeypatch.setattr(verify, "probe_digest", lambda: "9" * 64)
+    monkeypatch.setattr(reproducible, "probe_digest", lambda: "9" * 64)
     assert "another version of difftest's probe" in refusal(config)
 
 
 def test_evidence_without_results_is_refused(config, machine) -> None:
     with pytest.raises(ConfigError) as info:
-        verify.check_reproducible(
-            config, recorded().model_copy(update={"results": []}), lambda _msg: None
+        reproducible.check_reproducible(
+            config,
+            recorded().model_copy(update={"results": []}),
+            lambda _msg: None,
+            scenarios_unchecked,
         )
     assert "holds no results" in info.value.problem

@@ -22,7 +22,8 @@ from difftest.core.errors import RefError
 
 #: Paths of vLLM's repository that feed the compiled extensions.
 NATIVE_PATHS = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
-#: Compiled files and native sources wherever they are (`vllm/_C.abi3.so`, a kernel next to Python code).
+#: Compiled files and native sources wherever they are (`vllm/_C.abi3.so`, a kernel next to Python
+#: code).
 NATIVE_FILE = re.compile(r"\.(so|pyd|dylib|dll)(\.\d+)*$|\.(cu|cuh|c|cc|cpp|cxx|h|hh|hpp|hip)$")
 
 
@@ -38,7 +39,7 @@ def changed_files(repo: git.Repo, base: str, head: str) -> list[Change]:
     """Files that differ between two revisions, in git's path order (POSIX, repository-relative)."""
     fields = _diff_tree(repo, base, head, "--name-status").split("\0")
     changes = []
-    for status, path in zip(fields[0::2], fields[1::2]):
+    for status, path in zip(fields[0::2], fields[1::2], strict=False):
         if status:
             changes.append(Change(status=_STATUS.get(status[0], "M"), path=path))
     return changes
@@ -70,7 +71,8 @@ def read_blob(repo: git.Repo, sha: str, path: str) -> bytes:
 
 
 def _under(path: str, prefix: str) -> bool:
-    """A prefix ending in '/' is a folder; otherwise it names a file (or a folder written without '/')."""
+    """A prefix ending in '/' is a folder; otherwise it names a file (or a folder written without
+    '/')."""
     prefix = prefix.removeprefix("./")
     if prefix.endswith("/"):
         return path.startswith(prefix)
@@ -83,6 +85,14 @@ def touches(changes: Iterable[Change], prefixes: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(c.path for c in changes if any(_under(c.path, p) for p in prefixes)))
 
 
+def stats_path_changes(
+    repo: git.Repo, base: str, head: str, stats_paths: Iterable[str]
+) -> list[str]:
+    """The files `head` changes relative to `base` that lie on the stats path (the config's
+    `stats_paths`): whether a gate has anything to measure."""
+    return touches(changed_files(repo, base, head), stats_paths)
+
+
 def native_changes(changes: Iterable[Change], binary: Iterable[str] = ()) -> list[str]:
     """The changed paths a Python overlay cannot reproduce: anything that feeds or is compiled code,
     and (`binary`, from `binary_paths`) any file git sees as binary."""
@@ -92,7 +102,8 @@ def native_changes(changes: Iterable[Change], binary: Iterable[str] = ()) -> lis
 
 
 def binary_paths(repo: git.Repo, base: str, head: str) -> list[str]:
-    """The changed files git diffs as binary between two revisions (`--numstat` prints `-` for them)."""
+    """The changed files git diffs as binary between two revisions (`--numstat` prints `-` for
+    them)."""
     found = []
     for entry in _diff_tree(repo, base, head, "--numstat").split("\0"):
         added, _, rest = entry.partition("\t")
