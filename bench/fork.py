@@ -35,7 +35,7 @@ from difftest.build.refs import read_blob  # noqa: E402
 from difftest.build.workspace import open_source_repo, prepare  # noqa: E402
 from difftest.core.config import load_config  # noqa: E402
 from difftest.run.pipeline import make_job, probes_at_a_time  # noqa: E402
-from difftest.run.runner import BranchRun, run_branches, warm_fork_server  # noqa: E402
+from difftest.run.probes.runner import BranchRun, run_branches, warm_fork_server  # noqa: E402
 
 
 def _make_patch():

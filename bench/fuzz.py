@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 from difftest.build.workspace import prepare  # noqa: E402
 from difftest.core.config import load_config  # noqa: E402
-from difftest.run.fuzz import FuzzRequest, fuzz, fuzzable_tier  # noqa: E402
+from difftest.run.fuzz.campaign import FuzzRequest, fuzz, fuzzable_tier  # noqa: E402
 from difftest.run.pipeline import make_job  # noqa: E402
-from difftest.run.runner import run_probe  # noqa: E402
+from difftest.run.probes.runner import run_probe  # noqa: E402
 
 
 def load() -> str:

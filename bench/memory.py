@@ -3,7 +3,7 @@
 Runs each tier's probe for one branch (every shipped scenario of the tier),
 prints its peak resident memory (VmHWM, sampled by the runner), then the
 default number of probes run at once for 3, 12 and 40 branches on this
-machine now (`run.capacity`: cores, and memory available / a probe's budget).
+machine now (`run.probes.capacity`: cores, and memory available / a probe's budget).
 With `--many N`, also a real run of N branches (main plus N-1 one-line
 variants) on one scheduler scenario with the default parallelism: how many
 overlapped, the sum of their peaks, the wall time.
@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 from difftest import tiers  # noqa: E402
 from difftest.build.workspace import prepare  # noqa: E402
 from difftest.core.config import load_config  # noqa: E402
-from difftest.run.capacity import available_memory_mb, probes_at_once  # noqa: E402
 from difftest.run.pipeline import make_job  # noqa: E402
-from difftest.run.runner import run_probe  # noqa: E402
+from difftest.run.probes.capacity import available_memory_mb, probes_at_once  # noqa: E402
+from difftest.run.probes.runner import run_probe  # noqa: E402
 
 
 def main() -> None:

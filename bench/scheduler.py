@@ -25,7 +25,7 @@ from difftest import tiers  # noqa: E402
 from difftest.build.workspace import prepare  # noqa: E402
 from difftest.core.config import load_config  # noqa: E402
 from difftest.run.pipeline import make_job  # noqa: E402
-from difftest.run.runner import run_branches, run_probe  # noqa: E402
+from difftest.run.probes.runner import run_branches, run_probe  # noqa: E402
 
 
 def main() -> None:

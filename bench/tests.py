@@ -31,7 +31,7 @@ from difftest.build.workspace import prepare  # noqa: E402
 from difftest.core.config import TestsSpec, load_config  # noqa: E402
 from difftest.probe.tests.contract import OUT_ENV  # noqa: E402
 from difftest.run.context import RunContext, default_baseline  # noqa: E402
-from difftest.run.suite import measure_suites, session_environ  # noqa: E402
+from difftest.run.suites.measure import measure_suites, session_environ  # noqa: E402
 from difftest.tiers.tests.selection import selection_from  # noqa: E402
 
 

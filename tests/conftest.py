@@ -24,9 +24,9 @@ from difftest.build.workspace import Workspace, open_source_repo, prepare
 from difftest.core import paths
 from difftest.core.config import Config, load_config
 from difftest.core.records import ProbeRun
+from difftest.run.cache.results import result_key
 from difftest.run.pipeline import make_job
-from difftest.run.result_cache import result_key
-from difftest.run.runner import allow_probes, run_probe
+from difftest.run.probes.runner import allow_probes, run_probe
 from tests.factories import ROOT, link_base_into
 
 # Tests measure what they test: a probe run reused from difftest's result cache (shared by every
@@ -111,10 +111,10 @@ def probe_runs(workspace, shipped_scenarios) -> Callable[[str, str], list[ProbeR
 
     Runs the real probe in the branch's environment once per machine state: the
     validated runs are cached on disk under the key the result cache would give
-    them (`run.result_cache.result_key`): the branch environment's content, the
+    them (`run.cache.results.result_key`): the branch environment's content, the
     base's fingerprint, the job, the scenario files, difftest's version, protocol
     and own code that plays and reads runs (`code_digest`), and the variables that
-    reach a probe (`run.probe_env.passed_environ`). So runs an older difftest, or
+    reach a probe (`run.probes.environ.passed_environ`). So runs an older difftest, or
     another environment, made are never taken for this one's. The lock is per
     tier: engine probes never overlap (an engine wants the machine's cores),
     scheduler probes of different branches wait on each other only across xdist

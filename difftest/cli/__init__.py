@@ -38,9 +38,9 @@ from difftest.core.errors import (
     EXIT_USAGE,
     DifftestError,
 )
-from difftest.run.descendants import become_subreaper as _become_subreaper
-from difftest.run.descendants import end_orphans
-from difftest.run.runner import allow_probes, stop_all_probes
+from difftest.run.probes.descendants import become_subreaper as _become_subreaper
+from difftest.run.probes.descendants import end_orphans
+from difftest.run.probes.runner import allow_probes, stop_all_probes
 
 COMMANDS: dict[str, Command] = {
     c.name: c
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = COMMANDS[args.command]
-    become_subreaper()  # a probe's orphans are re-parented to difftest, and ended with it (`run.descendants`)
+    become_subreaper()  # a probe's orphans are re-parented to difftest, and ended with it (`run.probes.descendants`)
     with _terminate_as_interrupt(every_orphan=argv is None):
         try:
             config = load_config(args.config) if command.needs_config(args) else None

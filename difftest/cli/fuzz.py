@@ -96,7 +96,7 @@ class FuzzCommand(Command):
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         # Imported here: the search pulls in Hypothesis (0.2 s), which no other command needs.
-        from difftest.run.fuzz import FuzzRequest, fuzz
+        from difftest.run.fuzz.campaign import FuzzRequest, fuzz
 
         examples = (
             args.examples

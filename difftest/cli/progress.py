@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from difftest.run.runner import Progress as ProgressCallback
+from difftest.run.probes.runner import Progress as ProgressCallback
 
 WAITING = "waiting for a free probe slot"
 IMPORTING = "importing vLLM ..."

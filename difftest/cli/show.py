@@ -3,7 +3,7 @@
 Reads the evidence `difftest run` left in DIR and hands it to `reports.show`,
 with the readers of what it recorded beside it: the probe records (checked
 against the hashes the evidence holds, then validated as the runner validated
-them, `run.recorded`) and the scenario file (checked against the evidence's
+them, `run.reread`) and the scenario file (checked against the evidence's
 hash, `run.rejudge`) for the oracle's row of each step.
 """
 
@@ -19,7 +19,7 @@ from difftest.core.errors import EXIT_OK
 from difftest.core.evidence import Evidence, ProbeFiles, read_evidence
 from difftest.core.records import ProbeRun
 from difftest.reports.show import ShowRequest, show_scenario
-from difftest.run.recorded import probe_of, recorded_runs
+from difftest.run.reread import probe_of, recorded_runs
 from difftest.tiers.common.scenario import ScenarioBase
 
 

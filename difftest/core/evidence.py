@@ -105,7 +105,7 @@ class ScenarioEvidence(BaseModel):
 
 
 class ReusedProbe(BaseModel):
-    """Runs read from the result cache instead of measured now (`run.result_cache`)."""
+    """Runs read from the result cache instead of measured now (`run.cache.results`)."""
 
     #: The cache key: sha256 of everything the runs depend on.
     key: str
@@ -188,7 +188,7 @@ class Evidence(BaseModel):
     #: Branches measured only to judge the named ones against (the baseline when it was not named):
     #: their runs and probes are kept, their results are not reported.
     reference_branches: list[str] = Field(default_factory=list)
-    #: sha256 of the caller's variables that reached the probes (`run.probe_env.passed_environ`): shards
+    #: sha256 of the caller's variables that reached the probes (`run.probes.environ.passed_environ`): shards
     #: measured under other ones are not one comparison. None in files written before it was recorded.
     probe_environ_sha256: str | None = None
     base: BaseEvidence

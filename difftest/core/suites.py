@@ -2,7 +2,7 @@
 grouped into pytest sessions, and what each branch's code did with each test.
 
 The tests tier decides (pure: `tiers.tests`), the run layer executes pytest-xdist
-sessions (`run.suite`), and the outcomes come back as `RawOutcome`s keyed by the
+sessions (`run.suites.measure`), and the outcomes come back as `RawOutcome`s keyed by the
 code branch that ran them; judged, they become `TestRecord`s in the evidence.
 """
 

@@ -4,7 +4,7 @@ Branch code runs inside the probe and can put anything into a record or its
 log: lone surrogates (which no UTF-8 file can hold, so writing a report would
 crash), NUL, ESC and other control characters (terminal escape sequences in a
 CI log, invisible text in a report). The host cleans every string it takes
-from a probe, once, when it reads it (`run.delivery`, `run.runner`); the
+from a probe, once, when it reads it (`run.probes.read_records`, `run.probes.runner`); the
 reports clean again whatever they render, so no path can skip it.
 """
 

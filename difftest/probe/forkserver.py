@@ -14,7 +14,7 @@ copy of the probe package, and `vllm` imported from its overlay by
 Some of these libraries read the environment at import, and vLLM's import
 sets a few variables first (`TORCHINDUCTOR_COMPILE_THREADS` before it imports
 `torch._inductor`, whose config reads it then): the host gives every probe,
-fresh or forked, those values from the start (`run.probe_env.VLLM_IMPORT_ENV`), and a
+fresh or forked, those values from the start (`run.probes.environ.VLLM_IMPORT_ENV`), and a
 child whose branch's vLLM import leaves such a variable (`IMPORT_TIME_ENV`)
 other than the server imported with stops there, so that branch is probed fresh. Fork
 is refused — the host then starts fresh interpreters and says why — where it

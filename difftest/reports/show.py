@@ -5,7 +5,7 @@ the scenario, else the first) it picks the run asked for (a label, or a batch
 order) or the branch's most severe one, and prints its trace beside the
 oracle's rows, or says why there are no steps to show. The step records and
 the scenario come through `Recorded`, which the command line binds to the
-readers that check them against the evidence's hashes (`run.recorded`,
+readers that check them against the evidence's hashes (`run.reread`,
 `run.rejudge`): this module reads no file itself.
 """
 

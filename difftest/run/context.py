@@ -16,8 +16,8 @@ from pathlib import Path
 from difftest.build.workspace import Workspace
 from difftest.core.config import Timeouts
 from difftest.core.records import Reading
-from difftest.run.result_cache import ResultCache
-from difftest.run.runner import Progress
+from difftest.run.cache.results import ResultCache
+from difftest.run.probes.runner import Progress
 
 Log = Callable[[str], None]
 #: (tier name, branch names) -> a context manager yielding that tier's progress callback.
@@ -49,9 +49,9 @@ class RunContext:
     cache: ResultCache | None = None
     #: Branch probes at once; None: each tier's default.
     jobs: int | None = None
-    #: Fork probes from one warm interpreter per tier (`run.launch`).
+    #: Fork probes from one warm interpreter per tier (`run.probes.forking`).
     fork: bool = False
-    #: For difftest's own tests of the tests tier only (see `run.suite.run_session`).
+    #: For difftest's own tests of the tests tier only (see `run.suites.measure.run_session`).
     suite_args: tuple[str, ...] = field(default=())
     inherit_controller_path: bool = False
 

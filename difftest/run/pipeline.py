@@ -38,7 +38,7 @@ from difftest.core.evidence import (
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 from difftest.core.selection import compile_selection
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
-from difftest.run.capacity import available_memory_mb, probes_at_once
+from difftest.run.cache.results import open_cache, result_key
 from difftest.run.context import (
     Log,
     ProgressFactory,
@@ -47,10 +47,10 @@ from difftest.run.context import (
     no_progress,
     quiet,
 )
-from difftest.run.probe_env import passed_environ
-from difftest.run.result_cache import open_cache, result_key
-from difftest.run.runner import BranchRun, Progress, run_branches
-from difftest.run.suite import measure_suites
+from difftest.run.probes.capacity import available_memory_mb, probes_at_once
+from difftest.run.probes.environ import passed_environ
+from difftest.run.probes.runner import BranchRun, Progress, run_branches
+from difftest.run.suites.measure import measure_suites
 from difftest.tiers.base import Tier, TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
 from difftest.tiers.probe_tier import ProbeTier
@@ -90,7 +90,7 @@ class CompareRequest:
     store_results: bool = True
     #: (I, N): only the I-th of N deterministic slices of the selected scenarios (`run --shard I/N`).
     shard: tuple[int, int] | None = None
-    #: Fork each tier's probes from one warm interpreter (`run.launch`); False (`--no-fork`): every
+    #: Fork each tier's probes from one warm interpreter (`run.probes.forking`); False (`--no-fork`): every
     #: probe starts its own interpreter.
     fork: bool = True
 
@@ -371,8 +371,8 @@ def measure_tier(
     jobs: int | None = None,
 ) -> dict[str, BranchRun]:
     """Run one tier's probe in every branch that has an environment, concurrently (forked from one
-    warm interpreter with `context.fork`, `run.launch`); a branch whose output for this very job is
-    in the result cache is read from there instead (`run.result_cache`)."""
+    warm interpreter with `context.fork`, `run.probes.forking`); a branch whose output for this very job is
+    in the result cache is read from there instead (`run.cache.results`)."""
     workspace, cache, work_dir = context.workspace, context.cache, context.probe_dir
     branches = [(b.name, b.env) for b in workspace.branches if b.env is not None]
     job = make_job(tier, scenarios, context.timeouts.run_s)

@@ -2,7 +2,7 @@
 
 A shard's evidence holds its verdicts, but they are text anyone can edit, so a
 merge never reads them. It reads what the verdicts were made from, each piece
-checked: every probe's records and job through `run.recorded` (their sha256,
+checked: every probe's records and job through `run.reread` (their sha256,
 then record by record, with the probe's outcome checked against them), the
 scenario objects from the config by name (their file's sha256 must be the one
 recorded, and each probe's job must have played exactly those scenarios, as
@@ -26,7 +26,7 @@ from difftest.core.errors import ConfigError, DifftestError
 from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun, Result
 from difftest.run.pipeline import select_scenarios
-from difftest.run.recorded import RecordedProbe, recorded_probe
+from difftest.run.reread import RecordedProbe, recorded_probe
 from difftest.tiers import door
 from difftest.tiers.common.scenario import ScenarioBase
 from difftest.tiers.probe_tier import ProbeTier

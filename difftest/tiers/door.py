@@ -3,7 +3,7 @@
 Every path that gets runs — a fresh or forked probe, an entry of the result
 cache, the shards `merge` joins, a warm fuzz probe — hands this module the
 same two things per branch: the runs its records hold (each checked by
-`run.delivery`) and how its process ended (`core.outcome.ProcessOutcome`).
+`run.probes.read_records`) and how its process ended (`core.outcome.ProcessOutcome`).
 Nothing stores or trusts a verdict: they are computed here, every time, by
 the tier's oracle and invariants (`judge_runs`) and then by the baseline rule
 for crashes, hangs and unclean ends (`core.breakage.judge_against_baseline`).

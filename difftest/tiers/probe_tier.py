@@ -46,7 +46,7 @@ class ProbeTier(Tier[S]):
     #: Key of `difftest.probe.__main__.ENTRIES`: the probe that plays this tier's jobs.
     probe_entry: ClassVar[str]
     #: Memory budget of one branch probe, MB: its measured peak plus a margin (`bench/memory.py`);
-    #: caps how many probes run at once (`run.capacity`).
+    #: caps how many probes run at once (`run.probes.capacity`).
     probe_memory_mb: ClassVar[int] = 1024
 
     def scenarios(self, config: Config, explicit: bool) -> list[S] | None:

@@ -3,7 +3,7 @@ outcomes.
 
 The measurer runs the repository's own pytest tests in every branch
 environment, all branches at once in one pytest-xdist session per test tree
-(`difftest.run.suite`), with this tier's hooks:
+(`difftest.run.suites.measure`), with this tier's hooks:
 
     plan_suites(scenario, baseline, branches)
         -> which tests come from where, and the sessions

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest.run.result_cache import CACHE_ENV
-from difftest.run.validated import copy_path
+from difftest.run.cache.results import CACHE_ENV
+from difftest.run.cache.validated_copy import copy_path
 from tests.e2e.cli_helpers import CONTROL, INIT_MARKER, SCHEDULER, capture_stderr, run_cli
 from tests.factories import ROOT, shipped_branch, write_config
 from tests.patching import insert_after

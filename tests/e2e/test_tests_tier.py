@@ -24,7 +24,7 @@ from difftest.build.workspace import prepare
 from difftest.core.config import load_config
 from difftest.core.suites import UPSTREAM, source_label
 from difftest.run.context import RunContext, default_baseline
-from difftest.run.suite import measure_suites
+from difftest.run.suites.measure import measure_suites
 from tests.e2e.cli_helpers import run_cli
 from tests.factories import ROOT, shipped_branch, write_config
 from tests.patching import insert_after, make_patch

@@ -22,7 +22,7 @@ from difftest.cli import main
 from difftest.core import paths
 from difftest.core.config import load_config
 from difftest.run.pipeline import make_job
-from difftest.run.runner import run_probe
+from difftest.run.probes.runner import run_probe
 from difftest.tiers.engine.invariants import across_branches, check
 from difftest.tiers.engine.oracle import expected_totals
 from difftest.tiers.engine.scenario import load_engine_scenarios

@@ -24,7 +24,7 @@ import pytest
 from difftest import tiers
 from difftest.core.records import ProbeRun
 from difftest.run.pipeline import make_job
-from difftest.run.runner import run_branches, run_probe, warm_fork_server
+from difftest.run.probes.runner import run_branches, run_probe, warm_fork_server
 
 pytestmark = pytest.mark.slow
 
@@ -236,9 +236,10 @@ def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios
         # never answered), not sat out: a probe waited for until its time limit reads timed out, and
         # is not started again. How soon it is found out is a speed, shown in bench/, not asserted
         # here.
-        assert run.launch == "fresh" and "the fork server failed: it did not" in run.launch_note, (
-            run.launch_note
-        )
+        assert (
+            run.launch == "fresh"
+            and "the fork server failed: it did not" in run.launch_note
+        ), run.launch_note
         assert not run.timed_out and run.outcome is not None and run.outcome.clean
         assert run.error is None and {r.status for r in run.runs} == {"ok"}
     assert not _server_pids()
@@ -249,8 +250,8 @@ def test_a_fork_server_that_says_nonsense_is_dropped(
 ) -> None:
     """A stand-in server (a fault this test injects: the real one never says this) that is ready,
     then answers a fork request with garbage: the probe starts fresh, saying why, and measures."""
-    from difftest.run.launch import ForkServer
-    from difftest.run.runner import _LIVE
+    from difftest.run.probes.forking import ForkServer
+    from difftest.run.probes.runner import _LIVE
 
     fake = tmp_path / "fake_server.py"
     fake.write_text(

@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from difftest.run.fuzz import Examiner, Prober, fuzzable_tier
-from difftest.run.probe_server import ProbeServer, ServerLimits
-from difftest.run.search import search
+from difftest.run.fuzz.campaign import Examiner, Prober, fuzzable_tier
+from difftest.run.fuzz.search import search
+from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 
 pytestmark = pytest.mark.slow
 BRANCH = "pr-56195-style"
@@ -23,7 +23,7 @@ def test_same_seed_same_findings_on_a_real_branch(workspace, tmp_path) -> None:
     python = workspace.branch(BRANCH).env.python
     found = []
     with (
-        ProbeServer(BRANCH, python, tier.name, tmp_path, ServerLimits(600, 120)) as server,
+        WarmProbe(BRANCH, python, tier.name, tmp_path, WarmProbeLimits(600, 120)) as server,
         ThreadPoolExecutor(1) as pool,
     ):
         prober = Prober({BRANCH: server}, pool)

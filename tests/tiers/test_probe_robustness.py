@@ -12,7 +12,7 @@ import pytest
 from difftest import tiers
 from difftest.probe.protocol import PROTOCOL_VERSION
 from difftest.run.pipeline import make_job
-from difftest.run.runner import run_probe
+from difftest.run.probes.runner import run_probe
 from tests.factories import ROOT
 
 pytestmark = pytest.mark.slow

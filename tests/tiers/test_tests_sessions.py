@@ -2,9 +2,9 @@
 
 Two real virtual environments stand for two branches: each has its own
 `which.py` (through a `.pth`, as a branch environment has its own `vllm/`), and
-only `a` has `only_a.py`. The session is the real one (`run.suite.run_session`:
+only `a` has `only_a.py`. The session is the real one (`run.suites.measure.run_session`:
 real pytest, real pytest-xdist with one `popen//python=...` gateway per
-environment, the tier's plugin, JUnit), read back by `run.suite_results`. Each
+environment, the tier's plugin, JUnit), read back by `run.suites.results`. Each
 pitfall that silently gives wrong answers is shown to be handled:
 
 - workers inherit the controller's sys.path (and import the controller's code);
@@ -28,8 +28,8 @@ import pytest
 
 from difftest.build.envs.uvtool import run_uv
 from difftest.core.suites import SuiteSession
-from difftest.run.suite import SessionRun, SessionSetup, run_session
-from difftest.run.suite_results import read_session
+from difftest.run.suites.measure import SessionRun, SessionSetup, run_session
+from difftest.run.suites.results import read_session
 from tests.factories import ROOT
 
 PLUGIN = "difftest.probe.tests.plugin"

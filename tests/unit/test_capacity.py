@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from difftest import tiers
-from difftest.run.capacity import MEMORY_SHARE, available_memory_mb, probes_at_once
+from difftest.run.probes.capacity import MEMORY_SHARE, available_memory_mb, probes_at_once
 
 SCHEDULER_MB = tiers.get("scheduler").probe_memory_mb
 

@@ -1,4 +1,4 @@
-"""Reading a probe's RUNS.jsonl (`difftest.run.delivery`): one ProbeRun per planned run, trusting nothing.
+"""Reading a probe's RUNS.jsonl (`difftest.run.probes.read_records`): one ProbeRun per planned run, trusting nothing.
 
 The file is written by hand: genuine records come from the probe's own
 `RecordWriter` (so they are exactly what a probe writes), then single lines are
@@ -25,7 +25,7 @@ from difftest.probe.protocol import (
     RecordWriter,
     RunResult,
 )
-from difftest.run.delivery import read_delivery
+from difftest.run.probes.read_records import read_delivery
 from tests.factories import TIER, make_step, make_totals
 
 NONCE = "s3cret-nonce"

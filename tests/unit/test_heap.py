@@ -1,4 +1,4 @@
-"""`run.heap.long_lived`: records made without collector passes and left out of later ones, nothing else changed."""
+"""`run.cache.heap.long_lived`: records made without collector passes and left out of later ones, nothing else changed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from difftest.run.heap import long_lived
+from difftest.run.cache.heap import long_lived
 
 
 class _Node:

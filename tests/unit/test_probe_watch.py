@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from difftest.probe.protocol import NONCE_ENV, NONCE_FD_ENV, STUCK_PREFIX
-from difftest.run import descendants
-from difftest.run.probe_env import PASS_ENV, passed_environ, probe_environ
-from difftest.run.runner import _stuck, _Watch
+from difftest.run.probes import descendants
+from difftest.run.probes.environ import PASS_ENV, passed_environ, probe_environ
+from difftest.run.probes.runner import _stuck, _Watch
 from tests.processes import alive
 
 

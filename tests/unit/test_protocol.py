@@ -328,7 +328,7 @@ def test_a_job_the_probe_cannot_serve_ends_it_with_2(second: str, why: str) -> N
 
 def test_only_the_fork_servers_own_refusal_reads_as_one() -> None:
     from difftest.probe.protocol import EXIT_NOT_SHAREABLE, NOT_SHAREABLE_PREFIX
-    from difftest.run.launch import refusal
+    from difftest.run.probes.forking import refusal
 
     assert (
         refusal(EXIT_NOT_SHAREABLE, f"loading\n{NOT_SHAREABLE_PREFIX}numpy would come from /x\n")

@@ -13,8 +13,8 @@ from difftest.core.errors import ConfigError
 from difftest.core.outcome import ProcessOutcome, clean_outcome
 from difftest.core.records import Failure, ProbeHeader
 from difftest.probe.protocol import CallInfo, RecordWriter
-from difftest.run import result_cache
-from difftest.run.result_cache import (
+from difftest.run.cache import results as result_cache
+from difftest.run.cache.results import (
     CACHE_ENV,
     CACHE_FORMAT,
     ResultCache,
@@ -24,7 +24,7 @@ from difftest.run.result_cache import (
     open_cache,
     result_key,
 )
-from difftest.run.runner import BranchRun
+from difftest.run.probes.runner import BranchRun
 from tests.factories import make_run, make_step, make_totals
 
 HEADER = ProbeHeader(
@@ -216,7 +216,7 @@ def test_the_key_changes_with_difftests_own_code(monkeypatch) -> None:
 
 
 def test_the_key_changes_with_a_variable_that_reaches_the_probe_and_no_other(monkeypatch) -> None:
-    """`VLLM_*` reaches the probe (`run.probe_env.passed_environ`), so its runs may depend on it; an
+    """`VLLM_*` reaches the probe (`run.probes.environ.passed_environ`), so its runs may depend on it; an
     unrelated variable never reaches it, and must not cost a re-run."""
     for name in ("VLLM_DIFFTEST_SOMETHING", "SOME_UNRELATED_VAR"):
         monkeypatch.delenv(name, raising=False)

@@ -1,4 +1,4 @@
-"""The search engine of `difftest fuzz` (`difftest.run.search`): Hypothesis in rounds, one new kind at a time.
+"""The search engine of `difftest fuzz` (`difftest.run.fuzz.search`): Hypothesis in rounds, one new kind at a time.
 
 `examine` here is a pure function of the generated value - exactly the contract
 the fuzz pipeline's examiner keeps (it is deterministic, cached by scenario) -
@@ -14,8 +14,8 @@ import time
 import pytest
 from hypothesis import strategies as st
 
-from difftest.run import search as search_module
-from difftest.run.search import search
+from difftest.run.fuzz import search as search_module
+from difftest.run.fuzz.search import search
 
 LISTS = st.lists(st.integers(0, 100), max_size=8)
 
@@ -69,7 +69,7 @@ def test_nothing_to_find_runs_one_round_of_all_examples() -> None:
 
 
 class Clock:
-    """The search's clock (`time.monotonic` in `difftest.run.search`), moved on only by `examine`: where
+    """The search's clock (`time.monotonic` in `difftest.run.fuzz.search`), moved on only by `examine`: where
     the search stops is then a fact about the search, not about how fast this machine is."""
 
     def __init__(self) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from difftest.core.suites import SuiteSession
-from difftest.run import suite_cache
-from difftest.run.result_cache import ResultCache
+from difftest.run.cache import sessions as suite_cache
+from difftest.run.cache.results import ResultCache
 
 SESSION = SuiteSession(
     name="shared",

@@ -1,4 +1,4 @@
-"""The result cache's validated copies (`run.validated`): an intact entry is reused without reading its records
+"""The result cache's validated copies (`run.cache.validated_copy`): an intact entry is reused without reading its records
 line by line again; an entry whose bytes changed in any way is read line by line and judged as before.
 
 A probe's output is written by hand with the probe's own `RecordWriter` and read by the runner's reader,
@@ -16,13 +16,19 @@ from typing import Any
 
 import pytest
 
-import difftest.run.result_cache as result_cache
+import difftest.run.cache.results as result_cache
 from difftest.core.outcome import clean_outcome
 from difftest.probe.protocol import PROTOCOL_VERSION, CallInfo, Job, RecordWriter
-from difftest.run.delivery import read_delivery
-from difftest.run.result_cache import ResultCache
-from difftest.run.runner import BranchRun
-from difftest.run.validated import CopyDamaged, ReadRecords, copy_path, read_copy, write_copy
+from difftest.run.cache.results import ResultCache
+from difftest.run.cache.validated_copy import (
+    CopyDamaged,
+    ReadRecords,
+    copy_path,
+    read_copy,
+    write_copy,
+)
+from difftest.run.probes.read_records import read_delivery
+from difftest.run.probes.runner import BranchRun
 from tests.factories import TIER, make_step, make_totals
 
 NONCE = "c" * 32

@@ -6,7 +6,7 @@ reads test outcomes. A test that passes on the baseline and fails on a branch is
 that branch's regression (`broken`, with the failing assertion); a test failing
 everywhere is reported and judged by nobody; a test that cannot be collected or
 run on a branch is "could not measure". Branches run side by side in pytest-xdist
-sessions (`difftest.run.suite`); `sources.py` plans them, `judge.py` judges.
+sessions (`difftest.run.suites.measure`); `sources.py` plans them, `judge.py` judges.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A branch's counting may depend on an environment variable (vLLM reads dozens
 of `VLLM_*` switches), so what reaches a probe is part of what its runs depend
-on: the result cache keys them on `passed_environ()` (`run.result_cache`).
+on: the result cache keys them on `passed_environ()` (`run.cache.results`).
 Everything else of the caller's environment stays out, so an unrelated
 variable (a CI token, a shell's history setting) neither reaches branch code
 nor changes a cache key.
@@ -90,7 +90,7 @@ def probe_environ(parallel: int = 1) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", threads)
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind" if parallel > 1 else "auto")
     # NumPy's (and OpenCV's) OpenBLAS would start a thread pool at import; the probes never multiply
-    # matrices with it, and a single-threaded process can be forked safely (`run.launch`).
+    # matrices with it, and a single-threaded process can be forked safely (`run.probes.forking`).
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     # What vLLM's import sets for torch (`vllm/env_override.py`), set already: the same before and
     # after that import, so libraries a fork server imports earlier read what a fresh probe's read.

@@ -28,7 +28,7 @@ from difftest.core.records import ProbeHeader, ProbeRun, Trailer
 from difftest.core.text import loads_clean
 from difftest.core.values import quote
 from difftest.probe.protocol import Job, PlannedRun
-from difftest.run.probe_files import read_probe_text
+from difftest.run.probes.files import read_probe_text
 
 M = TypeVar("M", bound=BaseModel)
 

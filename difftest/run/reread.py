@@ -31,7 +31,7 @@ from difftest.core.evidence import Evidence, ProbeFiles
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun
 from difftest.probe.protocol import Job
-from difftest.run.delivery import Delivery, check_lines, read_delivery
+from difftest.run.probes.read_records import Delivery, check_lines, read_delivery
 
 
 @dataclass

@@ -37,10 +37,10 @@ from typing import IO, Any
 
 from difftest.core.verdicts import one_line
 from difftest.probe.protocol import Job
-from difftest.run import descendants
-from difftest.run.delivery import check_lines
-from difftest.run.probe_env import probe_environ
-from difftest.run.runner import (
+from difftest.run.probes import descendants
+from difftest.run.probes.environ import probe_environ
+from difftest.run.probes.read_records import check_lines
+from difftest.run.probes.runner import (
     BranchRun,
     kill_group,
     planned_count,
@@ -55,7 +55,7 @@ _LOG_TAIL = 40
 
 
 @dataclass(frozen=True)
-class ServerLimits:
+class WarmProbeLimits:
     #: Extra seconds for the first job of a process: importing vLLM, building the first configs.
     start_s: float
     #: Seconds per planned run of a job.
@@ -66,7 +66,7 @@ class ServerLimits:
     max_starts: int = 20
 
 
-class ProbeServer:
+class WarmProbe:
     """One branch's warm probe for one tier. Not thread-safe: one job at a time per server."""
 
     def __init__(
@@ -75,7 +75,7 @@ class ProbeServer:
         python: Path,
         tier: str,
         work_dir: Path,
-        limits: ServerLimits,
+        limits: WarmProbeLimits,
         parallel: int = 1,
     ) -> None:
         self.branch = branch
@@ -96,7 +96,7 @@ class ProbeServer:
         self._last_death = ""
         self._lock = threading.Lock()
 
-    def __enter__(self) -> ProbeServer:
+    def __enter__(self) -> WarmProbe:
         return self
 
     def __exit__(self, *_exc: object) -> None:

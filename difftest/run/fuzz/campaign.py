@@ -1,7 +1,7 @@
 """`difftest fuzz`: generated scenarios, every branch's real scheduler, `run`'s judging, shrunk findings.
 
     strategy (tier) -> scenario mapping -> the tier's loader validation -> one job
-      -> a warm probe per branch (probe_server) -> records checked as `run` checks them
+      -> a warm probe per branch (`run.fuzz.warm_probe`) -> records checked as `run` checks them
       -> judged as `run` judges (oracle + invariants; or the `--against` branch's totals)
       -> kinds of failure (core.fuzz) -> the search (search.py: Hypothesis, seeded, shrinking)
       -> per finding: a scenario file under <out>/found/<tier>/, its evidence, and a config to re-run it
@@ -35,10 +35,10 @@ from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
 from difftest.core.fuzz import Finding, FuzzReport, Kind, Observation, observations
 from difftest.core.records import ProbeRun, Reading, Result, Totals
 from difftest.probe.protocol import Job
+from difftest.run.fuzz.search import Found, SearchResult, search
+from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 from difftest.run.pipeline import TierScenarios, make_evidence, make_job
-from difftest.run.probe_server import ProbeServer, ServerLimits
-from difftest.run.runner import BranchRun, stop_all_probes
-from difftest.run.search import Found, SearchResult, search
+from difftest.run.probes.runner import BranchRun, stop_all_probes
 from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
 from difftest.tiers.door import JUDGED_ROLES, judge_runs, judge_scenario
@@ -119,7 +119,7 @@ def fuzz(
     )
     outcome = FuzzOutcome(report, workspace)
     _clear_previous(request.out)
-    limits = ServerLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
+    limits = WarmProbeLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
     ready = {b.name: b.env.python for b in workspace.branches if b.env is not None}
     report.unmeasured.update(
         {b.name: b.error or "no environment" for b in workspace.branches if b.env is None}
@@ -127,7 +127,7 @@ def fuzz(
     with ExitStack() as stack:
         servers = {
             name: stack.enter_context(
-                ProbeServer(name, python, tier.name, request.out / "probe", limits, len(ready))
+                WarmProbe(name, python, tier.name, request.out / "probe", limits, len(ready))
             )
             for name, python in ready.items()
         }
@@ -235,7 +235,7 @@ def _stop_probes_on_error(exc_type: type[BaseException] | None, _exc: object, _t
 class Prober:
     """Every branch's warm probe, asked the same job at once."""
 
-    def __init__(self, servers: dict[str, ProbeServer], pool: ThreadPoolExecutor) -> None:
+    def __init__(self, servers: dict[str, WarmProbe], pool: ThreadPoolExecutor) -> None:
         self.servers = servers
         self.pool = pool
 

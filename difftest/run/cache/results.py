@@ -8,7 +8,7 @@ content, the run time limit), the scenario files' sha256, the probe time limit,
 the tier, this difftest's version and a digest of its own code that reads and
 plays runs (`code_digest`: the probe package, the record models and readers),
 and every variable of the caller's environment that reaches a probe
-(`run.probe_env.passed_environ`). Verdicts are never cached: the entry holds
+(`run.probes.environ.passed_environ`). Verdicts are never cached: the entry holds
 the runs and the process outcome, and they are judged again through the one
 door (`run.door`) on every use, so another `--reading` or baseline needs no
 re-run.
@@ -19,7 +19,7 @@ runner would have written them and reads them with the runner's own reader
 (`delivery.check_lines`): the evidence then names them with their hash and
 nonce as for a fresh probe, and says they were reused (`ProbeFiles.reused`),
 so `difftest show` reads the same steps and tells where they came from. What
-that reader made of an entry's records is kept beside it (`run.validated`), for
+that reader made of an entry's records is kept beside it (`run.cache.validated_copy`), for
 those very bytes only: the next reuse hashes the entry and, when the hash is the
 one the copy was made from, takes the runs from the copy instead of checking the
 records line by line again.
@@ -59,18 +59,18 @@ from difftest.core.evidence import ReusedProbe, atomic_write_text
 from difftest.core.outcome import ProcessOutcome, clean_outcome
 from difftest.core.records import ProbeRun
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
-from difftest.run.delivery import check_lines
-from difftest.run.heap import long_lived
-from difftest.run.probe_env import passed_environ
-from difftest.run.probe_files import read_probe_file
-from difftest.run.runner import BranchRun, probe_file_paths
-from difftest.run.validated import (
+from difftest.run.cache.heap import long_lived
+from difftest.run.cache.validated_copy import (
     CopyDamaged,
     ReadRecords,
     copy_path,
     read_copy,
     write_copy,
 )
+from difftest.run.probes.environ import passed_environ
+from difftest.run.probes.files import read_probe_file
+from difftest.run.probes.read_records import check_lines
+from difftest.run.probes.runner import BranchRun, probe_file_paths
 
 #: Bump when an entry's shape or the key's material changes: older entries are then never found.
 CACHE_FORMAT = 2
@@ -108,28 +108,25 @@ _CODE = (
     "probe",
     "core/records.py",
     "core/outcome.py",
-    "run/delivery.py",
-    "run/validated.py",
-    "run/result_cache.py",
-    "run/probe_env.py",
-    "run/probe_files.py",
-    "run/runner.py",
-    "run/launch.py",
+    "run/probes/read_records.py",
+    "run/cache/validated_copy.py",
+    "run/cache/results.py",
+    "run/probes/environ.py",
+    "run/probes/files.py",
+    "run/probes/runner.py",
+    "run/probes/forking.py",
 )
 
 
 def code_digest() -> str:
     """sha256 over difftest's own code that reads and plays runs (`_CODE`), file by file."""
-    package = Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parents[2]
     files: list[Path] = []
     for part in _CODE:
         found = package / part
         files += sorted(found.rglob("*.py")) if found.is_dir() else [found]
-    digest = {
-        f.relative_to(package).as_posix(): sha256_bytes(f.read_bytes())
-        for f in files
-        if f.is_file()
-    }
+    # A file named here that is gone raises: a rename must not quietly leave code out of the key.
+    digest = {f.relative_to(package).as_posix(): sha256_bytes(f.read_bytes()) for f in files}
     return canonical_hash(digest)
 
 
@@ -218,7 +215,7 @@ class ResultCache:
         if not path.is_file():
             return None
         try:
-            with long_lived():  # the records stay until the command ends (run.heap)
+            with long_lived():  # the records stay until the command ends (run.cache.heap)
                 return self._restore(path, key, job, branch, tier, work_dir, log)
         except _Damaged as exc:
             log(
@@ -300,7 +297,7 @@ class ResultCache:
         log: Any,
     ) -> ReadRecords:
         """The entry's records as the runner's reader reads them: from their validated copy when it was made from
-        these very entry bytes (`run.validated`), else line by line, keeping a copy for the next reuse."""
+        these very entry bytes (`run.cache.validated_copy`), else line by line, keeping a copy for the next reuse."""
         copy = copy_path(path)
         try:
             kept = read_copy(copy, entry_sha256)

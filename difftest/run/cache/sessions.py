@@ -1,13 +1,13 @@
 """The result cache for the tests tier: one pytest-xdist session's files, reused when nothing it depends on changed.
 
-The rules are the probe tiers' (`run.result_cache`): the key covers everything
+The rules are the probe tiers' (`run.cache.results`): the key covers everything
 the session's outcomes depend on — the session (test tree commit, grafts,
 pytest arguments), every worker's environment by content, the controller's,
 the base, the test-only packages, the time limits, difftest's own code and the
 variables that reach the session — and only a clean session is stored (pytest
 exited 0, 1 or 5 on its own, with its JUnit report and every worker's report).
 What is stored is the session's raw files, never a judgement: a reuse writes
-them back and they are read (`run.suite_results.read_session`) and judged
+them back and they are read (`run.suites.results.read_session`) and judged
 (`tiers.tests`) exactly as a fresh session's are.
 """
 
@@ -23,8 +23,8 @@ from difftest import __version__
 from difftest.build.envs.fingerprint import canonical_hash, sha256_bytes
 from difftest.core.evidence import atomic_write_text
 from difftest.core.suites import SuiteSession
-from difftest.run.probe_env import passed_environ
-from difftest.run.result_cache import ResultCache, code_digest
+from difftest.run.cache.results import ResultCache, code_digest
+from difftest.run.probes.environ import passed_environ
 
 #: Bump when an entry's shape or the key's material changes.
 SUITE_CACHE_FORMAT = 1

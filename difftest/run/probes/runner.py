@@ -41,11 +41,11 @@ from difftest.probe.protocol import (
     STUCK_PREFIX,
     Job,
 )
-from difftest.run import descendants
-from difftest.run.delivery import check_lines, read_delivery
-from difftest.run.launch import ForkServer, ProbeProcess, refusal, start_fork_server
-from difftest.run.probe_env import probe_environ
-from difftest.run.probe_files import open_probe_file, read_probe_text
+from difftest.run.probes import descendants
+from difftest.run.probes.environ import probe_environ
+from difftest.run.probes.files import open_probe_file, read_probe_text
+from difftest.run.probes.forking import ForkServer, ProbeProcess, refusal, start_fork_server
+from difftest.run.probes.read_records import check_lines, read_delivery
 
 #: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
 #: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
@@ -200,10 +200,10 @@ class BranchRun:
     nonce: str = ""
     #: The probe process's peak resident memory (VmHWM, sampled while it ran), in MB; None if unknown.
     peak_rss_mb: float | None = None
-    #: Set when these runs were not measured now but read from the result cache (`run.result_cache`).
+    #: Set when these runs were not measured now but read from the result cache (`run.cache.results`).
     reused: ReusedProbe | None = None
     #: How the probe process started: "fresh" (its own interpreter) or "forked" (from the tier's warm
-    #: fork server, `run.launch`); None when the runs were reused.
+    #: fork server, `run.probes.forking`); None when the runs were reused.
     launch: Literal["fresh", "forked"] | None = "fresh"
     #: Why a probe asked to fork started fresh instead ("" when it did not have to).
     launch_note: str = ""
@@ -514,7 +514,7 @@ class _Watch:
 
     def _read_new(self) -> None:
         """Count the run records written since the last look (tolerating a file that shrinks or goes)."""
-        try:  # never a blocking open: the branch may have put a FIFO there (`run.probe_files`)
+        try:  # never a blocking open: the branch may have put a FIFO there (`run.probes.files`)
             fd = open_probe_file(self.out_path)
         except OSError:
             return
@@ -594,7 +594,7 @@ def run_branches(
     """Probe every (branch, interpreter) concurrently; results keyed by branch name.
 
     With `fork`, one warm fork server imports the shared libraries once and
-    every probe is forked from it (`run.launch`); where it cannot, every probe
+    every probe is forked from it (`run.probes.forking`); where it cannot, every probe
     starts fresh and says why. Interrupted (Ctrl-C, SIGTERM, any exception
     here), it kills every probe at once and does not wait for the ones not
     started: the caller exits in moments, not after `probe_s`.

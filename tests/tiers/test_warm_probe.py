@@ -1,4 +1,4 @@
-"""The warm probe (`difftest.run.probe_server`): job after job in one process, restarted after a
+"""The warm probe (`difftest.run.fuzz.warm_probe`): job after job in one process, restarted after a
 crash or a hang (slow: real vLLM; the faulty branches are real patches of the scheduler)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from difftest import tiers
 from difftest.build.workspace import prepare
 from difftest.core.config import load_config
+from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 from difftest.run.pipeline import make_job
-from difftest.run.probe_server import ProbeServer, ServerLimits
-from difftest.run.runner import run_probe
+from difftest.run.probes.runner import run_probe
 from difftest.tiers.scheduler.scenario import parse_scenario
 from tests.e2e.cli_helpers import INIT_MARKER, SCHEDULER
 from tests.factories import write_config
@@ -21,7 +21,7 @@ from tests.patching import insert_after
 
 pytestmark = pytest.mark.slow
 TIER = tiers.get("scheduler")
-LIMITS = ServerLimits(start_s=600, run_s=120)
+LIMITS = WarmProbeLimits(start_s=600, run_s=120)
 
 
 def scenario(k: int, name: str = "s"):
@@ -72,7 +72,7 @@ def test_one_process_answers_job_after_job_as_a_cold_probe_does(
     ]
     python = workspace.branch("main").env.python
     cold = run_probe("main", python, job(*shipped), TIER.name, tmp_path / "cold", 600)
-    with ProbeServer("main", python, TIER.name, tmp_path / "warm", LIMITS) as server:
+    with WarmProbe("main", python, TIER.name, tmp_path / "warm", LIMITS) as server:
         warm = [run for s in shipped for run in server.play(job(s)).runs]
         assert server.starts == 1
     assert [r.status for r in warm] == ["ok"] * len(warm)
@@ -98,8 +98,8 @@ def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(
     tmp_path, fixture_repo
 ) -> None:
     python = faulty_python(tmp_path, fixture_repo, CRASH_OR_HANG)
-    limits = ServerLimits(start_s=600, run_s=1, slack_s=2)
-    with ProbeServer("fault", python, TIER.name, tmp_path / "w", limits) as server:
+    limits = WarmProbeLimits(start_s=600, run_s=1, slack_s=2)
+    with WarmProbe("fault", python, TIER.name, tmp_path / "w", limits) as server:
         assert [r.status for r in server.play(job(scenario(3))).runs] == ["ok"]
         died = server.play(job(scenario(5, "k5")))
         assert died.error == "probe exited with code 7: planted crash" and not died.timed_out
@@ -147,7 +147,7 @@ def test_a_branch_whose_probe_cannot_start_answers_without_a_header(tmp_path, fi
         )
     )
     python = prepare(config).branch("broken").env.python
-    with ProbeServer("broken", python, TIER.name, tmp_path / "w", LIMITS) as server:
+    with WarmProbe("broken", python, TIER.name, tmp_path / "w", LIMITS) as server:
         answer = server.play(make_job(TIER, [], None))
     assert (
         answer.header is None

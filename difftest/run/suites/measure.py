@@ -6,7 +6,7 @@ the controller is the baseline's environment (it must import the tests'
 `popen//python=<branch python>` gateway, with `--dist each` so that every
 worker runs every selected test. Everything xdist gets silently wrong for this
 is handled by the tier's pytest plugin (`difftest.probe.tests.plugin`) and
-checked here when reading the results (`run.suite_results`): each worker's
+checked here when reading the results (`run.suites.results`): each worker's
 results are labelled by the controller, each worker's `vllm` must come from its
 own environment, and a test a worker did not collect or run reads "could not
 measure" for that branch only.
@@ -34,12 +34,17 @@ from difftest.core import paths
 from difftest.core.evidence import TestSourceEvidence
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan, SuiteSession
 from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, INHERIT_PATH_ENV, OUT_ENV
-from difftest.run import descendants
+from difftest.run.cache.sessions import load_session, session_key, store_session
 from difftest.run.context import RunContext
-from difftest.run.probe_env import probe_environ
-from difftest.run.runner import Progress, kill_group, probe_process_ended, start_probe_process
-from difftest.run.suite_cache import load_session, session_key, store_session
-from difftest.run.suite_results import read_session
+from difftest.run.probes import descendants
+from difftest.run.probes.environ import probe_environ
+from difftest.run.probes.runner import (
+    Progress,
+    kill_group,
+    probe_process_ended,
+    start_probe_process,
+)
+from difftest.run.suites.results import read_session
 from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioIdentity
 from difftest.tiers.suite_tier import SuiteTier
@@ -107,7 +112,7 @@ def measure_suites(
 ) -> TierOutcome[Any]:
     """Plan, run and judge every test session of one suite scenario across the workspace's branches,
     against the context's baseline; a session whose files for this very work are in the result
-    cache is read from there (`run.suite_cache`)."""
+    cache is read from there (`run.cache.sessions`)."""
     workspace, baseline, reading, log = (
         context.workspace,
         context.baseline,
