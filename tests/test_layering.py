@@ -41,6 +41,25 @@ ALLOWED = {
 }
 
 
+#: Inside `run`: each part -> the other parts it may import. Processes are the bottom (probes),
+#: the cache stores what they deliver, the context and the suites build on both, the pipeline on
+#: all of those; fuzz and rejudge are on top, and reread (what show and merge read again) reads
+#: only probes.
+RUN_PARTS = {
+    "probes": set(),
+    "cache": {"probes"},
+    "reread": {"probes"},
+    "context": {"probes", "cache"},
+    "suites": {"probes", "cache", "context"},
+    "pipeline": {"probes", "cache", "context", "suites"},
+    "fuzz": {"probes", "cache", "context", "pipeline"},
+    "rejudge": {"probes", "reread", "pipeline"},
+}
+#: Inside `tiers`: the shared parts, and the tiers that build on them. A tier's folder imports the
+#: shared parts only: no tier depends on another, so adding or removing one touches nothing else.
+TIER_SHARED = {"common", "base", "door", "probe_tier", "suite_tier"}
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -121,6 +140,52 @@ def test_host_layers_import_one_way(path: Path) -> None:
         assert any(target == a or target.startswith(a + ".") for a in allowed), (
             f"{module_name(path)} ({layer}) imports {name}; {layer} may import {sorted(allowed)}"
         )
+
+
+def _part(module: str, layer: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == layer else None
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in SOURCES if _part(module_name(p), "run")], ids=lambda p: module_name(p)
+)
+def test_the_parts_of_run_import_downward(path: Path) -> None:
+    mine = _part(module_name(path), "run")
+    assert mine in RUN_PARTS, f"{module_name(path)}: a new part of run/ must be placed in RUN_PARTS"
+    for name in difftest_imports(path):
+        other = _part(name, "run")
+        if other is not None and other != mine:
+            assert other in RUN_PARTS[mine], (
+                f"{module_name(path)} imports {name}; run.{mine} may import "
+                f"{sorted(RUN_PARTS[mine]) or 'no other part of run'}"
+            )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SOURCES if _part(module_name(p), "tiers") not in (None, *TIER_SHARED)],
+    ids=lambda p: module_name(p),
+)
+def test_a_tier_imports_only_the_shared_parts_of_tiers(path: Path) -> None:
+    mine = _part(module_name(path), "tiers")
+    for name in difftest_imports(path):
+        other = _part(name, "tiers")
+        assert other in (None, mine, *TIER_SHARED), (
+            f"{module_name(path)} (the {mine} tier) imports {name}: tiers share only "
+            f"{sorted(TIER_SHARED)}"
+        )
+
+
+def test_the_shared_parts_of_tiers_import_no_tier() -> None:
+    for path in SOURCES:
+        mine = _part(module_name(path), "tiers")
+        if mine not in TIER_SHARED:
+            continue
+        for name in difftest_imports(path):
+            assert _part(name, "tiers") in (None, *TIER_SHARED), (
+                f"{module_name(path)} imports {name}"
+            )
 
 
 def test_no_import_cycles() -> None:
