@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Protocol, TextIO, TypedDict
+from typing import Any, Literal, NoReturn, Protocol, TextIO, TypedDict, cast
 
 PROTOCOL_VERSION = 3
 #: A forked probe reads its nonce from this variable and removes it before importing vLLM (a fork's
@@ -338,7 +338,8 @@ class CallInfo:
 def describe_failure(exc: BaseException) -> Failure:
     """Kind, last line, innermost frame and origin of an exception (for reports and verdicts)."""
     frames = list(traceback.walk_tb(exc.__traceback__))
-    where, origin = "", "other"
+    where = ""
+    origin: Origin = "other"
     if frames:
         frame, line = frames[-1]
         where = f"{_importable_path(frame.f_code.co_filename)}:{line} in {frame.f_code.co_name}"
@@ -359,7 +360,7 @@ def describe_failure(exc: BaseException) -> Failure:
         "type": type(exc).__name__,
         "summary": summary,
         "where": where,
-        "origin": origin,  # type: ignore[typeddict-item]
+        "origin": origin,
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
 
@@ -372,7 +373,7 @@ def _importable_path(filename: str) -> str:
     return filename[len(max(under, key=len)) :] if under else filename
 
 
-def _origin(frames: list[tuple[Any, int]]) -> str:
+def _origin(frames: list[tuple[Any, int]]) -> Origin:
     """`vllm` when vLLM code ran below the probe's last frame (the branch raised), else the
     raiser."""
     names = [str(frame.f_globals.get("__name__", "")) for frame, _ in frames]
@@ -461,7 +462,7 @@ def parse_job(text: str) -> Job:
     if not isinstance(job, dict) or job.get("protocol") != PROTOCOL_VERSION:
         found = job.get("protocol") if isinstance(job, dict) else None
         raise ValueError(f"job protocol {found!r}; this probe speaks {PROTOCOL_VERSION}")
-    return job  # type: ignore[return-value]
+    return cast(Job, job)  # checked above: a mapping that speaks this protocol
 
 
 def take_nonce() -> str:

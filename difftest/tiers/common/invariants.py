@@ -54,7 +54,9 @@ def across_orders(found: ByLabel, batches: list[ProbeRun], alone: dict[str, Prob
         found[run.label] += additivity_check(run, alone)
 
 
-def _vec(totals: Totals) -> dict[str, Any]:
+def _vec(totals: Totals | None) -> dict[str, Any]:
+    """The compared counters of a measured run's totals."""
+    assert totals is not None, "only measured runs are compared"
     return {c: getattr(totals, c) for c in COMPARED}
 
 
@@ -177,7 +179,7 @@ def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] |
         return None
     total: dict[str, Any] = {}
     for rid in order:
-        for name, value in _vec(alone[rid].totals).items():  # type: ignore[arg-type]
+        for name, value in _vec(alone[rid].totals).items():
             if isinstance(value, list):
                 prev = total.get(name) or [0] * len(value)
                 total[name] = [a + b for a, b in zip(prev, value, strict=False)]
@@ -193,7 +195,7 @@ def reference_run(
     order has them, else the most common totals (ties: the first listed order)."""
     if len(batches) < 2:
         return None
-    vectors = [(r.label, _vec(r.totals)) for r in batches]  # type: ignore[arg-type]
+    vectors = [(r.label, _vec(r.totals)) for r in batches]
     summed = _sum_alone(alone, batches[0].order)
     if summed is not None:
         for _label, vec in vectors:
@@ -242,7 +244,7 @@ def _mismatches(
     invariant: str, run: ProbeRun, expected: dict[str, Any], detail: Callable[[str, Any, Any], str]
 ) -> list[Violation]:
     """One violation per compared counter of `run` that differs from `expected`."""
-    vec = _vec(run.totals)  # type: ignore[arg-type]
+    vec = _vec(run.totals)
     return [
         Violation(
             invariant=invariant,
