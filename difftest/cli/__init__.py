@@ -75,7 +75,8 @@ exit codes (run, gate, verify, fuzz):
 `difftest COMMAND --help` describes each command's options."""
 
 console = Console(stderr=True, highlight=False)
-#: Set once difftest made itself a child subreaper (Linux): what is its child when a command ends is an orphan.
+#: Set once difftest made itself a child subreaper (Linux): what is its child when a command ends is
+#: an orphan.
 _SUBREAPER = False
 
 
@@ -107,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = COMMANDS[args.command]
-    become_subreaper()  # a probe's orphans are re-parented to difftest, and ended with it (`run.probes.descendants`)
+    # A probe's orphans are re-parented to difftest, and ended with it (`run.probes.descendants`).
+    become_subreaper()
     with _terminate_as_interrupt(every_orphan=argv is None):
         try:
             config = load_config(args.config) if command.needs_config(args) else None
@@ -130,9 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextmanager
 def _terminate_as_interrupt(every_orphan: bool = False) -> Iterator[None]:
-    """SIGTERM (a CI job cancelled, `kill`) and SIGINT end difftest the way Ctrl-C does: probes stopped,
-    exit 130. SIGINT is set explicitly: a process started in the background by a non-interactive
-    shell (`difftest run &` in a CI script) inherits SIGINT ignored, and Python then keeps it so."""
+    """SIGTERM (a CI job cancelled, `kill`) and SIGINT end difftest the way Ctrl-C does: probes
+    stopped, exit 130. SIGINT is set explicitly: a process started in the background by a
+    non-interactive shell (`difftest run &` in a CI script) inherits SIGINT ignored, and Python then
+    keeps it so."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

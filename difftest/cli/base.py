@@ -96,9 +96,15 @@ def tier_names(choice: str) -> list[str] | None:
 
 
 def compare_request(
-    args: argparse.Namespace, branches: list[str] | None, **extra: object
+    args: argparse.Namespace,
+    branches: list[str] | None,
+    *,
+    jobs: int | None = None,
+    shard: tuple[int, int] | None = None,
+    baseline: str | None = None,
 ) -> CompareRequest:
-    """The pipeline request from the shared options, plus the command's own choices."""
+    """The pipeline request from the shared options, plus the command's own choices (`run`: jobs
+    and shard; `gate`: the baseline)."""
     return CompareRequest(
         branches=branches,
         tiers=tier_names(args.tier),
@@ -108,7 +114,9 @@ def compare_request(
         select=args.select,
         reuse_cached=not getattr(args, "no_cache", False),
         fork=not args.no_fork,
-        **extra,  # type: ignore[arg-type]
+        jobs=jobs,
+        shard=shard,
+        baseline=baseline,
     )
 
 

@@ -27,7 +27,8 @@ IMPORTING = "importing vLLM ..."
 def probe_progress(
     tier: str, branches: list[str], console: Console | None = None
 ) -> Iterator[ProgressCallback]:
-    """A bar per branch (on `console`, default stderr); the callback is safe to call from the runner's threads."""
+    """A bar per branch (on `console`, default stderr); the callback is safe to call from the
+    runner's threads."""
     console = console or Console(stderr=True)
     lock = threading.Lock()
     with Progress(
@@ -65,7 +66,8 @@ def probe_progress(
                 )
                 if console.is_terminal:
                     return
-                # In a CI log: a line whenever a branch reaches a new scenario, instead of a live bar.
+                # In a CI log: a line whenever a branch reaches a new scenario, instead of a live
+                # bar.
                 if current.get(branch) != scenario:
                     current[branch] = scenario
                     console.print(

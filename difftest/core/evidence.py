@@ -31,7 +31,7 @@ import re
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -40,7 +40,7 @@ from difftest.core.errors import DifftestError
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION: Final = "9"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -116,7 +116,8 @@ class ReusedProbe(BaseModel):
 
 
 class ProbeFiles(BaseModel):
-    """One probe's files (one branch, one tier), so the step records can be re-read and trusted later.
+    """One probe's files (one branch, one tier), so the step records can be re-read and trusted
+    later.
 
     The step records stay in the JSONL file (the evidence keeps runs without
     steps). A reader checks both files' sha256 (any edit after the run shows)
@@ -133,9 +134,11 @@ class ProbeFiles(BaseModel):
     records: str
     records_sha256: str
     nonce: str
-    #: The probe exited 0 without being killed (the runner reads a missing trailer differently then).
+    #: The probe exited 0 without being killed (the runner reads a missing trailer differently
+    #: then).
     exited_cleanly: bool = True
-    #: Set when these files came from the result cache, written by an earlier probe (None: measured now).
+    #: Set when these files came from the result cache, written by an earlier probe (None: measured
+    #: now).
     reused: ReusedProbe | None = None
     #: How the probe process started: "forked" from the tier's warm fork server, or "fresh" (an
     #: interpreter of its own); None when the runs were reused from the result cache.
@@ -156,18 +159,21 @@ class TestSourceEvidence(BaseModel):
     origin: str
     #: That tree's commit.
     sha: str | None = None
-    #: What was selected: pytest arguments for `upstream`, the node ids a branch adds or changes otherwise.
+    #: What was selected: pytest arguments for `upstream`, the node ids a branch adds or changes
+    #: otherwise.
     selection: list[str] = Field(default_factory=list)
     keyword: str | None = None
     #: Other branches whose test changes are identical (their tests ran once, under this source).
     same_as: list[str] = Field(default_factory=list)
-    #: How it ran: in the shared session (baseline tree, changed modules grafted in) or on its own tree.
+    #: How it ran: in the shared session (baseline tree, changed modules grafted in) or on its own
+    #: tree.
     session: str = ""
     note: str = ""
 
 
 class ShardEvidence(BaseModel):
-    """One slice of a comparison (`run --shard I/N`): `difftest merge` joins the N slices into one."""
+    """One slice of a comparison (`run --shard I/N`): `difftest merge` joins the N slices into
+    one."""
 
     index: int
     count: int
@@ -188,8 +194,9 @@ class Evidence(BaseModel):
     #: Branches measured only to judge the named ones against (the baseline when it was not named):
     #: their runs and probes are kept, their results are not reported.
     reference_branches: list[str] = Field(default_factory=list)
-    #: sha256 of the caller's variables that reached the probes (`run.probes.environ.passed_environ`): shards
-    #: measured under other ones are not one comparison. None in files written before it was recorded.
+    #: sha256 of the caller's variables that reached the probes
+    #: (`run.probes.environ.passed_environ`): shards measured under other ones are not one
+    #: comparison. None in files written before it was recorded.
     probe_environ_sha256: str | None = None
     base: BaseEvidence
     branches: dict[str, BranchEvidence] = Field(default_factory=dict)
@@ -255,7 +262,8 @@ def read_evidence(path: str | Path) -> Evidence:
     if version != SCHEMA_VERSION:
         readable = ", ".join(repr(v) for v in [*UPGRADES, SCHEMA_VERSION])
         raise DifftestError(
-            f"{path}: evidence schema version {version!r}; this difftest ({__version__}) reads versions {readable}",
+            f"{path}: evidence schema version {version!r}; "
+            f"this difftest ({__version__}) reads versions {readable}",
             "open it with the difftest version that wrote it, or run difftest again",
         )
     try:
@@ -273,13 +281,14 @@ def read_evidence(path: str | Path) -> Evidence:
 
 
 def written_version(path: str | Path) -> str:
-    """The schema version a (readable) evidence file was written in, before any upgrade: what an older
-    file could not record is not held against a re-run (`core.reproduction`)."""
+    """The schema version a (readable) evidence file was written in, before any upgrade: what an
+    older file could not record is not held against a re-run (`core.reproduction`)."""
     return str(json.loads(Path(path).read_text(encoding="utf-8")).get("schema_version"))
 
 
 def upgrade_from_1(raw: dict[str, Any]) -> dict[str, Any]:
-    """Version 1 -> 2: results' `order` -> `label`, `explanation` -> `statement`; runs gain `role`."""
+    """Version 1 -> 2: results' `order` -> `label`, `explanation` -> `statement`; runs gain
+    `role`."""
     out = {**raw, "schema_version": "2"}
     results = []
     for result in raw.get("results") or []:
@@ -342,7 +351,8 @@ def upgrade_from_5(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_from_6(raw: dict[str, Any]) -> dict[str, Any]:
-    """Version 6 -> 7: no result cache yet, so every probe was measured by the run that wrote the file."""
+    """Version 6 -> 7: no result cache yet, so every probe was measured by the run that wrote the
+    file."""
     probes = [
         {**probe, "reused": None} if isinstance(probe, dict) else probe
         for probe in raw.get("probes") or []
@@ -362,7 +372,8 @@ def upgrade_from_7(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_from_8(raw: dict[str, Any]) -> dict[str, Any]:
-    """Version 8 -> 9: probes gain their process outcome (unknown before), files their reference branches (none)."""
+    """Version 8 -> 9: probes gain their process outcome (unknown before), files their reference
+    branches (none)."""
     return {**raw, "schema_version": "9", "reference_branches": []}
 
 

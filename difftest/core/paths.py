@@ -77,7 +77,8 @@ def test_deps_dir() -> Path:
 
 
 def results_dir() -> Path:
-    """The result cache: probe outputs by the sha256 of what they depend on (`run.cache.results`)."""
+    """The result cache: probe outputs by the sha256 of what they depend on
+    (`run.cache.results`)."""
     return _sub("results")
 
 

@@ -54,7 +54,8 @@ T = TypeVar("T")
 def _keyed(
     before: dict[Key, T], after: dict[Key, T], what: str, changes: Callable[[T, T], list[str]]
 ) -> list[str]:
-    """`where: ...` for every key only one side has, and for each change `changes(old, new)` names."""
+    """`where: ...` for every key only one side has, and for each change `changes(old, new)`
+    names."""
     found = []
     for key in sorted(set(before) | set(after)):
         old, new = before.get(key), after.get(key)
@@ -93,7 +94,8 @@ def _result_differences(
     )
 
 
-#: A duration in a violation's detail ("... completes this run in 0.49 s", "exits cleanly, in 7.5 s").
+#: A duration in a violation's detail ("... completes this run in 0.49 s",
+#: "exits cleanly, in 7.5 s").
 _DURATION = re.compile(r"\bin \d+(?:\.\d+)? s\b")
 
 
@@ -112,13 +114,15 @@ def _untimed(violations: Any) -> Any:
 def _run_differences(
     recorded: dict[str, list[ProbeRun]], rerun: dict[str, list[ProbeRun]]
 ) -> list[str]:
-    """The raw runs' status and totals, per branch (runs of branches not re-run are reported above)."""
+    """The raw runs' status and totals, per branch (runs of branches not re-run are reported
+    above)."""
 
     def changes(old: ProbeRun, new: ProbeRun) -> list[str]:
         if (old.status, _plain(old.totals)) == (new.status, _plain(new.totals)):
             return []
         return [
-            f"raw run totals differ: {old.status} {_short(_plain(old.totals))} -> {new.status} {_short(_plain(new.totals))}"
+            f"raw run totals differ: {old.status} {_short(_plain(old.totals))} -> "
+            f"{new.status} {_short(_plain(new.totals))}"
         ]
 
     both = sorted(set(recorded) & set(rerun))

@@ -43,14 +43,19 @@ def rates(totals: Totals | None) -> list[float | None]:
     """accepted / draft tokens per position (None where no draft was verified at that position)."""
     if totals is None:
         return []
+    # A branch's two per-position lists may differ in length (nothing makes them agree): the
+    # positions both report.
     return [
         a / d if d else None
-        for a, d in zip(totals.num_accepted_tokens_per_pos, totals.num_draft_tokens_per_pos)
+        for a, d in zip(
+            totals.num_accepted_tokens_per_pos, totals.num_draft_tokens_per_pos, strict=False
+        )
     ]
 
 
 def acceptance_chart(view: ScenarioView) -> Chart | None:
-    """The shown run's per-position acceptance rate of every branch and of the oracle; None if no draft was verified."""
+    """The shown run's per-position acceptance rate of every branch and of the oracle;
+    None if no draft was verified."""
     chosen: list[Result | None] = [
         next((r for r in view.results.get(b, []) if r.label == view.shown), None)
         for b in view.branches

@@ -1,4 +1,5 @@
-"""The conclusion: which branch is right, and why, in one sentence per branch (generated, never written).
+"""The conclusion: which branch is right, and why, in one sentence per branch
+(generated, never written).
 
 Every report ends (terminal) or opens (Markdown, HTML) with it. Per branch:
 its standing (the most severe verdict it got) and its most severe finding -
@@ -77,7 +78,8 @@ RunKey = tuple[str, str, str]
 
 
 class _Readings:
-    """Whether the oracle's reading explains a run's row count: a fact of the scenario, asked of its tier.
+    """Whether the oracle's reading explains a run's row count: a fact of the scenario,
+    asked of its tier.
 
     The two readings differ only on a step whose scheduled drafts were all
     grammar-invalidated, so the tier's oracle under both readings says whether
@@ -95,7 +97,8 @@ class _Readings:
         self.scenarios, self.recorded, self.runs = scenarios, recorded, runs
 
     def explain(self, result: Result) -> bool:
-        """The other reading's oracle counts exactly the branch's rows, and this reading's does not."""
+        """The other reading's oracle counts exactly the branch's rows,
+        and this reading's does not."""
         scenario, tier = self.scenarios.get(result.scenario), tiers.REGISTRY.get(result.tier)
         if result.measured is None or scenario is None or not isinstance(tier, ProbeTier):
             return False
@@ -108,7 +111,8 @@ class _Readings:
         return this_rows != other_rows and result.measured.num_drafts == other_rows
 
     def _run(self, result: Result, scenario: ScenarioBase) -> ProbeRun | None:
-        """The run as recorded (with steps), else as the evidence keeps it, else as the scenario plans it."""
+        """The run as recorded (with steps), else as the evidence keeps it,
+        else as the scenario plans it."""
         key = (result.branch, result.scenario, result.label)
         found = self.recorded.get(key, self.runs.get(key))
         if found is not None:
@@ -130,8 +134,9 @@ def conclude(
     scenarios: Mapping[str, ScenarioBase] | None = None,
     recorded: Mapping[RunKey, ProbeRun] | None = None,
 ) -> Conclusion:
-    """The conclusion of `evidence`. `scenarios` (by name, the objects the evidence was made from) and
-    `recorded` (runs with their steps) are the facts a row count is put down to the reading by."""
+    """The conclusion of `evidence`. `scenarios` (by name, the objects the evidence was made from)
+    and `recorded` (runs with their steps) are the facts a row count is put down to the reading by.
+    """
     runs = run_index(evidence)
     readings = _Readings(scenarios or {}, recorded or {}, runs)
     order = scenario_names(evidence)
@@ -199,7 +204,10 @@ def _broken(
     listed = "; ".join(parts[:NAMED_RUNS]) + (
         f"; and {len(parts) - NAMED_RUNS} more runs" if len(parts) > NAMED_RUNS else ""
     )
-    headline = f"is broken in {count}/{len(results)} runs; in {scenario} ({len(broken)}/{total} runs) {what}: {listed}"
+    headline = (
+        f"is broken in {count}/{len(results)} runs; in {scenario} ({len(broken)}/{total} runs) "
+        f"{what}: {listed}"
+    )
     also = [f"also broken in {s} ({len(rs)} runs)" for s, rs in grouped.items() if s != scenario]
     return headline, also
 
@@ -208,7 +216,10 @@ def _unmeasured(results: list[Result], order: list[str]) -> tuple[str, list[str]
     errors = [r for r in results if r.verdict == "error"]
     scenarios = list(_by_scenario(errors, order))
     return (
-        f"could not be measured in {len(errors)}/{len(results)} runs ({_names(scenarios)}): {first_reason(errors[0])}",
+        (
+            f"could not be measured in {len(errors)}/{len(results)} runs ({_names(scenarios)}): "
+            f"{first_reason(errors[0])}"
+        ),
         [],
     )
 
@@ -264,10 +275,10 @@ def _diverge(
 
 
 def _cause(result: Result, counter: str, readings: _Readings) -> str:
-    """Why an emitted count differs: the branch's rows differ, or the oracle saw stop handling cut a step.
-    Why a row count differs: extra rows WITH draft tokens (e.g. a skipped drafter's zero-fill counted as
-    drafts) are not a question of the reading, which is about rows without any real draft; rows without
-    are the reading's only where the scenario shows it (`_Readings`)."""
+    """Why an emitted count differs: the branch's rows differ, or the oracle saw stop handling cut a
+    step. Why a row count differs: extra rows WITH draft tokens (e.g. a skipped drafter's zero-fill
+    counted as drafts) are not a question of the reading, which is about rows without any real
+    draft; rows without are the reading's only where the scenario shows it (`_Readings`)."""
     if result.measured is None or result.expected is None:
         return ""
     if counter == "num_drafts":
@@ -286,7 +297,7 @@ def _delta(measured: Any, expected: Any) -> float:
         m, e = list(measured or []), list(expected or [])
         width = max(len(m), len(e))
         m, e = m + [0] * (width - len(m)), e + [0] * (width - len(e))
-        return sum(a - b for a, b in zip(m, e))
+        return sum(a - b for a, b in zip(m, e, strict=True))
     if isinstance(measured, (int, float)) and isinstance(expected, (int, float)):
         return measured - expected
     return 1 if measured is not None else -1  # a value where the oracle has none (or the reverse)
@@ -338,13 +349,17 @@ def _sentence(group: _Group, reading: str) -> str:
 
 def _short(group: _Group) -> str:
     if _truncation(group):
-        return f"also {'over' if group.sign > 0 else 'under'}counts emitted tokens on truncation {_where(group)}"
+        return (
+            f"also {'over' if group.sign > 0 else 'under'}counts emitted tokens on truncation "
+            f"{_where(group)}"
+        )
     return f"also on {group.counter}: {_amount(group)} {_where(group)}"
 
 
 def _ranking(everyone: list[Standing]) -> str:
-    """Which branch is right, or closest: nothing broken, then fewest unmeasured, then fewest diverging runs.
-    Only branches that measured a run are ranked: one that measured nothing is not close to anything."""
+    """Which branch is right, or closest: nothing broken, then fewest unmeasured, then fewest
+    diverging runs. Only branches that measured a run are ranked: one that measured nothing is not
+    close to anything."""
     standings = [s for s in everyone if s.counts["error"] < s.total]
     if not standings:
         if not everyone:

@@ -58,7 +58,7 @@ def letters(count: int) -> list[str]:
 
 def legend(names: list[str], keys: list[str] | None = None) -> Text:
     text = Text("columns: ", style="dim")
-    for i, (key, name) in enumerate(zip(keys or letters(len(names)), names)):
+    for i, (key, name) in enumerate(zip(keys or letters(len(names)), names, strict=True)):
         if i:
             text.append(" · ", style="dim")
         text.append(key, style="bold")

@@ -17,7 +17,8 @@ _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-
 
 
 def printable(text: str) -> str:
-    """Control characters (other than tab and line breaks) and lone surrogates replaced by U+FFFD."""
+    """Control characters (other than tab and line breaks)
+    and lone surrogates replaced by U+FFFD."""
     return clean(text)
 
 
@@ -29,7 +30,8 @@ def md_escape(text: object) -> str:
 
 
 def fenced(text: str) -> str:
-    """A code block whose fence is longer than any backtick run inside, so it cannot be closed early."""
+    """A code block whose fence is longer than any backtick run inside,
+    so it cannot be closed early."""
     text = printable(text)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)

@@ -1,4 +1,5 @@
-"""The gate's summary for a person and for `$GITHUB_STEP_SUMMARY`: is the head worse, and exactly why."""
+"""The gate's summary for a person and for `$GITHUB_STEP_SUMMARY`: is the head worse,
+and exactly why."""
 
 from __future__ import annotations
 
@@ -31,10 +32,12 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
         ]
         for f in found:
             lines.append(
-                f"| {md_escape(f.scenario)} | {md_escape(f.label)} | {md_escape(f.counter or '')} | "
+                f"| {md_escape(f.scenario)} | {md_escape(f.label)} | "
+                f"{md_escape(f.counter or '')} | "
                 f"{md_escape(format_value(f.base)) if f.counter else ''} | "
                 f"{md_escape(format_value(f.head)) if f.counter else ''} | "
-                f"{md_escape(format_value(f.expected)) if f.counter else ''} | {md_escape(f.text)} |"
+                f"{md_escape(format_value(f.expected)) if f.counter else ''} | "
+                f"{md_escape(f.text)} |"
             )
         lines.append("")
     if not outcome.findings:

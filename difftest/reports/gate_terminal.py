@@ -1,4 +1,5 @@
-"""The gate's outcome for a person at a terminal: the same sections as the Markdown summary, as lines.
+"""The gate's outcome for a person at a terminal: the same sections as the Markdown
+summary, as lines.
 
 One line per finding (scenario, run, counter, base -> head, oracle, why), so
 nothing is cut at any width; every string from a branch goes in as `Text`.
@@ -28,8 +29,8 @@ def render_gate_terminal(
     console.print(Text(f"{mark} difftest gate: {text}", style=style))
     console.print(
         Text(
-            f"oracle reading {outcome.reading or 'unknown'} · {outcome.compared} (scenario, run) pair(s) "
-            "measured on both sides",
+            f"oracle reading {outcome.reading or 'unknown'} · {outcome.compared} (scenario, run) "
+            "pair(s) measured on both sides",
             style="dim",
         )
     )
@@ -44,7 +45,8 @@ def render_gate_terminal(
             line.append(f" [{f.label}]")
             if f.counter:
                 line.append(
-                    f" {f.counter}: {base_name} {format_value(f.base)} -> {head_name} {format_value(f.head)}, "
+                    f" {f.counter}: {base_name} {format_value(f.base)} -> "
+                    f"{head_name} {format_value(f.head)}, "
                     f"oracle {format_value(f.expected)}"
                 )
             line.append(f" - {f.text}", style="dim")

@@ -105,8 +105,8 @@ def render_html(
     scenarios: Mapping[str, ScenarioBase] | None = None,
     recorded: Mapping[RunKey, ProbeRun] | None = None,
 ) -> str:
-    """The report; `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's reading
-    as a row count's reason (`conclusion.conclude`)."""
+    """The report; `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's
+    reading as a row count's reason (`conclusion.conclude`)."""
     traces = traces or {}
     views = scenario_views(evidence)
     summary = summarize(evidence.results)
@@ -156,8 +156,8 @@ def render_html(
 
 
 def _other_runs(view: ScenarioView) -> list[OtherRun]:
-    """Every run but the shown one, as its own counter table (collapsed in the page); none for a tier
-    without counters (tests), whose runs the tests matrix shows."""
+    """Every run but the shown one, as its own counter table (collapsed in the page); none for a
+    tier without counters (tests), whose runs the tests matrix shows."""
     if not view.rows:
         return []
     out = []

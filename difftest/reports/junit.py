@@ -1,9 +1,9 @@
 """The JUnit XML report, for CI systems that show test results natively.
 
 One testcase per (branch, scenario, run): classname = branch, name =
-`scenario[run label]`, time = how long the probe took to play the run. diverge/broken become `<failure>` (message = the first
-violation or difference), error becomes `<error>`. The tree is built with
-ElementTree so quoting is right; characters XML 1.0 cannot hold at all (NUL,
+`scenario[run label]`, time = how long the probe took to play the run. diverge/broken become
+`<failure>` (message = the first violation or difference), error becomes `<error>`. The tree is
+built with ElementTree so quoting is right; characters XML 1.0 cannot hold at all (NUL,
 ANSI escape codes in a captured traceback, ...) are replaced first, otherwise
 the file would not parse.
 """
@@ -77,13 +77,15 @@ def _body(result: Result) -> str:
         lines += ["", result.error]
     for v in result.violations:
         counter = (
-            f" [{v.counter}: measured {format_value(v.measured)}, expected {format_value(v.expected)}]"
+            f" [{v.counter}: measured {format_value(v.measured)}, "
+            f"expected {format_value(v.expected)}]"
             if v.counter
             else ""
         )
         lines.append(f"violation {v.invariant}: {v.detail}{counter}")
     for d in result.differences:
         lines.append(
-            f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)} - {d.explanation}"
+            f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)} "
+            f"- {d.explanation}"
         )
     return "\n".join(lines)

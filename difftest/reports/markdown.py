@@ -58,8 +58,8 @@ def render_markdown(
     scenarios: Mapping[str, ScenarioBase] | None = None,
     recorded: Mapping[RunKey, ProbeRun] | None = None,
 ) -> str:
-    """The report; `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's reading
-    as a row count's reason (`conclusion.conclude`)."""
+    """The report; `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's
+    reading as a row count's reason (`conclusion.conclude`)."""
     views = scenario_views(evidence)
     conclusion = _conclusion(evidence, scenarios, recorded)
     text = "\n".join(
@@ -83,7 +83,8 @@ def render_markdown(
         runs = sum(1 + len(b.others) for b in left_out)
         kinds = ", ".join(f"{n} {VERDICT_WORDS[v]}" for v, n in _count(left_out).items())
         text += (
-            f"\n_{len(left_out)} more distinct finding(s) ({runs} run(s): {kinds}) left out to fit a comment; "
+            f"\n_{len(left_out)} more distinct finding(s) ({runs} run(s): {kinds}) "
+            "left out to fit a comment; "
             "see report.html or evidence.json._\n"
         )
     else:
@@ -106,8 +107,10 @@ def _header(evidence: Evidence) -> list[str]:
         f"## {ICONS[code]} difftest: speculative-decoding stats",
         "",
         (
-            f"Oracle reading: **{md_escape(evidence.reading)}** ({md_escape(READINGS.get(evidence.reading, ''))}) · "
-            f"base {md_escape(evidence.base.requirement)} · difftest {md_escape(evidence.difftest_version)} · "
+            f"Oracle reading: **{md_escape(evidence.reading)}** "
+            f"({md_escape(READINGS.get(evidence.reading, ''))}) · "
+            f"base {md_escape(evidence.base.requirement)} · "
+            f"difftest {md_escape(evidence.difftest_version)} · "
             f"{timestamp(evidence)}"
         ),
         "",
@@ -132,7 +135,8 @@ def _conclusion(
     lines = ["### Conclusion", ""]
     for standing in conclusion.standings:
         lines.append(
-            f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** {md_escape(standing.headline)}"
+            f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** "
+            f"{md_escape(standing.headline)}"
         )
         lines += [f"  - {md_escape(also)}" for also in standing.also]
     lines += ["", f"**→ {md_escape(conclusion.verdict)}**", ""]
@@ -187,7 +191,8 @@ def _grid(views: list[ScenarioView]) -> list[str]:
 
 @dataclass
 class _Block:
-    """One distinct finding: its first (most severe) occurrence, and the other runs that show the same."""
+    """One distinct finding: its first (most severe) occurrence,
+    and the other runs that show the same."""
 
     first: Result
     others: list[Result] = field(default_factory=list)
@@ -217,9 +222,11 @@ class _Block:
                 first = group[0]
                 more = f" (and {len(group) - 1} more counter(s) alike)" if len(group) > 1 else ""
                 lines.append(
-                    f"| {md_escape(first.invariant)} | {md_escape(', '.join(v.counter or '' for v in group))} | "
+                    f"| {md_escape(first.invariant)} | "
+                    f"{md_escape(', '.join(v.counter or '' for v in group))} | "
                     f"{md_escape('; '.join(format_value(v.measured) for v in group))} | "
-                    f"{md_escape('; '.join(format_value(v.expected) for v in group))} | {md_escape(first.detail)}{more} |"
+                    f"{md_escape('; '.join(format_value(v.expected) for v in group))} | "
+                    f"{md_escape(first.detail)}{more} |"
                 )
             lines.append("")
         if r.differences:
@@ -235,8 +242,8 @@ class _Block:
 
 def _grouped(violations: list[Violation]) -> list[list[Violation]]:
     """Consecutive violations of one invariant on different counters (one order that changes six
-    counters) as one row; a violation repeated on the same counter (a step lost, then another) starts
-    a row of its own, since its detail is what differs."""
+    counters) as one row; a violation repeated on the same counter (a step lost, then another)
+    starts a row of its own, since its detail is what differs."""
     groups: list[list[Violation]] = []
     for v in violations:
         last = groups[-1] if groups else []
@@ -266,7 +273,8 @@ def _named(results: list[Result]) -> str:
 
 
 def _signature(result: Result) -> tuple:
-    """What makes two findings the same: verdict, counters, values and violation details, not the branch."""
+    """What makes two findings the same: verdict, counters, values and violation details,
+    not the branch."""
     return (
         result.scenario,
         result.verdict,
@@ -280,7 +288,8 @@ def _signature(result: Result) -> tuple:
 
 
 def _details(evidence: Evidence) -> list[_Block]:
-    """Every non-pass result, most severe first (then scenario and branch order), distinct findings once."""
+    """Every non-pass result, most severe first (then scenario and branch order),
+    distinct findings once."""
     scenarios = scenario_names(evidence)
     branches = branch_names(evidence)
     failing = [r for r in evidence.results if r.verdict != "pass"]
@@ -306,7 +315,10 @@ def _counter_tables(views: list[ScenarioView]) -> str:
     if not failing:
         return ""
     lines = [
-        "<details><summary>Counter tables: the most severe run of each scenario that does not pass</summary>",
+        (
+            "<details><summary>Counter tables: the most severe run of each scenario "
+            "that does not pass</summary>"
+        ),
         "",
     ]
     for view in failing:

@@ -62,8 +62,7 @@ def show_scenario(
     console: Console,
 ) -> None:
     """Print the chosen run of each chosen branch step by step; ConfigError when the scenario,
-    branch
-    or run asked for is not in the evidence (`evidence_file`, named in the message)."""
+    branch or run asked for is not in the evidence (`evidence_file`, named in the message)."""
     info = evidence.scenarios.get(wanted.scenario)
     if info is None:
         raise ConfigError(
@@ -71,7 +70,9 @@ def show_scenario(
             f"name one of: {', '.join(evidence.scenarios) or '(none)'}",
         )
     if info.skipped:
-        console.print(f"{wanted.scenario}: not run on this base ({info.skipped})", markup=False)
+        console.print(
+            f"{wanted.scenario}: not run on this base ({info.skipped})", markup=False, emoji=False
+        )
         return
     tier = tiers.get(info.tier)
     scenario = recorded.scenario(wanted.scenario)
@@ -107,6 +108,7 @@ def _show_run(
             f"{name} · {branch} · run {label}: could not be measured, no steps were recorded "
             f"({result.error})",
             markup=False,
+            emoji=False,
         )
         return
     runs = recorded.runs(branch, tier.name)
@@ -117,7 +119,9 @@ def _show_run(
             or (result.error if result else None)
             or "no steps recorded"
         )
-        console.print(f"{name} · {branch} · run {label}: no steps to show ({why})", markup=False)
+        console.print(
+            f"{name} · {branch} · run {label}: no steps to show ({why})", markup=False, emoji=False
+        )
         return
     source = recorded.probe(branch, tier.name, name)
     reused = source.reused if source is not None else None
@@ -127,6 +131,7 @@ def _show_run(
             f"{reused.measured_at} by an earlier run (key {reused.key[:12]}), not by the run that "
             "wrote this evidence; `difftest run --no-cache` measures them again",
             markup=False,
+            emoji=False,
             soft_wrap=True,
         )
     # Steps are recorded only by a probe-measured tier.

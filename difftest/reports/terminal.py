@@ -71,8 +71,9 @@ def render_terminal(
     scenarios: Mapping[str, ScenarioBase] | None = None,
     recorded: Mapping[RunKey, ProbeRun] | None = None,
 ) -> None:
-    """Scenario tables (failing ones, or all with `verbose`), then grid, counts and conclusion; `scenarios`
-    and `recorded` (runs with steps) let the conclusion name the oracle's reading as a row count's reason."""
+    """Scenario tables (failing ones, or all with `verbose`), then grid, counts and conclusion;
+    `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's reading as a
+    row count's reason."""
     console = console or Console()
     console.print(_header(evidence))
     views = scenario_views(evidence)
@@ -189,7 +190,8 @@ def _print_scenario(console: Console, view: ScenarioView) -> None:
 
 
 def _compact(text: str) -> str:
-    """A per-position vector without brackets and commas (`3 3 3`): narrow columns wrap it at spaces."""
+    """A per-position vector without brackets and commas (`3 3 3`):
+    narrow columns wrap it at spaces."""
     return text[1:-1].replace(",", "") if text.startswith("[") and text.endswith("]") else text
 
 
@@ -207,7 +209,8 @@ def _verdict(cell: Cell) -> Text:
 
 
 def _reason_lines(view: ScenarioView) -> list[Padding]:
-    """Each distinct reason a branch failed, and the runs it failed on (wrapped lines stay indented)."""
+    """Each distinct reason a branch failed, and the runs it failed on
+    (wrapped lines stay indented)."""
     lines = []
     for branch in view.branches:
         for reason in view.reasons.get(branch, []):

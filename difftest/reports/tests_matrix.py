@@ -1,4 +1,5 @@
-"""The tests tier's cross matrix: the tests of X (rows) on the code of Y (columns), from the evidence.
+"""The tests tier's cross matrix: the tests of X (rows) on the code of Y (columns), from the
+evidence.
 
 Two views every report shows:
 
@@ -21,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from difftest.core.evidence import Evidence
-from difftest.core.records import TestRecord, Verdict
+from difftest.core.records import TestJudgement, TestRecord, Verdict
 from difftest.core.suites import UPSTREAM
 from difftest.reports.format import md_escape
 from difftest.reports.views import Cell, branch_names
@@ -46,8 +47,9 @@ JUDGEMENT_STYLE: dict[str, Verdict | None] = {
     "unmeasured": "error",
 }
 LEGEND = (
-    "cells: the test's outcome on that branch's code; red: passes on the baseline, fails here (the branch is "
-    "broken); yellow: does not pass on the baseline either (judged by nobody); magenta: could not be measured"
+    "cells: the test's outcome on that branch's code; red: passes on the baseline, fails here "
+    "(the branch is broken); yellow: does not pass on the baseline either (judged by nobody); "
+    "magenta: could not be measured"
 )
 #: Listed tests per source before the rest are counted.
 MAX_ROWS = 25
@@ -68,7 +70,8 @@ class SourceMatrix:
     source: str
     title: str
     branches: list[str]
-    #: Per branch: how this source's tests fared on its code, e.g. `85 pass, 1 fails on baseline too`.
+    #: Per branch: how this source's tests fared on its code, e.g. `85 pass, 1 fails on baseline
+    #: too`.
     counts: list[Cell]
     rows: list[TestRow]
     #: Tests not listed (they pass on every branch, or beyond MAX_ROWS), in words.
@@ -115,7 +118,10 @@ def _matrix(evidence: Evidence, source: str, branches: list[str]) -> SourceMatri
     info = evidence.test_sources.get(source)
     return SourceMatrix(
         source=source,
-        title=f"{source_title(evidence, source)}: {len(by_test)} test{'s' if len(by_test) != 1 else ''}",
+        title=(
+            f"{source_title(evidence, source)}: {len(by_test)} "
+            f"test{'s' if len(by_test) != 1 else ''}"
+        ),
         branches=branches,
         counts=[_counts([r for r in mine if r.code == b]) for b in branches],
         rows=rows,
@@ -147,7 +153,7 @@ def _counts(records: list[TestRecord]) -> Cell:
     if not records:
         return Cell("not run", "error")
     counts = Counter(r.judgement for r in records)
-    words = [
+    words: list[tuple[TestJudgement, str, str]] = [
         ("regression", "regression", "regressions"),
         ("unmeasured", "could not measure", "could not measure"),
         ("pass", "pass", "pass"),

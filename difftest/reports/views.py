@@ -119,7 +119,8 @@ def timestamp(evidence: Evidence) -> str:
 
 
 def reuse_note(evidence: Evidence) -> str | None:
-    """Which probes' runs came from the result cache rather than this run, in a sentence (None: none did)."""
+    """Which probes' runs came from the result cache rather than this run, in a sentence
+    (None: none did)."""
     reused = [p for p in evidence.probes if p.reused is not None]
     if not reused:
         return None
@@ -127,14 +128,16 @@ def reuse_note(evidence: Evidence) -> str | None:
         f"{p.branch} ({p.tier}, measured {p.reused.measured_at})" for p in reused if p.reused
     )
     return (
-        f"Runs of {len(reused)} of {len(evidence.probes)} probe(s) were reused from the result cache, measured "
-        f"by an earlier run with the same code, scenarios and settings: {named}. Verdicts were judged now; "
+        f"Runs of {len(reused)} of {len(evidence.probes)} probe(s) were reused from the result "
+        "cache, measured by an earlier run with the same code, scenarios and settings: "
+        f"{named}. Verdicts were judged now; "
         "`--no-cache` measures everything again."
     )
 
 
 def launch_note(evidence: Evidence) -> str | None:
-    """Why probes that were to be forked from a warm interpreter started fresh (None: none had to)."""
+    """Why probes that were to be forked from a warm interpreter started fresh
+    (None: none had to)."""
     fresh = [p for p in evidence.probes if p.launch == "fresh" and p.launch_note]
     if not fresh:
         return None
@@ -146,13 +149,15 @@ def launch_note(evidence: Evidence) -> str | None:
 
 
 def reference_note(evidence: Evidence) -> str | None:
-    """When the baseline was not named: that it was measured all the same, and why its results are absent."""
+    """When the baseline was not named: that it was measured all the same,
+    and why its results are absent."""
     if not evidence.reference_branches:
         return None
     names = ", ".join(evidence.reference_branches)
     return (
-        f"Judged against {names}, the baseline: measured beside the named branches so that their crashes "
-        f"and hangs read as they would beside it; its own results are not reported (name it to see them)."
+        f"Judged against {names}, the baseline: measured beside the named branches so that their "
+        "crashes and hangs read as they would beside it; its own results are not reported "
+        "(name it to see them)."
     )
 
 
@@ -162,19 +167,21 @@ def shard_note(evidence: Evidence) -> str | None:
         return None
     return (
         f"Shard {evidence.shard.index} of {evidence.shard.count}: {len(evidence.scenarios)} of "
-        f"{len(evidence.shard.order)} scenarios; `difftest merge` joins every shard's evidence into the whole run."
+        f"{len(evidence.shard.order)} scenarios; `difftest merge` joins every shard's evidence "
+        "into the whole run."
     )
 
 
 def branch_names(evidence: Evidence) -> list[str]:
-    """Branches in config order, then any that only appear in results; not those measured only as the
-    reference the named ones were judged against (`Evidence.reference_branches`)."""
+    """Branches in config order, then any that only appear in results; not those measured only as
+    the reference the named ones were judged against (`Evidence.reference_branches`)."""
     names = dict.fromkeys([*evidence.branches, *(r.branch for r in evidence.results)])
     return [name for name in names if name not in evidence.reference_branches]
 
 
 def branch_origin(info: BranchEvidence | None) -> str:
-    """What a branch was built from, in one line: its ref and patches, its replayed commits, its stack."""
+    """What a branch was built from, in one line: its ref and patches, its replayed commits,
+    its stack."""
     if info is None:
         return ""
     if info.stack:
@@ -183,7 +190,8 @@ def branch_origin(info: BranchEvidence | None) -> str:
     for moved in info.transplants:
         squashed = ", squashed: the range has merges" if moved.squashed else ""
         parts.append(
-            f"{len(moved.replayed)} commit(s) of {moved.ref} ({moved.original_sha[:12]}) replayed from merge-base "
+            f"{len(moved.replayed)} commit(s) of {moved.ref} ({moved.original_sha[:12]}) "
+            "replayed from merge-base "
             f"{moved.merge_base[:12]}{squashed}"
         )
     parts += list(info.patches)
@@ -191,7 +199,8 @@ def branch_origin(info: BranchEvidence | None) -> str:
 
 
 def scenario_names(evidence: Evidence) -> list[str]:
-    """Scenarios tier by tier (registry order), each tier's as recorded (the evidence file sorts them by name)."""
+    """Scenarios tier by tier (registry order), each tier's as recorded
+    (the evidence file sorts them by name)."""
     return _ordered(evidence.scenarios, evidence.results)
 
 
@@ -223,7 +232,8 @@ def most_severe(results: Iterable[Result]) -> Result | None:
 
 
 def verdict_cell(results: list[Result]) -> Cell:
-    """All runs of one branch on one scenario (batch orders and requests alone), summarised in one cell."""
+    """All runs of one branch on one scenario (batch orders and requests alone),
+    summarised in one cell."""
     return _summary_cell(results, VERDICT_WORDS, "{word} ({count}/{n} runs)")
 
 
@@ -262,7 +272,8 @@ def reasons_for(results: Iterable[Result]) -> list[Reason]:
 
 def shown_label(per_branch: dict[str, list[Result]], labels: list[str]) -> tuple[str, str]:
     """The run a counter table shows, and why: the label whose verdicts across branches, most severe
-    first, rank highest (the first listed label on a tie, so an all-pass scenario shows its first run)."""
+    first, rank highest (the first listed label on a tie, so an all-pass scenario shows its
+    first run)."""
     if not labels:
         return "", ""
     verdicts: dict[str, list[tuple[int, str]]] = {label: [] for label in labels}
@@ -336,7 +347,8 @@ def run_index(evidence: Evidence) -> dict[tuple[str, str, str], ProbeRun]:
 
 
 def run_name(run: ProbeRun | None, label: str) -> str:
-    """How a run reads in a sentence: `order plain1,grammar,plain2`, `plain1 alone`, else its label."""
+    """How a run reads in a sentence: `order plain1,grammar,plain2`, `plain1 alone`,
+    else its label."""
     if run is None:
         return label
     if run.role == "batch":
@@ -378,7 +390,8 @@ def emitted_source(result: Result | None) -> str:
 
 
 def _rows_of(tier: str) -> list[str]:
-    """The tier's counter rows; evidence from a tier this difftest does not know gets the default rows."""
+    """The tier's counter rows; evidence from a tier this difftest does not know
+    gets the default rows."""
     known = tiers.REGISTRY.get(tier)
     return known.report_rows() if known is not None else list(COUNTER_ROWS)
 

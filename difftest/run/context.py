@@ -70,7 +70,8 @@ class RunContext:
 
 
 def default_baseline(workspace: Workspace, wanted: str | None = None) -> str:
-    """The requested baseline, else the config's, if it is among the compared branches; else the first."""
+    """The requested baseline, else the config's, if it is among the compared branches; else the
+    first."""
     names = [b.name for b in workspace.branches]
     for name in (wanted, workspace.config.baseline):
         if name in names:

@@ -1,4 +1,5 @@
-"""One comparison, end to end: scenarios -> environments -> probes in every branch -> verdicts -> evidence.
+"""One comparison, end to end: scenarios -> environments -> probes in every branch -> verdicts ->
+evidence.
 
 `run`, `gate` and `verify` all call `compare`, so they measure and judge the
 same way. Data only flows forward: everything that can be wrong in the input
@@ -58,7 +59,8 @@ from difftest.tiers.suite_tier import SuiteTier
 
 __all__ = ["Log", "ProgressFactory", "compare"]
 
-#: (tier name, that tier's results, whether another tier runs next): called as soon as a tier is judged.
+#: (tier name, that tier's results, whether another tier runs next): called as soon as a tier is
+#: judged.
 TierDone = Callable[[str, list[Result], bool], None]
 
 
@@ -84,14 +86,16 @@ class CompareRequest:
     #: The branch crashes and hangs are judged against, and cross-branch invariants compare with;
     #: None: the config's `baseline` (the gate passes its base).
     baseline: str | None = None
-    #: Reuse probe runs from the result cache (`--no-cache`: measure every probe, then store afresh).
+    #: Reuse probe runs from the result cache (`--no-cache`: measure every probe, then store
+    #: afresh).
     reuse_cached: bool = True
     #: Store clean measurements in the result cache (`verify` neither reads nor writes it).
     store_results: bool = True
-    #: (I, N): only the I-th of N deterministic slices of the selected scenarios (`run --shard I/N`).
+    #: (I, N): only the I-th of N deterministic slices of the selected scenarios (`run --shard
+    #: I/N`).
     shard: tuple[int, int] | None = None
-    #: Fork each tier's probes from one warm interpreter (`run.probes.forking`); False (`--no-fork`): every
-    #: probe starts its own interpreter.
+    #: Fork each tier's probes from one warm interpreter (`run.probes.forking`); False
+    #: (`--no-fork`): every probe starts its own interpreter.
     fork: bool = True
 
 
@@ -188,7 +192,8 @@ def compare(
 
 @dataclass(frozen=True)
 class BranchMeasurer:
-    """The run layer's `tiers.base.Measurer`: probes and test sessions in every branch environment."""
+    """The run layer's `tiers.base.Measurer`: probes and test sessions in every branch
+    environment."""
 
     context: RunContext
 
@@ -226,10 +231,11 @@ class BranchMeasurer:
 
 
 def take_shard(selected: list[TierScenarios], index: int, count: int) -> list[TierScenarios]:
-    """The `index`-th (1-based) of `count` slices: every `count`-th scenario of the selection, in order.
+    """The `index`-th (1-based) of `count` slices: every `count`-th scenario of the selection, in
+    order.
 
-    Whole scenarios, every branch: a scenario's verdicts compare its branches with each other and the
-    baseline, so a slice judges exactly as the whole run does.
+    Whole scenarios, every branch: a scenario's verdicts compare its branches with each other and
+    the baseline, so a slice judges exactly as the whole run does.
     """
     names = [s.name for chosen in selected for s in chosen.scenarios]
     mine = set(names[index - 1 :: count])
@@ -250,7 +256,8 @@ def with_baseline(
     config: Config, names: list[str] | None, wanted: str | None
 ) -> tuple[list[str] | None, list[str]]:
     """The branches to prepare, and those among them measured only as the reference: naming branches
-    still measures the baseline, so a crash or a hang is judged the same whichever branches are named."""
+    still measures the baseline, so a crash or a hang is judged the same whichever branches are
+    named."""
     baseline = wanted or config.baseline
     if names is None or not baseline or config.branch(baseline) is None:
         return names, []
@@ -264,7 +271,8 @@ def with_baseline(
 def select_scenarios(
     config: Config, tier_names: list[str] | None, select: str | None, names: list[str] | None = None
 ) -> list[TierScenarios]:
-    """Load and validate the scenarios first: a bad file or `-k` stops the run before anything is built."""
+    """Load and validate the scenarios first: a bad file or `-k` stops the run before anything is
+    built."""
     chosen_tiers = (
         [tiers.get(name) for name in tier_names] if tier_names else list(tiers.REGISTRY.values())
     )
@@ -301,14 +309,15 @@ def select_scenarios(
 
 
 def _check_unique_names(chosen: list[TierScenarios]) -> None:
-    """Results, evidence and the gate key scenarios by name alone, so names must not repeat across tiers."""
+    """Results, evidence and the gate key scenarios by name alone, so names must not repeat across
+    tiers."""
     seen: dict[str, str] = {}
     for group in chosen:
         for scenario in group.scenarios:
             if scenario.name in seen:
                 raise ConfigError(
-                    f"scenario name {scenario.name!r} is used in both the {seen[scenario.name]} and the "
-                    f"{group.tier.name} tier",
+                    f"scenario name {scenario.name!r} is used in both "
+                    f"the {seen[scenario.name]} and the {group.tier.name} tier",
                     f"rename one of them (e.g. prefix the file name with `{group.tier.name}-`)",
                 )
             seen[scenario.name] = group.tier.name
@@ -339,7 +348,8 @@ def make_job(
 
 
 def probes_at_a_time(tier: ProbeTier[Any], branches: int, jobs: int | None) -> tuple[int, str]:
-    """`--jobs`, or the tier's default for these branches and cores capped by the memory available."""
+    """`--jobs`, or the tier's default for these branches and cores capped by the memory
+    available."""
     if jobs is not None:
         return max(1, jobs), "--jobs"
     cores = os.cpu_count() or 1
@@ -357,8 +367,9 @@ def probes_at_a_time(tier: ProbeTier[Any], branches: int, jobs: int | None) -> t
 def _outcome(run: BranchRun) -> str:
     if run.reused is not None:
         return (
-            f"reused from the result cache (measured {run.reused.measured_at} in {run.reused.duration_s:.1f} s, "
-            f"key {run.reused.key[:12]}; --no-cache measures it again)"
+            f"reused from the result cache (measured {run.reused.measured_at} "
+            f"in {run.reused.duration_s:.1f} s, key {run.reused.key[:12]}; "
+            "--no-cache measures it again)"
         )
     return (f"failed: {run.error}" if run.error else "done") + f" in {run.duration_s:.1f} s"
 
@@ -371,8 +382,8 @@ def measure_tier(
     jobs: int | None = None,
 ) -> dict[str, BranchRun]:
     """Run one tier's probe in every branch that has an environment, concurrently (forked from one
-    warm interpreter with `context.fork`, `run.probes.forking`); a branch whose output for this very job is
-    in the result cache is read from there instead (`run.cache.results`)."""
+    warm interpreter with `context.fork`, `run.probes.forking`); a branch whose output for this very
+    job is in the result cache is read from there instead (`run.cache.results`)."""
     workspace, cache, work_dir = context.workspace, context.cache, context.probe_dir
     branches = [(b.name, b.env) for b in workspace.branches if b.env is not None]
     job = make_job(tier, scenarios, context.timeouts.run_s)
@@ -408,7 +419,8 @@ def measure_tier(
             context.timeouts.probe_s,
             jobs or probes_at_a_time(tier, len(targets), context.jobs)[0],
             progress,
-            # One probe has nothing to share: the server's warm-up would only come on top of its import.
+            # One probe has nothing to share: the server's warm-up would only come on top of its
+            # import.
             fork=context.fork and len(targets) > 1,
             log=context.log,
             exit_s=context.timeouts.exit_s,
@@ -423,7 +435,8 @@ def measure_tier(
 
 
 def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
-    """The evidence's copy of a transplant: every recorded field, and the (original, written) commit pairs."""
+    """The evidence's copy of a transplant: every recorded field, and the (original, written) commit
+    pairs."""
     plain = {
         name: getattr(info, name) for name in TransplantEvidence.model_fields if name != "replayed"
     }
@@ -440,7 +453,8 @@ def make_evidence(
     reading: Reading,
     out: Path = Path("out"),
 ) -> Evidence:
-    """The evidence of one comparison; `out` is where evidence.json goes (probe files are named relative to it)."""
+    """The evidence of one comparison; `out` is where evidence.json goes (probe files are named
+    relative to it)."""
     base_fp = workspace.base.fingerprint
     branches = {}
     for b in workspace.branches:
@@ -494,7 +508,8 @@ def make_evidence(
 
 
 def probe_files(delivered: Mapping[str, Mapping[str, BranchRun]], out: Path) -> list[ProbeFiles]:
-    """Each probe's job and records, hashed, with their nonce (`ProbeFiles`): what `show` trusts later."""
+    """Each probe's job and records, hashed, with their nonce (`ProbeFiles`): what `show` trusts
+    later."""
     found = []
     for tier, per_branch in delivered.items():
         for name, run in per_branch.items():

@@ -1,4 +1,5 @@
-"""Judging a finished comparison again from its files alone: what `difftest merge` makes of each shard.
+"""Judging a finished comparison again from its files alone: what `difftest merge` makes of each
+shard.
 
 A shard's evidence holds its verdicts, but they are text anyone can edit, so a
 merge never reads them. It reads what the verdicts were made from, each piece
@@ -47,7 +48,8 @@ class Rejudged:
 
     @property
     def recorded(self) -> dict[RunKey, ProbeRun]:
-        """Every run by (branch, scenario, label): what traces and the conclusion read steps from."""
+        """Every run by (branch, scenario, label): what traces and the conclusion read steps
+        from."""
         return {
             (branch, run.scenario, run.label): run
             for branch, found in self.runs.items()
@@ -58,8 +60,9 @@ class Rejudged:
 def recorded_scenarios(
     config: Config, recorded: Evidence, names: list[str] | None = None
 ) -> dict[str, ScenarioBase]:
-    """The config's scenarios the evidence names (`names`: some of them), each the very file the evidence
-    was made from (its sha256), or ConfigError naming the first that is missing or changed."""
+    """The config's scenarios the evidence names (`names`: some of them), each the very file the
+    evidence was made from (its sha256), or ConfigError naming the first that is missing or
+    changed."""
     wanted = names if names is not None else list(recorded.scenarios)
     tier_names = list(dict.fromkeys(recorded.scenarios[n].tier for n in wanted))
     found = {
@@ -72,7 +75,8 @@ def recorded_scenarios(
         if now is None or now.sha256 != then.sha256:
             raise ConfigError(
                 f"scenario {name!r} ({then.file}) is missing or its file changed "
-                f"(recorded sha256 {then.sha256[:12]}, now {now.sha256[:12] if now else 'missing'})",
+                f"(recorded sha256 {then.sha256[:12]}, "
+                f"now {now.sha256[:12] if now else 'missing'})",
                 "use the scenario files (and the branches.yaml, -c) the evidence was produced with",
             )
     return {name: found[name] for name in wanted}
@@ -81,12 +85,14 @@ def recorded_scenarios(
 def rejudge(
     config: Config, evidence: Evidence, folder: Path, name: str, order: list[str] | None = None
 ) -> Rejudged:
-    """Every verdict of `evidence` (named `name` in messages; its probe files under `folder`) judged again
-    from its records, in `order` (scenario names; default: the evidence's). Reference branches' results
-    are left out, as the run left them out; DifftestError/ConfigError when a piece does not check."""
+    """Every verdict of `evidence` (named `name` in messages; its probe files under `folder`) judged
+    again from its records, in `order` (scenario names; default: the evidence's). Reference
+    branches' results are left out, as the run left them out; DifftestError/ConfigError when a piece
+    does not check."""
     if evidence.baseline is None or evidence.baseline not in evidence.branches:
         raise DifftestError(
-            f"{name} names no baseline among its branches ({evidence.baseline!r}): it cannot be judged again",
+            f"{name} names no baseline among its branches ({evidence.baseline!r}): "
+            "it cannot be judged again",
             "pass evidence written by `difftest run` with this difftest",
         )
     place = {scenario: i for i, scenario in enumerate(order or list(evidence.scenarios))}
@@ -100,9 +106,10 @@ def rejudge(
         tier = tiers.get(tier_name)
         if not isinstance(tier, ProbeTier):
             raise DifftestError(
-                f"{name} holds the {tier_name} tier, whose outcomes are kept in the evidence only (no hashed "
-                "records): its verdicts cannot be judged again",
-                f"run the {tier_name} tier without --shard (`difftest run --tier {tier_name}`), and shard the others",
+                f"{name} holds the {tier_name} tier, whose outcomes are kept in the evidence only "
+                "(no hashed records): its verdicts cannot be judged again",
+                f"run the {tier_name} tier without --shard (`difftest run --tier {tier_name}`), "
+                "and shard the others",
             )
         mine = [scenarios[s] for s in names if evidence.scenarios[s].tier == tier_name]
         skipped = _skipped(evidence, tier_name, mine, name)
@@ -122,7 +129,8 @@ def rejudge(
 def _skipped(
     evidence: Evidence, tier_name: str, scenarios: list[ScenarioBase], name: str
 ) -> dict[str, str]:
-    """The scenarios this base cannot run, as the tier says now; ConfigError where the shard says otherwise."""
+    """The scenarios this base cannot run, as the tier says now; ConfigError where the shard says
+    otherwise."""
     tier = tiers.get(tier_name)
     skipped = {}
     for scenario in scenarios:
@@ -130,8 +138,9 @@ def _skipped(
         then = evidence.scenarios[scenario.name].skipped
         if (now is None) != (then is None):
             raise DifftestError(
-                f"{name} says scenario {scenario.name!r} was {'not run: ' + then if then else 'run'}, but on its "
-                f"base it {'cannot run: ' + now if now else 'can run'}",
+                f"{name} says scenario {scenario.name!r} was "
+                f"{'not run: ' + then if then else 'run'}, "
+                f"but on its base it {'cannot run: ' + now if now else 'can run'}",
                 "use the evidence.json `difftest run` wrote, unedited",
             )
         if now is not None:
@@ -142,8 +151,8 @@ def _skipped(
 def _measured(
     evidence: Evidence, folder: Path, tier_name: str, runnable: list[ScenarioBase], name: str
 ) -> dict[str, RecordedProbe]:
-    """Each branch's probe of the tier, read back and checked: one per branch, a branch of the comparison,
-    its job the very scenarios that were to run (as the config's files say them now)."""
+    """Each branch's probe of the tier, read back and checked: one per branch, a branch of the
+    comparison, its job the very scenarios that were to run (as the config's files say them now)."""
     expected = {s.name: json.loads(json.dumps(s.job_scenario())) for s in runnable}
     measured: dict[str, RecordedProbe] = {}
     for files in (p for p in evidence.probes if p.tier == tier_name):
@@ -162,7 +171,8 @@ def _measured(
         if played != expected:
             raise DifftestError(
                 f"{name}: {files.branch}'s {tier_name} probe ({files.job}) played "
-                f"{', '.join(map(str, played)) or 'nothing'}, not the scenarios the evidence names as run "
+                f"{', '.join(map(str, played)) or 'nothing'}, "
+                "not the scenarios the evidence names as run "
                 f"({', '.join(expected) or 'none'}) as their files hold them now",
                 "use the evidence.json and probe/ folder `difftest run` wrote together, unedited",
             )
@@ -175,12 +185,15 @@ def _setup_error(evidence: Evidence, branch: str, tier_name: str) -> str:
     error = evidence.branches[branch].fingerprint.get("error")
     if error:
         return str(error)
-    return f"its {tier_name} probe wrote no records (it ended before its first; the report of the run that measured it says why)"
+    return (
+        f"its {tier_name} probe wrote no records (it ended before its first; "
+        "the report of the run that measured it says why)"
+    )
 
 
 def _branch_order(evidence: Evidence) -> list[str]:
-    """The run's branch order as far as the file keeps it: the probes' order (the evidence's branch map is
-    written with sorted keys), then the branches that have no probe."""
+    """The run's branch order as far as the file keeps it: the probes' order (the evidence's branch
+    map is written with sorted keys), then the branches that have no probe."""
     return list(
         dict.fromkeys(
             [

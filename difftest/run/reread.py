@@ -1,5 +1,5 @@
-"""Reading a finished comparison's step records again (`difftest show`, `difftest merge`), trusting them
-no more than the runner did.
+"""Reading a finished comparison's step records again (`difftest show`, `difftest merge`), trusting
+them no more than the runner did.
 
 The evidence names each probe's job and records file with their sha256 and
 the nonce the probe stamped its records with (`ProbeFiles`). A file whose
@@ -36,7 +36,8 @@ from difftest.run.probes.read_records import Delivery, check_lines, read_deliver
 
 @dataclass
 class RecordedProbe:
-    """One probe read back from its files: what the judging door takes (`door.Measured`), and its job."""
+    """One probe read back from its files: what the judging door takes (`door.Measured`), and its
+    job."""
 
     files: ProbeFiles
     job: Job
@@ -45,7 +46,8 @@ class RecordedProbe:
 
 
 def probe_files(evidence: Evidence, branch: str, tier: str) -> ProbeFiles:
-    """What the evidence says about one probe's files, or DifftestError saying why there is nothing."""
+    """What the evidence says about one probe's files, or DifftestError saying why there is
+    nothing."""
     found = next((p for p in evidence.probes if p.branch == branch and p.tier == tier), None)
     if found is None:
         why = (
@@ -61,8 +63,9 @@ def probe_files(evidence: Evidence, branch: str, tier: str) -> ProbeFiles:
 
 
 def recorded_runs(evidence: Evidence, folder: Path, branch: str, tier: str) -> list[ProbeRun]:
-    """Every planned run of one branch's probe in one tier, with its steps, checked as the runner checked it
-    (merged shards hold one probe per shard for a branch and tier: their runs, one after the other)."""
+    """Every planned run of one branch's probe in one tier, with its steps, checked as the runner
+    checked it (merged shards hold one probe per shard for a branch and tier: their runs, one after
+    the other)."""
     probe_files(evidence, branch, tier)  # none at all: says why
     found = [p for p in evidence.probes if p.branch == branch and p.tier == tier]
     return [run for files in found for run in recorded_probe(files, folder).runs]
@@ -71,8 +74,8 @@ def recorded_runs(evidence: Evidence, folder: Path, branch: str, tier: str) -> l
 def probe_of(
     evidence: Evidence, folder: Path, branch: str, tier: str, scenario: str
 ) -> ProbeFiles | None:
-    """The probe whose job played `scenario` for `branch` (merged shards: one of several); read after
-    `recorded_runs` checked the files' hashes."""
+    """The probe whose job played `scenario` for `branch` (merged shards: one of several); read
+    after `recorded_runs` checked the files' hashes."""
     for files in (p for p in evidence.probes if p.branch == branch and p.tier == tier):
         try:
             job = json.loads(_inside(folder, files.job).read_text(encoding="utf-8"))
@@ -84,8 +87,9 @@ def probe_of(
 
 
 def recorded_probe(files: ProbeFiles, folder: Path) -> RecordedProbe:
-    """One probe's runs (with their steps) and outcome, from files whose sha256 the evidence recorded;
-    DifftestError naming the file when one is missing or changed, or when the outcome contradicts it."""
+    """One probe's runs (with their steps) and outcome, from files whose sha256 the evidence
+    recorded; DifftestError naming the file when one is missing or changed, or when the outcome
+    contradicts it."""
     branch, tier = files.branch, files.tier
     job_path = _inside(folder, files.job)
     records_path = _inside(folder, files.records)
@@ -98,9 +102,11 @@ def recorded_probe(files: ProbeFiles, folder: Path) -> RecordedProbe:
         now = sha256_file(path)
         if now != recorded:
             raise DifftestError(
-                f"{path} changed after the evidence was written (sha256 {now[:12]}, the evidence recorded "
-                f"{recorded[:12]}): its steps are not the ones the verdicts were made from",
-                "use the probe/ folder written together with this evidence.json, or run `difftest run` again",
+                f"{path} changed after the evidence was written "
+                f"(sha256 {now[:12]}, the evidence recorded {recorded[:12]}): "
+                "its steps are not the ones the verdicts were made from",
+                "use the probe/ folder written together with this evidence.json, "
+                "or run `difftest run` again",
             )
     try:
         job = json.loads(job_path.read_text(encoding="utf-8"))
@@ -127,16 +133,17 @@ def recorded_probe(files: ProbeFiles, folder: Path) -> RecordedProbe:
 
 
 def derived_outcome(files: ProbeFiles, delivery: Delivery) -> ProcessOutcome:
-    """The outcome of a probe recorded before schema 9, from what the file does say: `exited_cleanly`
-    (it exited 0, not killed) and the records themselves (header, trailer, unreported runs), exactly as
-    the runner derives them. A probe that did not exit cleanly is recorded only as that, so it reads as
-    exit code 1, standing for "not 0, how is not known": an unclean end is never taken for a clean one."""
+    """The outcome of a probe recorded before schema 9, from what the file does say:
+    `exited_cleanly` (it exited 0, not killed) and the records themselves (header, trailer,
+    unreported runs), exactly as the runner derives them. A probe that did not exit cleanly is
+    recorded only as that, so it reads as exit code 1, standing for "not 0, how is not known": an
+    unclean end is never taken for a clean one."""
     return delivery.outcome(exit_code=0 if files.exited_cleanly else 1)
 
 
 def _check_outcome(outcome: ProcessOutcome, delivery: Delivery, records_path: Path) -> None:
-    """DifftestError when the outcome claims what the records do not show (it was edited, or belongs to
-    other records): its header, its trailer, the runs it never reported."""
+    """DifftestError when the outcome claims what the records do not show (it was edited, or belongs
+    to other records): its header, its trailer, the runs it never reported."""
     claims = {
         "a header": (outcome.started, delivery.header is not None and delivery.trusted),
         "a trailer": (outcome.trailer, delivery.trailer is not None and delivery.trusted),
@@ -152,14 +159,17 @@ def _check_outcome(outcome: ProcessOutcome, delivery: Delivery, records_path: Pa
         )
     if wrong:
         raise DifftestError(
-            f"the evidence's outcome of {records_path.name} does not match the records: it claims {'; '.join(wrong)}",
-            "use the evidence.json written together with this probe/ folder, or run `difftest run` again",
+            f"the evidence's outcome of {records_path.name} does not match the records: "
+            f"it claims {'; '.join(wrong)}",
+            "use the evidence.json written together with this probe/ folder, "
+            "or run `difftest run` again",
         )
 
 
 def _process_error(outcome: ProcessOutcome) -> str | None:
-    """Why runs went unreported, as the runner puts it down to the process (`runner._read_output`): a kill
-    at the time limit or a non-zero exit; None for a probe that was only slow to exit after its trailer."""
+    """Why runs went unreported, as the runner puts it down to the process (`runner._read_output`):
+    a kill at the time limit or a non-zero exit; None for a probe that was only slow to exit after
+    its trailer."""
     if outcome.exit_overdue or not (outcome.timed_out or outcome.exit_code != 0):
         return None
     return f"the probe {outcome.fault()}"

@@ -144,7 +144,8 @@ def test_the_run_of_faulty_branches_kept_main_and_wrote_every_report(faulty_run)
     verdicts = {r["branch"]: r["verdict"] for r in results_of(out)}
     assert {b for b, v in verdicts.items() if v == "broken"} == {"garbled", "quit"}
     assert {b for b, v in verdicts.items() if v == "pass"} == {"main"}
-    # Eight probes, as many at once as the cores and the memory available allow (`run.probes.capacity`).
+    # Eight probes, as many at once as the cores and the memory available allow
+    # (`run.probes.capacity`).
     assert "scheduler tier: 8 branch probe(s), " in log and "MB per probe" in log
 
 

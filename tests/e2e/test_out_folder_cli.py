@@ -65,6 +65,7 @@ def test_show_reads_an_out_in_use_without_taking_its_lock(
 def fake_compare(*_args: object, **_kwargs: object) -> Comparison:
     """What `compare` returns, without probing anything: one passing result of hand-built
     evidence."""
+    # No workspace: the commands under test only write reports from the evidence.
     return Comparison(workspace=None, evidence=make_evidence(), outcomes={}, selected=[])  # type: ignore[arg-type]
 
 

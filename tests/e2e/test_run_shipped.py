@@ -45,8 +45,8 @@ class ShippedRun:
 
 @pytest.fixture(scope="module")
 def shipped_run(tmp_path_factory) -> ShippedRun:
-    """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module, printed as
-    into a pipe of an 80-column terminal (`COLUMNS=80`, not a TTY)."""
+    """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module, printed
+    as into a pipe of an 80-column terminal (`COLUMNS=80`, not a TTY)."""
     out = tmp_path_factory.mktemp("run") / "out"
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
@@ -69,7 +69,7 @@ def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
         assert (shipped_run.out / name).stat().st_size > 0
     evidence = shipped_run.evidence
     assert evidence["schema_version"] == SCHEMA_VERSION and evidence["reading"] == "strict"
-    for name, branch in evidence["branches"].items():
+    for _name, branch in evidence["branches"].items():
         assert len(branch["sha"]) == 40 and branch["fingerprint"]["sha"] == branch["sha"]
         assert (
             branch["fingerprint"]["base"]["wheel_hash"]
@@ -101,7 +101,8 @@ def test_run_tells_the_known_story_and_writes_every_file(shipped_run):
     assert "broken" not in {
         v for (b, _), vs in verdicts.items() if b != "pr-56195-style" for v in vs
     }
-    # The #56137-style residual under the strict reading: the all-invalid request still counts a draft.
+    # The #56137-style residual under the strict reading: the all-invalid request still counts a
+    # draft.
     residual = [
         r for r in evidence["results"] if r["branch"] == "pr-56137-style" and r["verdict"] != "pass"
     ]
@@ -151,9 +152,9 @@ def test_run_prints_the_tables_and_summary(shipped_run):
 
 
 def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
-    """Done when: at 80 columns, piped, the end of the output says who is right and why, nothing cut.
-    (Three branches fitted in the last 40 lines; five branches' grid is two tables, so the end is
-    everything from the summary on.)"""
+    """Done when: at 80 columns, piped, the end of the output says who is right and why, nothing
+    cut. (Three branches fitted in the last 40 lines; five branches' grid is two tables, so the end
+    is everything from the summary on.)"""
     lines = shipped_run.printed.rstrip("\n").splitlines()
     assert max(len(line.rstrip()) for line in lines) <= 80
     assert "…" not in shipped_run.printed
@@ -172,18 +173,18 @@ def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
     assert mixed.split()[1:] == ["diverge", "7/9", "diverge", "7/9", "broken", "4/9"]
     conclusion = " ".join(tail[tail.index("conclusion") :].split())  # as one line: wrapping aside
     assert (
-        "pr-56195-style is broken in 4/65 runs; in mixed-batch-invalid-async (4/9 runs) requests lose their stats"
-        in conclusion
-    )
+        "pr-56195-style is broken in 4/65 runs; "
+        "in mixed-batch-invalid-async (4/9 runs) requests lose their stats"
+    ) in conclusion
     assert "order plain1,grammar,plain2 loses plain1;" in conclusion
     assert (
         "main diverges in" in conclusion
         and "overcounting emitted tokens on truncation" in conclusion
     )
     assert (
-        "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 8/65 runs diverge); broken: pr-56195-style"
-        in conclusion
-    )
+        "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 8/65 runs diverge); "
+        "broken: pr-56195-style"
+    ) in conclusion
 
 
 def test_counter_tables_show_the_most_severe_run_and_name_it(shipped_run):
@@ -200,9 +201,9 @@ def test_counter_tables_show_the_most_severe_run_and_name_it(shipped_run):
     )
     html = (shipped_run.out / "report.html").read_text()
     assert (
-        "Values of run <code>order:plain1,grammar,plain2</code>, the most severe: broken on pr-56195-style"
-        in html
-    )
+        "Values of run <code>order:plain1,grammar,plain2</code>, "
+        "the most severe: broken on pr-56195-style"
+    ) in html
 
 
 def test_show_prints_the_step_where_the_earlier_requests_stats_are_lost(shipped_run):
@@ -295,7 +296,7 @@ def test_report_md_fits_a_comment_and_lists_the_broken_runs_first(shipped_run):
     broken = [m.start() for m in re.finditer(r"^#### ❌ .* broken$", details, re.M)]
     diverge = [m.start() for m in re.finditer(r"^#### ⚠️ .* diverge$", details, re.M)]
     assert len(broken) == 4 and diverge and max(broken) < min(diverge)
-    for branch, sha in ((b, e["sha"]) for b, e in shipped_run.evidence["branches"].items()):
+    for _branch, sha in ((b, e["sha"]) for b, e in shipped_run.evidence["branches"].items()):
         assert f"`{sha[:12]}`" in md
     assert "`difftest verify evidence.json`" in md
     assert "The same on " in md  # repeated differences are counted, not repeated
@@ -303,7 +304,8 @@ def test_report_md_fits_a_comment_and_lists_the_broken_runs_first(shipped_run):
 
 @pytest.mark.parametrize("variants", [1, 3])
 def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(shipped_run, variants):
-    """Each shipped branch again as `variants` more branches, each with its own values: 10 and 20 branches."""
+    """Each shipped branch again as `variants` more branches, each with its own values: 10 and 20
+    branches."""
     evidence = read_evidence(shipped_run.out / "evidence.json")
     extra = []
     for n in range(variants):
@@ -385,8 +387,8 @@ def test_verify_reproduces_the_evidence_and_writes_the_rerun(shipped_run, tmp_pa
 
 
 def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
-    """Schema 1 (results keyed by `order`; upgraded 1 -> 2 -> 3 -> 4), written with identity version 1
-    (the installed RECORD file's own hash), still verifies in the cache that wrote it."""
+    """Schema 1 (results keyed by `order`; upgraded 1 -> 2 -> 3 -> 4), written with identity
+    version 1 (the installed RECORD file's own hash), still verifies in the cache that wrote it."""
     old = shipped_run.evidence
     old["schema_version"] = "1"
     del old["probes"]
@@ -415,7 +417,8 @@ def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
 
 
 def test_verify_catches_tampering_wherever_it_is(shipped_run, tmp_path, capsys):
-    """One edit in each thing a verdict rests on: measured, expected, differences, violations, raw runs."""
+    """One edit in each thing a verdict rests on: measured, expected, differences, violations, raw
+    runs."""
     evidence = shipped_run.evidence
     results = evidence["results"]
 

@@ -236,10 +236,9 @@ def test_a_stuck_fork_server_costs_time_not_results(workspace, shipped_scenarios
         # never answered), not sat out: a probe waited for until its time limit reads timed out, and
         # is not started again. How soon it is found out is a speed, shown in bench/, not asserted
         # here.
-        assert (
-            run.launch == "fresh"
-            and "the fork server failed: it did not" in run.launch_note
-        ), run.launch_note
+        assert run.launch == "fresh" and "the fork server failed: it did not" in run.launch_note, (
+            run.launch_note
+        )
         assert not run.timed_out and run.outcome is not None and run.outcome.clean
         assert run.error is None and {r.status for r in run.runs} == {"ok"}
     assert not _server_pids()

@@ -90,7 +90,8 @@ def test_the_baseline_itself_is_never_turned():
 
 
 def test_a_run_cut_by_a_broken_reference_run_is_broken_too():
-    """Engine runs are cut where their reference run says; a reference that hangs leaves them unplayable."""
+    """Engine runs are cut where their reference run says;
+    a reference that hangs leaves them unplayable."""
     reference = failed("did-not-finish", "probe").model_copy(
         update={"label": "reference:a", "role": "reference"}
     )
@@ -180,7 +181,8 @@ def test_runs_a_dead_process_never_reported_are_broken_where_the_baseline_comple
 
 
 def test_runs_of_a_probe_that_never_started_its_session_stay_error():
-    """An import that fails or hangs is setup: could not measure, even where the baseline completes."""
+    """An import that fails or hangs is setup: could not measure,
+    even where the baseline completes."""
     never = ProcessOutcome(exit_code=3, started=False, unreported=[[SCENARIO, LABEL]])
     _, head = judge(
         make_run(status="error", totals=None, error="probe exited with code 3"), head_outcome=never

@@ -1,4 +1,5 @@
-"""The conclusion is generated from the results: hand-built evidence for every standing, never the shipped names.
+"""The conclusion is generated from the results: hand-built evidence for every standing,
+never the shipped names.
 
 Each case builds the few results that make a branch's standing (broken with
 named lost requests, could not measure, diverging on truncation, diverging on
@@ -51,7 +52,8 @@ def lost(label: str, requests: list[str]):
 
 
 def diverging(branch: str, scenario: str, label: str = "order:a", **measured) -> Result:
-    """A diverge result whose differences are the real ones between `measured` and the default oracle."""
+    """A diverge result whose differences are the real ones between `measured`
+    and the default oracle."""
     totals = make_totals(**measured)
     return make_result(
         "diverge",
@@ -121,7 +123,8 @@ def test_could_not_measure_says_how_many_and_why() -> None:
 
 
 def test_diverge_on_truncation_is_called_an_overcount_and_says_why() -> None:
-    # The oracle emits 11 of accepted + rows = 13 (a stop cut the step); the branch counts 13, implied.
+    # The oracle emits 11 of accepted + rows = 13 (a stop cut the step);
+    # the branch counts 13, implied.
     results = [
         diverging(
             "old",
@@ -147,7 +150,8 @@ def test_diverge_on_truncation_is_called_an_overcount_and_says_why() -> None:
 
 
 def test_diverge_on_rows_states_the_rule_and_folds_the_emitted_count_that_follows() -> None:
-    """No scenario facts here (made-up scenarios): the rule, never a reading nobody can check (issue 19, item 13)."""
+    """No scenario facts here (made-up scenarios): the rule, never a reading nobody can check
+    (issue 19, item 13)."""
     extra_row = dict(num_drafts=5, num_emitted_tokens=12, mean_acceptance_length=2.4)
     results = [
         diverging("fix-a", "all-invalid", **extra_row),
@@ -247,7 +251,8 @@ def test_a_broken_branch_that_also_diverges_says_both() -> None:
 
 
 def test_differences_are_read_from_the_results_not_recomputed() -> None:
-    """A difference the verdict recorded is what the conclusion reports (here a hand-written one)."""
+    """A difference the verdict recorded is what the conclusion reports
+    (here a hand-written one)."""
     result = make_result(
         "diverge",
         branch="y",
@@ -316,9 +321,10 @@ def test_when_no_branch_has_a_measured_run_nothing_is_ranked() -> None:
     assert verdict == "nothing was measured: no run of f-hang or main could be measured"
 
 
-# -- issue 19, item 13: the reading is the reason only where the scenario has an all-invalid request --
+# -- issue 19, item 13: the reading is the reason only where the scenario has an all-invalid request
 
-#: A request whose every draft the choice grammar rejects (async: -1 padded): the readings differ on it.
+#: A request whose every draft the choice grammar rejects (async: -1 padded):
+#: the readings differ on it.
 ALL_INVALID = {
     "name": "yes-or-no",
     "statement": "every draft of the grammar request is rejected",
@@ -358,7 +364,8 @@ NO_GRAMMAR = {
         },
     ],
 }
-#: A grammar, but only the last draft of each step is invalid: no request is ALL invalid, the readings agree.
+#: A grammar, but only the last draft of each step is invalid: no request is ALL invalid,
+#: the readings agree.
 PARTLY_INVALID = {
     "name": "spell",
     "statement": "the last draft of each step is rejected",
@@ -385,7 +392,8 @@ def scenario_of(raw: dict) -> Scenario:
 def counted(
     scenario: Scenario, label: str, reading: Reading, measured: Totals, branch: str = "fix-a"
 ) -> Result:
-    """The result of a branch that measured `measured` on one planned run, judged by the real oracle."""
+    """The result of a branch that measured `measured` on one planned run,
+    judged by the real oracle."""
     run = next(r for r in scenario.runs() if r["label"] == label)
     expected = oracle.expected_totals(scenario, run["order"], reading)
     return make_result(
@@ -441,11 +449,13 @@ def test_the_reading_is_the_reason_only_where_the_scenario_has_an_all_invalid_re
     strict = oracle.expected_totals(scenario, run["order"], "strict")
     assert lenient.num_drafts > strict.num_drafts  # the fact the reason rests on
     facts = {scenario.name: scenario}
-    # A branch that counts the all-invalid rows, judged strictly: the strict reading is why it differs.
+    # A branch that counts the all-invalid rows, judged strictly:
+    # the strict reading is why it differs.
     too_many = counted(scenario, run["label"], "strict", lenient)
     (standing,) = conclude(evidence([too_many], reading="strict"), scenarios=facts).standings
     assert standing.headline == (
-        f"diverges in 1/1 runs, on num_drafts: +{lenient.num_drafts - strict.num_drafts} in yes-or-no; "
+        f"diverges in 1/1 runs, on num_drafts: +{lenient.num_drafts - strict.num_drafts} "
+        "in yes-or-no; "
         "strict reading: a request whose drafts are all grammar-invalid makes no row"
     )
     assert (
@@ -455,7 +465,8 @@ def test_the_reading_is_the_reason_only_where_the_scenario_has_an_all_invalid_re
     too_few = counted(scenario, run["label"], "lenient", strict)
     (standing,) = conclude(evidence([too_few], reading="lenient"), scenarios=facts).standings
     assert standing.headline.endswith(
-        "lenient reading: a request whose drafts are all grammar-invalid makes a row with 0 draft tokens"
+        "lenient reading: a request whose drafts are all grammar-invalid makes a row "
+        "with 0 draft tokens"
     )
     # Without the scenario the conclusion cannot know: it states the rule, not a reason.
     (blind,) = conclude(evidence([too_many], reading="strict")).standings
@@ -469,8 +480,8 @@ def test_the_reading_is_the_reason_only_where_the_scenario_has_an_all_invalid_re
 
 
 def test_the_reading_is_read_from_a_recorded_run_with_its_steps() -> None:
-    """The engine tier's oracle reads the run's steps (stripped from the evidence): given the recorded
-    run, a step whose scheduled drafts were all invalidated is the fact."""
+    """The engine tier's oracle reads the run's steps (stripped from the evidence): given the
+    recorded run, a step whose scheduled drafts were all invalidated is the fact."""
     steps = [
         StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
         StepRecord(

@@ -169,12 +169,13 @@ def test_invalid_yaml(
     monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
     conf = tmp_path / "b.yaml"
     conf.write_text("base: [unclosed\n")
-    # `envs` reads the config only to build (listing needs none), so `--build` is what meets the bad file.
+    # `envs` reads the config only to build (listing needs none),
+    # so `--build` is what meets the bad file.
     assert main(["envs", "--build", "-c", str(conf)]) == 2
     assert "not valid YAML" in capsys.readouterr().err
 
 
-# -- stacks, transplant, wheel bases ----------------------------------------------------------------
+# -- stacks, transplant, wheel bases ---------------------------------------------------------------
 
 
 def test_stack_and_transplant_keys(tmp_path: Path) -> None:

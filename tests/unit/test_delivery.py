@@ -1,4 +1,5 @@
-"""Reading a probe's RUNS.jsonl (`difftest.run.probes.read_records`): one ProbeRun per planned run, trusting nothing.
+"""Reading a probe's RUNS.jsonl (`difftest.run.probes.read_records`): one ProbeRun per planned run,
+trusting nothing.
 
 The file is written by hand: genuine records come from the probe's own
 `RecordWriter` (so they are exactly what a probe writes), then single lines are
@@ -75,7 +76,8 @@ def deliver(
     process_error: str | None = None,
     tail: str = "",
 ) -> dict[str, ProbeRun]:
-    """Write the records (dicts as JSON lines, strings as they are), read them back: runs by label."""
+    """Write the records (dicts as JSON lines, strings as they are),
+    read them back: runs by label."""
     path = tmp_path / "RUNS.jsonl"
     lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
     path.write_text("".join(line + "\n" for line in lines) + tail)

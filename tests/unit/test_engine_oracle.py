@@ -53,7 +53,8 @@ def engine_run(
     notes: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> ProbeRun:
-    """Request a: prefill 5, then drafts [6, 7, 8] all accepted + bonus 9, a stop at 7 keeps [6, 7]."""
+    """Request a: prefill 5, then drafts [6, 7, 8] all accepted + bonus 9,
+    a stop at 7 keeps [6, 7]."""
     decode = make_step(
         1,
         drafts={"a": [6, 7, 8]},
@@ -113,7 +114,8 @@ def test_rejected_drafts_and_steps_without_drafts() -> None:
 
 
 def test_the_zero_fill_of_a_skipped_drafter_is_no_row() -> None:
-    # The runner skipped drafting for this step: [0, 0, 0] were scheduled and rejected (main counts them).
+    # The runner skipped drafting for this step: [0, 0, 0] were scheduled and rejected
+    # (main counts them).
     zero_fill = make_step(
         1, drafts={"a": [0, 0, 0]}, sampled={"a": [6]}, emitted={"a": [6]}, skipped=["a"]
     )

@@ -41,7 +41,8 @@ from tests.factories import (
 
 
 def rich_evidence(with_runs: bool = True, with_tests: bool = True) -> Evidence:
-    """One diverging result, every role of run and test records, so every field of the schema is written."""
+    """One diverging result, every role of run and test records,
+    so every field of the schema is written."""
     result = make_result(
         "diverge",
         reading="lenient",
@@ -91,7 +92,8 @@ def as_version_7(evidence: Evidence) -> dict[str, Any]:
 
 
 def as_version_6(evidence: Evidence) -> dict[str, Any]:
-    """The same data as a version-6 file: no result cache (probes do not say whether they were reused)."""
+    """The same data as a version-6 file: no result cache
+    (probes do not say whether they were reused)."""
     raw = as_version_7(evidence)
     for probe in raw["probes"]:
         assert probe.pop("reused") is None, "version 6 had no result cache"
@@ -108,7 +110,8 @@ def as_version_5(evidence: Evidence) -> dict[str, Any]:
 
 
 def as_version_3(evidence: Evidence) -> dict[str, Any]:
-    """The same data as a version-3 file: no `baseline`, branches without `transplants` and `stack`."""
+    """The same data as a version-3 file: no `baseline`,
+    branches without `transplants` and `stack`."""
     raw = as_version_5(evidence)
     raw["schema_version"] = "3"
     assert raw.pop("baseline") is None  # new in version 4, default None
@@ -140,7 +143,8 @@ def _without_version_3(evidence: Evidence) -> Evidence:
 
 
 def as_version_1(evidence: Evidence) -> dict[str, Any]:
-    """The same data as a version-1 file: results keyed by `order` with `explanation`; runs without `role`."""
+    """The same data as a version-1 file: results keyed by `order` with `explanation`;
+    runs without `role`."""
     raw = as_version_2(evidence)
     raw["schema_version"] = "1"
     for result in raw["results"]:

@@ -23,7 +23,8 @@ from tests.factories import EMITTED, LABEL, SCENARIO, make_expected, make_result
 def result(
     verdict: Verdict = "pass", label: str = LABEL, reading: str = "strict", **measured: Any
 ) -> Result:
-    """A result with this verdict; `measured` overrides counters of the oracle's totals (MAL derived from them)."""
+    """A result with this verdict; `measured` overrides counters of the oracle's totals
+    (MAL derived from them)."""
     expected = make_expected()
     return make_result(
         verdict,
@@ -176,7 +177,8 @@ def test_nothing_compared_is_never_a_pass() -> None:
 
 
 def test_a_broken_run_is_listed_only_as_worse() -> None:
-    """Closer to the oracle on a counter, but broken: never also listed under "Better than the base"."""
+    """Closer to the oracle on a counter, but broken:
+    never also listed under "Better than the base"."""
     base = result("diverge", num_emitted_tokens=14)
     head = result("broken", num_emitted_tokens=12)
     outcome = compare_for_gate([base], [head])

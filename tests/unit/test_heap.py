@@ -1,4 +1,5 @@
-"""`run.cache.heap.long_lived`: records made without collector passes and left out of later ones, nothing else changed."""
+"""`run.cache.heap.long_lived`: records made without collector passes and left out of later ones,
+nothing else changed."""
 
 from __future__ import annotations
 

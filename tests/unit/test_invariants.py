@@ -28,7 +28,8 @@ from tests.factories import K, make_run, make_step, make_step_stats, make_totals
 
 
 def counts(drafts: int, tokens: int, accepted: int, emitted: int | None = None) -> Totals:
-    """Totals of `drafts` rows filling k=3 positions in turn; emitted implied unless given (then counted)."""
+    """Totals of `drafts` rows filling k=3 positions in turn; emitted implied unless given
+    (then counted)."""
     per_tok = [drafts if tokens >= drafts * (i + 1) else 0 for i in range(K)]
     per_acc = [min(drafts, max(0, accepted - i * drafts)) for i in range(K)]
     return make_totals(
@@ -48,7 +49,9 @@ def plus(*parts: Totals) -> Totals:
 
     def add(name: str) -> Any:
         values = [getattr(p, name) for p in parts]
-        return [sum(col) for col in zip(*values)] if isinstance(values[0], list) else sum(values)
+        if isinstance(values[0], list):
+            return [sum(col) for col in zip(*values, strict=True)]
+        return sum(values)
 
     return make_totals(**{n: add(n) for n in COMPARED})
 
@@ -173,12 +176,14 @@ def test_lost_stats_in_a_step_are_flagged() -> None:
     assert [v.measured for v in lost] == [1, 0]
     assert [v.expected for v in lost] == [2, 1]
     assert "no spec stats at all" in lost[1].detail and "p, q" in lost[0].detail
-    # p and q contributed the same counts: which one was kept cannot be told; with no stats, all were lost.
+    # p and q contributed the same counts: which one was kept cannot be told;
+    # with no stats, all were lost.
     assert [v.requests for v in lost] == [[], ["p"]]
 
 
 def test_lost_stats_name_the_request_whose_row_is_missing() -> None:
-    # p verified 3 drafts (all accepted), q 3 drafts (1 accepted); the step's one row is q's: p was lost.
+    # p verified 3 drafts (all accepted), q 3 drafts (1 accepted);
+    # the step's one row is q's: p was lost.
     step = make_step(
         1,
         scheduled=["p", "g", "q"],

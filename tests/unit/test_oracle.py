@@ -1,4 +1,5 @@
-"""The scheduler tier's oracle on hand-computed truncation examples and on every shipped scenario (pure, fast).
+"""The scheduler tier's oracle on hand-computed truncation examples and on every shipped
+scenario (pure, fast).
 
 Each hand-built scenario is one request with a scripted target and drafter,
 small enough that the expected counters can be worked out on paper (the
@@ -20,7 +21,8 @@ SCENARIOS = SCENARIOS_DIR / "scheduler"
 
 
 def _one(target: str, steps: list[str], k: int = 3, path: str = "sync", **req: object) -> Scenario:
-    """One request `r` (prompt `hi`, max_tokens 20 unless given) with a scripted target and drafter."""
+    """One request `r` (prompt `hi`, max_tokens 20 unless given)
+    with a scripted target and drafter."""
     then = "perfect" if path == "async" else "none"
     request = {
         "id": "r",
@@ -138,7 +140,8 @@ def test_every_shipped_scenario_has_consistent_oracle(scenario: Scenario) -> Non
 
 
 def test_skipped_drafting_is_no_row_and_a_plain_decode_step() -> None:
-    # perfect drafts (k=3): prefill x, step 1 abc+d, step 2 SKIPPED (one token e), step 3 fgh+i; max_tokens 10
+    # perfect drafts (k=3): prefill x, step 1 abc+d, step 2 SKIPPED (one token e), step 3 fgh+i;
+    # max_tokens 10
     scenario = _one("xabcdefghijk", [], max_tokens=10)
     data = scenario.probe_data()
     data["requests"][0]["drafter"] = {
@@ -161,7 +164,8 @@ def test_the_runner_zero_fills_k_drafts_with_a_real_token() -> None:
     target = script.tokens("abcdef")
     assert script.runner_drafts(req, 0, 3, target, 1, 0) == ([script.ZERO_FILL] * 3, True)
     assert script.runner_drafts(req, 0, 3, target, 1, 1) == (target[1:4], False)
-    # Where the target has token 0, the verifier accepts a zero-fill draft: the scheduler cannot tell padding.
+    # Where the target has token 0, the verifier accepts a zero-fill draft:
+    # the scheduler cannot tell padding.
     assert script.VOCAB[script.ZERO_FILL] == "<pad>"
     assert script.verify(script.tokens("<pad>ab"), 0, [0, 0]) == script.tokens("<pad>a")
 
@@ -169,7 +173,8 @@ def test_the_runner_zero_fills_k_drafts_with_a_real_token() -> None:
 def test_shipped_drafter_skip_scenario_counts_no_row_for_the_skipped_steps() -> None:
     (scenario,) = [s for s in load_scenarios(SCENARIOS) if s.name == "drafter-skip"]
     totals = expected_totals(scenario, ["long", "short"])
-    # long: 3 rows of 3 drafts (steps 1, 4, 5; 2 and 3 skipped); short: 2 rows; every row emits 4 tokens
+    # long: 3 rows of 3 drafts (steps 1, 4, 5; 2 and 3 skipped); short: 2 rows;
+    # every row emits 4 tokens
     assert (totals.num_drafts, totals.num_draft_tokens, totals.num_emitted_tokens) == (5, 15, 20)
     assert expected_totals(scenario, ["long"], "lenient") == expected_totals(
         scenario, ["long"], "strict"

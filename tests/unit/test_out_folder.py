@@ -1,4 +1,5 @@
-"""`--out` as a folder: the lock a writing command holds on it, and the reports written into it as one set.
+"""`--out` as a folder: the lock a writing command holds on it, and the reports written
+into it as one set.
 
 The lock is checked across real processes (a second interpreter holds it); the
 disk-full path on a real full file system (a 64 KiB tmpfs, mounted when this
@@ -46,7 +47,8 @@ with locked_out(sys.argv[1]):
 
 @contextmanager
 def held_elsewhere(out: Path) -> Iterator[subprocess.Popen[str]]:
-    """`out` locked by another process (as a second difftest command would be) for the `with` block."""
+    """`out` locked by another process (as a second difftest command would be)
+    for the `with` block."""
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(out)],
         stdin=subprocess.PIPE,
@@ -238,7 +240,8 @@ def test_a_failure_between_renames_leaves_no_report_of_either_set(
         )
     monkeypatch.undo()
     assert len(calls) == 3
-    # The older set lost its evidence first, the new files moved so far were removed: no set looks complete.
+    # The older set lost its evidence first, the new files moved so far were removed:
+    # no set looks complete.
     assert "evidence.json" not in report_names(out) and not (out / "report.md").exists()
     assert not any(p.name.startswith(STAGING_PREFIX) for p in out.iterdir())
     if isinstance(raised, OSError):

@@ -95,7 +95,8 @@ def test_what_a_stuck_probe_said_is_kept_in_one_line(tmp_path):
     log = tmp_path / "probe.log"
     log.write_text(
         "vLLM says hello\n"
-        f"{STUCK_PREFIX}non-daemon thread 'stats-flusher' running vllm.v1.spec_decode.metrics._flush_forever\n"
+        f"{STUCK_PREFIX}non-daemon thread 'stats-flusher' running "
+        "vllm.v1.spec_decode.metrics._flush_forever\n"
         "Thread 0x00007f (most recent call first):\n"
         '  File "/env/overlay/vllm/v1/spec_decode/metrics.py", line 5 in _flush_forever\n'
         '  File "/usr/lib/python3.11/threading.py", line 975 in run\n'

@@ -65,8 +65,8 @@ def raise_here() -> protocol.RunResult:
 
 
 def test_a_call_that_returns_is_ok_and_takes_what_its_clock_says(monkeypatch) -> None:
-    """The duration is the clock's reading after the call less the one before (a stand-in clock: what
-    is checked is what is recorded, not how fast the call was)."""
+    """The duration is the clock's reading after the call less the one before (a stand-in clock:
+    what is checked is what is recorded, not how fast the call was)."""
     ticks = iter([100.0, 100.25])
     monkeypatch.setattr(
         protocol, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks))
@@ -87,7 +87,8 @@ def test_a_call_that_raises_is_an_error_summarised_in_one_line() -> None:
     assert not failure["summary"].startswith("Traceback")
     assert failure["traceback"].startswith("Traceback (most recent call last)")
     assert failure["where"].endswith(
-        f"{raise_here.__code__.co_filename.split('/')[-1]}:{raise_here.__code__.co_firstlineno + 1} in raise_here"
+        f"{raise_here.__code__.co_filename.split('/')[-1]}:"
+        f"{raise_here.__code__.co_firstlineno + 1} in raise_here"
     )
 
 
@@ -122,8 +123,8 @@ def test_a_call_past_its_time_limit_is_a_timeout() -> None:
 
 
 def test_the_nonce_is_read_from_its_pipe_and_leaves_no_trace(monkeypatch) -> None:
-    """A fresh probe's nonce comes over a pipe (`NONCE_FD_ENV` names its fd): after `take_nonce` neither
-    variable is left for branch code to read, and the pipe is closed."""
+    """A fresh probe's nonce comes over a pipe (`NONCE_FD_ENV` names its fd): after `take_nonce`
+    neither variable is left for branch code to read, and the pipe is closed."""
     read_end, write_end = os.pipe()
     try:
         os.write(write_end, b"s3cret-nonce\n")
@@ -229,7 +230,8 @@ def test_record_writer_stamps_every_record_and_counts_runs() -> None:
 
 
 class CountingSession:
-    """A session that records what it played; the scheduler tier's real session is tested in tests/tiers."""
+    """A session that records what it played;
+    the scheduler tier's real session is tested in tests/tiers."""
 
     def __init__(self, job: protocol.Job) -> None:
         self.work_dir = job["work_dir"]
@@ -260,7 +262,8 @@ def served_job(*names: str, work_dir: str = "w", entry: str = "scheduler") -> st
 def serve(
     jobs: str, start: Callable[[protocol.Job], Any] | None = None
 ) -> tuple[int, list[list[dict[str, Any]]], list[Any]]:
-    """Run the loop on `jobs`; its exit code, each job's answer (header .. trailer) and the sessions started."""
+    """Run the loop on `jobs`; its exit code, each job's answer (header .. trailer)
+    and the sessions started."""
     sessions: list[Any] = []
 
     def default_start(job: protocol.Job) -> CountingSession:

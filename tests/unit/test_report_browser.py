@@ -1,5 +1,5 @@
-"""The HTML report in headless Chromium at 420 and 1400 px: no page-level sideways scroll, the grid in
-view, and tables that a person sees as tables, not as escaped markup.
+"""The HTML report in headless Chromium at 420 and 1400 px: no page-level sideways scroll, the grid
+in view, and tables that a person sees as tables, not as escaped markup.
 
 Rendered from hand-built evidence with twelve long branch names and a
 hostile unbroken one, the widest case a report meets; the shipped run's own

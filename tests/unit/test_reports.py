@@ -68,7 +68,8 @@ def _judge(
 
 
 def report_evidence() -> Evidence:
-    """main diverges on `eos`; fix passes everything; racy breaks one order of `grammar`; EVIL cannot be measured."""
+    """main diverges on `eos`; fix passes everything; racy breaks one order of `grammar`;
+    EVIL cannot be measured."""
     ok = make_totals()
     results: list[Result] = []
     results += _judge(
@@ -297,9 +298,11 @@ def test_html_is_self_contained_and_escaped() -> None:
     assert "&#34;&#39;&amp;" in html  # the quotes of the branch name
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
     assert "<link" not in html and "@import" not in html
-    # racy's cell in grammar's counter table (not any `num broken` cell: the branches table has some too)
+    # racy's cell in grammar's counter table
+    # (not any `num broken` cell: the branches table has some too)
     assert re.search(
-        r'<td>num_drafts</td>\s*<td class="num">4</td><td class="num">4</td><td class="num broken">2</td>',
+        r'<td>num_drafts</td>\s*<td class="num">4</td><td class="num">4</td>'
+        r'<td class="num broken">2</td>',
         html,
     )
     assert "request a lost" in html and "could not measure" in html
@@ -428,15 +431,16 @@ def test_a_shards_reports_say_which_slice_they_hold() -> None:
     assert "Shard" not in render_markdown(make_evidence())
 
 
-# -- the conclusion's reasons: every renderer passes the scenarios and recorded runs on --------------
+# -- the conclusion's reasons: every renderer passes the scenarios and recorded runs on ------------
 
 #: What the conclusion says when the facts show the strict reading is why a row count differs.
 STRICT_REASON = "strict reading: a request whose drafts are all grammar-invalid makes no row"
 
 
 def _reading_case() -> tuple[Evidence, dict, dict]:
-    """An engine-tier branch that counts the row of an all-invalidated step: its steps (stripped from the
-    evidence) and its scenario are the facts the reading is the reason by (`conclusion.conclude`)."""
+    """An engine-tier branch that counts the row of an all-invalidated step: its steps (stripped
+    from the evidence) and its scenario are the facts the reading is the reason by
+    (`conclusion.conclude`)."""
     steps = [
         StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
         StepRecord(

@@ -1,4 +1,5 @@
-"""What `verify` compares: every field a verdict rests on, except what an older file could not hold."""
+"""What `verify` compares: every field a verdict rests on,
+except what an older file could not hold."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_a_current_file_with_edited_violation_requests_differs(tmp_path: Path) -
 
 
 def test_a_rerun_differing_only_in_one_verdict_is_reported() -> None:
-    """Same totals, violations and runs; only the verdict was edited (by hand, or by another judge)."""
+    """Same totals, violations and runs; only the verdict was edited
+    (by hand, or by another judge)."""
     recorded = make_evidence(results=[make_result("pass"), make_result("pass", label="order:b")])
     rerun = make_evidence(results=[make_result("pass"), make_result("diverge", label="order:b")])
     assert evidence_differences(recorded, rerun) == [
@@ -69,7 +71,8 @@ def test_a_result_the_rerun_lacks_and_one_the_evidence_lacks_are_reported() -> N
 
 
 def test_durations_in_a_violations_detail_are_not_held_against_a_rerun() -> None:
-    """ "main completes this run in 0.49 s" re-runs as "in 0.52 s": the same judgement (review F5)."""
+    """ "main completes this run in 0.49 s" re-runs as "in 0.52 s": the same judgement
+    (review F5)."""
     from difftest.core.records import Violation
     from difftest.core.reproduction import _result_differences
 

@@ -1,4 +1,5 @@
-"""What the result cache stores and what its key depends on (no probe: the end-to-end tests run real ones)."""
+"""What the result cache stores and what its key depends on
+(no probe: the end-to-end tests run real ones)."""
 
 from __future__ import annotations
 
@@ -136,7 +137,8 @@ def test_the_key_changes_with_everything_the_runs_depend_on() -> None:
 
 
 def test_the_key_ignores_what_only_names_the_environment() -> None:
-    """Two branch names for one commit share their runs; a rebuilt environment's path or time does not matter."""
+    """Two branch names for one commit share their runs;
+    a rebuilt environment's path or time does not matter."""
     renamed = {
         **ENV,
         "name": "other",
@@ -179,8 +181,8 @@ def test_a_cache_that_cannot_be_written_costs_the_reuse_not_the_measurement(tmp_
 
 @pytest.mark.parametrize("damage", ["not UTF-8", "gone"])
 def test_probe_files_that_cannot_be_read_cost_the_reuse_not_the_run(tmp_path, damage) -> None:
-    """Records the reader accepted (it replaces bad bytes) but the cache cannot hold as text, or files
-    removed meanwhile: the runs are judged as measured and simply not stored."""
+    """Records the reader accepted (it replaces bad bytes) but the cache cannot hold as text, or
+    files removed meanwhile: the runs are judged as measured and simply not stored."""
     (tmp_path / "job.json").write_text(json.dumps(JOB))
     (tmp_path / "runs.jsonl").write_bytes(b'{"kind": "header", "note": "\xff"}\n')
     if damage == "gone":
@@ -216,8 +218,8 @@ def test_the_key_changes_with_difftests_own_code(monkeypatch) -> None:
 
 
 def test_the_key_changes_with_a_variable_that_reaches_the_probe_and_no_other(monkeypatch) -> None:
-    """`VLLM_*` reaches the probe (`run.probes.environ.passed_environ`), so its runs may depend on it; an
-    unrelated variable never reaches it, and must not cost a re-run."""
+    """`VLLM_*` reaches the probe (`run.probes.environ.passed_environ`), so its runs may depend on
+    it; an unrelated variable never reaches it, and must not cost a re-run."""
     for name in ("VLLM_DIFFTEST_SOMETHING", "SOME_UNRELATED_VAR"):
         monkeypatch.delenv(name, raising=False)
     before = _key()
@@ -245,7 +247,8 @@ PROBE_FAILURE = {
 
 
 def records_text(failure: dict[str, Any] | None = None) -> str:
-    """What a probe writes for JOB (its own `RecordWriter`): its one run measured, or failing with `failure`."""
+    """What a probe writes for JOB (its own `RecordWriter`): its one run measured,
+    or failing with `failure`."""
     stream = io.StringIO()
     writer = RecordWriter(stream, NONCE)
     writer.header({"vllm": "0.32.0"}, import_s=1.0, setup_s=0.5)
@@ -319,7 +322,8 @@ def write_entry(cache: ResultCache, key: str, records: str, outcome: ProcessOutc
 
 
 def test_a_hand_written_clean_entry_is_reused(tmp_path) -> None:
-    """The control for the next test: an entry written this way is taken back when what it holds is clean."""
+    """The control for the next test:
+    an entry written this way is taken back when what it holds is clean."""
     cache, key = ResultCache(tmp_path / "cache"), "cd" + "0" * 62
     write_entry(cache, key, records_text(), clean_outcome(12.0))
     restored = cache.load(key, JOB, "main", "scheduler", tmp_path / "work", lambda _m: None)  # type: ignore[arg-type]
@@ -335,7 +339,8 @@ def test_a_hand_written_clean_entry_is_reused(tmp_path) -> None:
     "holds", ["a probe that exited with code 1", "a run that failed in the probe's own code"]
 )
 def test_an_entry_holding_a_run_that_is_never_stored_is_refused_as_damaged(tmp_path, holds) -> None:
-    """Its hash is right and its records validate: only `cacheable`, applied again on reading, refuses it."""
+    """Its hash is right and its records validate:
+    only `cacheable`, applied again on reading, refuses it."""
     cache, key = ResultCache(tmp_path / "cache"), "cd" + "0" * 62
     if holds.startswith("a probe"):
         path = write_entry(

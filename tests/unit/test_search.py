@@ -1,4 +1,5 @@
-"""The search engine of `difftest fuzz` (`difftest.run.fuzz.search`): Hypothesis in rounds, one new kind at a time.
+"""The search engine of `difftest fuzz` (`difftest.run.fuzz.search`): Hypothesis in rounds,
+one new kind at a time.
 
 `examine` here is a pure function of the generated value - exactly the contract
 the fuzz pipeline's examiner keeps (it is deterministic, cached by scenario) -
@@ -69,8 +70,9 @@ def test_nothing_to_find_runs_one_round_of_all_examples() -> None:
 
 
 class Clock:
-    """The search's clock (`time.monotonic` in `difftest.run.fuzz.search`), moved on only by `examine`: where
-    the search stops is then a fact about the search, not about how fast this machine is."""
+    """The search's clock (`time.monotonic` in `difftest.run.fuzz.search`), moved on only by
+    `examine`: where the search stops is then a fact about the search, not about how fast this
+    machine is."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -93,8 +95,8 @@ def test_the_time_limit_ends_a_round_that_found_nothing(monkeypatch) -> None:
 
     result = search(LISTS, examine, seed_value=0, examples=None, deadline_s=1.0)
     assert result.stopped == "time" and result.found == [] and result.rounds == 1
-    # Examples start at 0, 0.25, 0.5, 0.75 and 1.0 s (not past the deadline yet), so five are examined;
-    # the sixth starts at 1.25 s, past it, and ends the round before `examine` sees it.
+    # Examples start at 0, 0.25, 0.5, 0.75 and 1.0 s (not past the deadline yet), so five are
+    # examined; the sixth starts at 1.25 s, past it, and ends the round before `examine` sees it.
     assert len(examined) == 5 and result.calls == 6
     assert result.elapsed_s == 1.25
 

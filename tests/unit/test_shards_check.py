@@ -1,5 +1,6 @@
-"""`core.shards` on hand-built shard evidence: what every shard must agree on, and that the join takes the
-re-judged results, never the shards' own (the records themselves are in tests/e2e/test_shards.py)."""
+"""`core.shards` on hand-built shard evidence: what every shard must agree on, and that the join
+takes the re-judged results, never the shards' own (the records themselves are in
+tests/e2e/test_shards.py)."""
 
 from __future__ import annotations
 
@@ -122,7 +123,8 @@ def test_shards_of_another_difftest_are_refused_naming_the_version_to_merge_with
 
 
 def test_a_shard_holding_other_scenarios_than_its_slice_is_refused() -> None:
-    """A scenario dropped from a shard (its failing verdicts with it) would leave the merge without it."""
+    """A scenario dropped from a shard (its failing verdicts with it)
+    would leave the merge without it."""
     dropped = shard(1, scenarios={"a": shard(1).evidence.scenarios["a"]})  # its slice is a and c
     assert "holds the scenarios a, but shard 1/2 of its selection is a, c" in refusal(
         [dropped, shard(2)]

@@ -1,4 +1,5 @@
-"""The tests tier's result cache: a clean session's files kept and written back; anything else run again.
+"""The tests tier's result cache: a clean session's files kept and written back;
+anything else run again.
 
 Real files and the real cache folder layout; the session's files are small stand-ins for what
 pytest and difftest's plugin write (their reading is tested in test_tests_sessions.py).

@@ -1,4 +1,5 @@
-"""The tests tier's cross matrix in every report, from hand-built test records (judged by the real rules).
+"""The tests tier's cross matrix in every report, from hand-built test records
+(judged by the real rules).
 
 A branch name and a failure message are hostile (Markdown and HTML syntax): test
 output comes from the code under test and must never change a report's structure.
@@ -28,7 +29,8 @@ REGRESSION_TEST = "tests/v1/core/test_scheduler.py::test_stats_survive"
 
 
 def matrix_evidence() -> Evidence:
-    """upstream: 3 tests pass everywhere and one fails everywhere; pr-fix's test fails on EVIL's code."""
+    """upstream: 3 tests pass everywhere and one fails everywhere;
+    pr-fix's test fails on EVIL's code."""
     codes = ["main", "pr-fix", EVIL]
     raw = []
     for code in codes:
@@ -110,7 +112,8 @@ def test_html_shows_the_matrix_escaped() -> None:
     page = render_html(matrix_evidence())
     assert "Tests of X on the code of Y" in page and "1 regression" in page
     assert "<script>x" not in page and "&lt;script&gt;" in page and "<b>evil" not in page
-    # A counter table printed as escaped text would hide from the check below: every table is markup.
+    # A counter table printed as escaped text would hide from the check below:
+    # every table is markup.
     assert "&lt;table" not in page and "&lt;th&gt;" not in page, "a table printed as text"
     assert "<th>counter</th>" not in page and "<th>oracle</th>" not in page, (
         "a tier without counters shows no counter table"

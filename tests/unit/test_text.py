@@ -1,4 +1,5 @@
-"""Cleaning text from branches: the fast path of `loads_clean` never lets an unsafe character through."""
+"""Cleaning text from branches:
+the fast path of `loads_clean` never lets an unsafe character through."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from hypothesis import strategies as st
 
 from difftest.core.text import clean_strings, loads_clean
 
-#: JSON values whose strings (keys too) hold anything: lone surrogates, NUL, ESC, C1 controls, non-ASCII.
+#: JSON values whose strings (keys too) hold anything:
+#: lone surrogates, NUL, ESC, C1 controls, non-ASCII.
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),
     lambda children: (

@@ -1,4 +1,5 @@
-"""Step traces on hand-made runs: the recorded row beside the oracle's, the first disagreement, folding.
+"""Step traces on hand-made runs: the recorded row beside the oracle's,
+the first disagreement, folding.
 
 The oracle's rows come from a tier (`ProbeTier.expected_steps`); here a small tier
 stands in that returns given rows, because what is under test is how a trace

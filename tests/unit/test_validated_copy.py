@@ -1,8 +1,9 @@
-"""The result cache's validated copies (`run.cache.validated_copy`): an intact entry is reused without reading its records
-line by line again; an entry whose bytes changed in any way is read line by line and judged as before.
+"""The result cache's validated copies (`run.cache.validated_copy`): an intact entry is reused
+without reading its records line by line again; an entry whose bytes changed in any way is read line
+by line and judged as before.
 
-A probe's output is written by hand with the probe's own `RecordWriter` and read by the runner's reader,
-then stored and loaded as `run`/`gate` do (no vLLM: the end-to-end tests run real probes).
+A probe's output is written by hand with the probe's own `RecordWriter` and read by the runner's
+reader, then stored and loaded as `run`/`gate` do (no vLLM: the end-to-end tests run real probes).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ JOB: Job = {
 
 
 def _measured(folder: Path) -> BranchRun:
-    """A clean probe's output for JOB, as the runner leaves it: its files, and its runs as the reader read them."""
+    """A clean probe's output for JOB, as the runner leaves it: its files,
+    and its runs as the reader read them."""
     stream = io.StringIO()
     writer = RecordWriter(stream, NONCE)
     writer.header({"vllm": "0.32.0"}, import_s=1.0, setup_s=0.5)
@@ -103,7 +105,8 @@ def _load(cache: ResultCache, tmp_path: Path) -> tuple[BranchRun | None, list[st
 
 
 def _reader_calls(monkeypatch) -> list[int]:
-    """Counts each line-by-line reading of an entry's records (the runner's reader, as the cache calls it)."""
+    """Counts each line-by-line reading of an entry's records (the runner's reader,
+    as the cache calls it)."""
     calls: list[int] = []
     original = result_cache.check_lines
 
@@ -116,7 +119,8 @@ def _reader_calls(monkeypatch) -> list[int]:
 
 
 def _rewrite(entry: Path, edit: Any, rehash: bool) -> None:
-    """Change an entry's records with `edit`; `rehash`: recompute its payload's sha256 to match (a forgery)."""
+    """Change an entry's records with `edit`; `rehash`: recompute its payload's sha256 to match
+    (a forgery)."""
     data = json.loads(entry.read_text())
     data["payload"]["records"] = edit(data["payload"]["records"])
     if rehash:
@@ -185,7 +189,8 @@ def test_a_changed_counter_with_the_old_hash_is_caught_before_the_copy_is_looked
 def test_a_changed_counter_with_a_matching_hash_is_read_from_the_entry_not_the_copy(
     stored, tmp_path
 ) -> None:
-    """Valid records, forged consistently: what is reused is what the entry now says, never the copy's runs."""
+    """Valid records, forged consistently: what is reused is what the entry now says,
+    never the copy's runs."""
     cache, run, entry = stored
     _rewrite(
         entry, lambda records: records.replace('"num_drafts": 4', '"num_drafts": 5'), rehash=True

@@ -25,8 +25,8 @@ from contextlib import contextmanager
 
 @contextmanager
 def long_lived() -> Iterator[None]:
-    """Objects made inside are kept for the rest of the command and hold no reference cycles: make them without
-    collector passes, and leave them out of every later one."""
+    """Objects made inside are kept for the rest of the command and hold no reference cycles: make
+    them without collector passes, and leave them out of every later one."""
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()

@@ -1,4 +1,5 @@
-"""The result cache: a branch's probe output for one job, kept so an unchanged re-run need not import vLLM.
+"""The result cache: a branch's probe output for one job, kept so an unchanged re-run need not
+import vLLM.
 
 A probe's runs depend on nothing but what is in its key (`result_key`): the
 branch environment's content (its fingerprint: commit, patches, the overlay's
@@ -207,8 +208,9 @@ class ResultCache:
     def load(
         self, key: str, job: Job, branch: str, tier: str, work_dir: Path, log: Any
     ) -> BranchRun | None:
-        """The stored output for `key`, written back into `work_dir` and re-read as the runner reads a
-        probe's; None when there is none, or when it is damaged (logged, deleted: measured again)."""
+        """The stored output for `key`, written back into `work_dir` and re-read as the runner reads
+        a probe's; None when there is none, or when it is damaged (logged, deleted: measured
+        again)."""
         if not self.reuse:
             return None
         path = self._path(key)
@@ -219,7 +221,8 @@ class ResultCache:
                 return self._restore(path, key, job, branch, tier, work_dir, log)
         except _Damaged as exc:
             log(
-                f"{branch}: {tier} result cache entry {path} is damaged ({exc}): deleting it and measuring again"
+                f"{branch}: {tier} result cache entry {path} is damaged ({exc}): "
+                "deleting it and measuring again"
             )
             for damaged in (path, copy_path(path)):
                 try:
@@ -296,8 +299,9 @@ class ResultCache:
         who: str,
         log: Any,
     ) -> ReadRecords:
-        """The entry's records as the runner's reader reads them: from their validated copy when it was made from
-        these very entry bytes (`run.cache.validated_copy`), else line by line, keeping a copy for the next reuse."""
+        """The entry's records as the runner's reader reads them: from their validated copy when it
+        was made from these very entry bytes (`run.cache.validated_copy`), else line by line,
+        keeping a copy for the next reuse."""
         copy = copy_path(path)
         try:
             kept = read_copy(copy, entry_sha256)
@@ -320,7 +324,8 @@ class ResultCache:
         why = cacheable(run)
         if why or run.job_path is None or run.records_path is None:
             log(
-                f"{run.branch}: {run.tier} runs not cached ({why or 'no probe files'}): the next run measures them again"
+                f"{run.branch}: {run.tier} runs not cached ({why or 'no probe files'}): "
+                "the next run measures them again"
             )
             return False
         try:
@@ -355,13 +360,14 @@ class ResultCache:
             atomic_write_text(path, text)
         except OSError as exc:  # a full disk costs the reuse, never the measurement
             log(
-                f"{run.branch}: {run.tier} runs not cached: cannot write {path} ({exc.strerror or exc})"
+                f"{run.branch}: {run.tier} runs not cached: "
+                f"cannot write {path} ({exc.strerror or exc})"
             )
             return False
-        try:  # the validated copy of exactly what was stored, so that the next run need not read it line by line
-            records = _read_records(
-                payload["records"], run.nonce, json.loads(payload["job"]), run.tier
-            )
+        # The validated copy of exactly what was stored, so that the next run need not read it line
+        # by line.
+        try:
+            records = _read_records(records_text, run.nonce, json.loads(job_text), run.tier)
         except (_Damaged, ValueError):
             return True  # the next reuse reads it line by line, and judges it
         write_copy(copy_path(path), sha256_bytes(text.encode("utf-8")), records)
@@ -373,7 +379,8 @@ class _Damaged(Exception):
 
 
 def _read_records(text: str, nonce: str, job: Job, tier: str) -> ReadRecords:
-    """An entry's records read line by line by the runner's own reader; _Damaged unless every one is trusted."""
+    """An entry's records read line by line by the runner's own reader; _Damaged unless every one is
+    trusted."""
     delivery = check_lines(text.splitlines(), nonce, job, tier, exited_cleanly=True)
     if delivery.untrusted or delivery.rejected or delivery.incomplete or delivery.header is None:
         why = (

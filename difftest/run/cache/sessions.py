@@ -1,4 +1,5 @@
-"""The result cache for the tests tier: one pytest-xdist session's files, reused when nothing it depends on changed.
+"""The result cache for the tests tier: one pytest-xdist session's files, reused when nothing it
+depends on changed.
 
 The rules are the probe tiers' (`run.cache.results`): the key covers everything
 the session's outcomes depend on — the session (test tree commit, grafts,
@@ -28,7 +29,8 @@ from difftest.run.probes.environ import passed_environ
 
 #: Bump when an entry's shape or the key's material changes.
 SUITE_CACHE_FORMAT = 1
-#: The session files an entry holds (the plugin's and pytest's reports; the log is not needed to judge).
+#: The session files an entry holds (the plugin's and pytest's reports; the log is not needed to
+#: judge).
 SESSION_FILES = ("junit.xml", "workers.json", "progress.jsonl")
 
 
@@ -40,7 +42,8 @@ def session_key(
     packages: list[str],
     limits: dict[str, float],
 ) -> str:
-    """sha256 of everything one session's outcomes depend on (`workers`: (branch, env fingerprint))."""
+    """sha256 of everything one session's outcomes depend on
+    (`workers`: (branch, env fingerprint))."""
     material = {
         "format": SUITE_CACHE_FORMAT,
         "difftest": __version__,
@@ -90,7 +93,8 @@ def load_session(cache: ResultCache | None, key: str, out: Path, log: Any) -> di
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log(
-            f"tests: result cache entry {path} is damaged ({exc}): deleting it and running the session again"
+            f"tests: result cache entry {path} is damaged ({exc}): "
+            "deleting it and running the session again"
         )
         path.unlink(missing_ok=True)
         return None

@@ -1,5 +1,5 @@
-"""The validated copy of a result cache entry's records, so that reusing an unchanged entry does not read its
-records line by line again.
+"""The validated copy of a result cache entry's records, so that reusing an unchanged entry does not
+read its records line by line again.
 
 Reading an entry's records the runner's way (`delivery.check_lines`: JSON per
 line, strings cleaned, the nonce, the plan, the trailer, a model per record) is
@@ -39,7 +39,8 @@ COPY_FORMAT = 1
 
 
 class ReadRecords(BaseModel):
-    """What the reader made of one probe's records: its header and one run per planned run, in plan order."""
+    """What the reader made of one probe's records: its header and one run per planned run, in plan
+    order."""
 
     header: ProbeHeader
     runs: list[ProbeRun]
@@ -55,8 +56,8 @@ def copy_path(entry: Path) -> Path:
 
 
 def read_copy(path: Path, entry_sha256: str) -> ReadRecords | None:
-    """The copy at `path` if it was made from entry bytes with this sha256; None when there is none or it was
-    made from other bytes; CopyDamaged when it does not read back."""
+    """The copy at `path` if it was made from entry bytes with this sha256; None when there is none
+    or it was made from other bytes; CopyDamaged when it does not read back."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -83,8 +84,8 @@ def read_copy(path: Path, entry_sha256: str) -> ReadRecords | None:
 
 
 def write_copy(path: Path, entry_sha256: str, records: ReadRecords) -> bool:
-    """Keep `records` (what the reader made of entry bytes with this sha256) at `path`; False when they would
-    not read back exactly (then nothing is written) or the copy cannot be written."""
+    """Keep `records` (what the reader made of entry bytes with this sha256) at `path`; False when
+    they would not read back exactly (then nothing is written) or the copy cannot be written."""
     try:
         body = records.model_dump_json(exclude_unset=True)
         back = ReadRecords.model_validate_json(body)

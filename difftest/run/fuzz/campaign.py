@@ -1,10 +1,12 @@
-"""`difftest fuzz`: generated scenarios, every branch's real scheduler, `run`'s judging, shrunk findings.
+"""`difftest fuzz`: generated scenarios, every branch's real scheduler, `run`'s judging, shrunk
+findings.
 
     strategy (tier) -> scenario mapping -> the tier's loader validation -> one job
       -> a warm probe per branch (`run.fuzz.warm_probe`) -> records checked as `run` checks them
       -> judged as `run` judges (oracle + invariants; or the `--against` branch's totals)
       -> kinds of failure (core.fuzz) -> the search (search.py: Hypothesis, seeded, shrinking)
-      -> per finding: a scenario file under <out>/found/<tier>/, its evidence, and a config to re-run it
+      -> per finding: a scenario file under <out>/found/<tier>/, its evidence,
+         and a config to re-run it
 
 A generated scenario that the loader refuses is a bug in the strategy, never a
 finding: the search stops with that (shrunk) scenario. Every example is probed
@@ -56,7 +58,8 @@ SUMMARY = "fuzz.json"
 
 
 class StrategyError(RuntimeError):
-    """The tier's strategy generated a scenario its own loader refuses: a difftest bug, not a finding."""
+    """The tier's strategy generated a scenario its own loader refuses: a difftest bug, not a
+    finding."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ def fuzz(
     log: Log = lambda _m: None,
     progress: FuzzProgress | None = None,
 ) -> FuzzOutcome:
-    """Search for failures of every branch, shrink them, write them as scenario files; never raises for a branch."""
+    """Search for failures of every branch, shrink them, write them as scenario files; never raises
+    for a branch."""
     tier = fuzzable_tier()
     if request.out.exists() and not request.out.is_dir():
         raise ConfigError(
@@ -174,7 +178,8 @@ def _search(
     report = outcome.report
     compared = f"against {examiner.against}" if examiner.against else f"{examiner.reading} reading"
     log(
-        f"fuzzing {', '.join(examiner.branches)} on the {examiner.tier.name} tier (seed {request.seed}, {compared})"
+        f"fuzzing {', '.join(examiner.branches)} on the {examiner.tier.name} tier "
+        f"(seed {request.seed}, {compared})"
     )
     result = search(
         examiner.tier.fuzz_strategy(),
@@ -209,7 +214,8 @@ def _branch_names(config: Config, request: FuzzRequest) -> tuple[list[str], str 
     if against is not None and against in fuzzed:
         raise ConfigError(
             f"branch {against!r} is both fuzzed and the --against branch",
-            "list the branches to compare with it, without it (e.g. `difftest fuzz --against main BRANCH`)",
+            "list the branches to compare with it, without it "
+            "(e.g. `difftest fuzz --against main BRANCH`)",
         )
     if not fuzzed:
         raise ConfigError("no branch to fuzz", "name a branch besides the --against one")
@@ -240,14 +246,16 @@ class Prober:
         self.pool = pool
 
     def play(self, job: Job, keep: Path | None = None) -> dict[str, BranchRun]:
-        """Every branch's answer; with `keep`, each probe's job and records are also written there."""
+        """Every branch's answer; with `keep`, each probe's job and records are also written
+        there."""
         futures = {
             name: self.pool.submit(server.play, job, keep) for name, server in self.servers.items()
         }
         return {name: f.result() for name, f in futures.items()}
 
     def warm_up(self, tier: ProbeTier[Any]) -> dict[str, str]:
-        """Start every probe (vLLM imported) with an empty job; the branches whose probe cannot start, why."""
+        """Start every probe (vLLM imported) with an empty job; the branches whose probe cannot
+        start, why."""
         job: Job = make_job(tier, [], None)
         failed = {
             name: run.error or "no header"
@@ -295,8 +303,8 @@ class Examiner:
             return self.tier.parse_scenario({**raw, "name": name}, f"<generated {name}>")
         except ConfigError as exc:
             raise StrategyError(
-                f"the {self.tier.name} tier's fuzz strategy generated a scenario its loader refuses: "
-                f"{exc.problem}\n{json.dumps(raw)}"
+                f"the {self.tier.name} tier's fuzz strategy generated a scenario "
+                f"its loader refuses: {exc.problem}\n{json.dumps(raw)}"
             ) from None
 
     def probe(self, scenario: ScenarioBase, keep: Path | None = None) -> dict[str, BranchRun]:
@@ -305,7 +313,8 @@ class Examiner:
     def judge(
         self, scenario: ScenarioBase, delivered: dict[str, BranchRun]
     ) -> tuple[list[Observation], dict[str, list[Result]]]:
-        """Every fuzzed branch's observations (against the oracle or the --against branch) and its results."""
+        """Every fuzzed branch's observations (against the oracle or the --against branch) and its
+        results."""
         runs = {name: run.runs for name, run in delivered.items()}
         by_oracle = (
             judge_scenario(self.tier, scenario, delivered, self.reading, self.baseline)
@@ -326,15 +335,16 @@ class Examiner:
     def as_run_judges(
         self, scenario: ScenarioBase, delivered: dict[str, BranchRun]
     ) -> list[Result]:
-        """Every probed branch's results by the oracle: what `difftest run` on the scenario's file gives."""
+        """Every probed branch's results by the oracle: what `difftest run` on the scenario's file
+        gives."""
         judged = judge_scenario(self.tier, scenario, delivered, self.reading, self.baseline)
         return [r for name in delivered for r in judged[name]]
 
     def _judge_against(
         self, scenario: ScenarioBase, branch: str, runs: dict[str, list[ProbeRun]]
     ) -> list[Result]:
-        """Differences from the --against branch: its totals are the expected ones, its own violations are
-        not this branch's, and a run it could not measure is not judged."""
+        """Differences from the --against branch: its totals are the expected ones, its own
+        violations are not this branch's, and a run it could not measure is not judged."""
         assert self.against is not None
         reference = {r.label: r for r in runs[self.against] if r.role in JUDGED_ROLES}
         comparable = [
@@ -384,7 +394,8 @@ def _write_findings(
     request: FuzzRequest,
     log: Log,
 ) -> None:
-    """Each finding as a scenario file, loaded back with the tier's loader, probed again for its evidence."""
+    """Each finding as a scenario file, loaded back with the tier's loader, probed again for its
+    evidence."""
     if not result.found:
         return
     tier = examiner.tier
@@ -401,9 +412,11 @@ def _write_findings(
                 _comments(name, found, request),
             )
         )
-        # Read back as `run` reads it: the file is the finding, so it must load (name, hash) and show it again.
+        # Read back as `run` reads it: the file is the finding, so it must load (name, hash) and
+        # show it again.
         scenario = tier.parse_scenario(read_scenario_file(path, GUIDE), str(path))
-        # The evidence folder is laid out as `run --out` lays one out, so `difftest show` reads its steps.
+        # The evidence folder is laid out as `run --out` lays one out, so `difftest show` reads its
+        # steps.
         evidence_dir = found_dir / "evidence" / name
         delivered = examiner.probe(scenario, keep=evidence_dir / "probe")
         again, _ = examiner.judge(scenario, delivered)
@@ -446,13 +459,17 @@ def _slug(text: str) -> str:
 
 def _statement(found: Found[Kind], seed: int) -> str:
     first = next(iter(found.kinds))
-    return f"Found by difftest fuzz (seed {seed}): {first.branch} {first.verdict} ({first.what}), shrunk by Hypothesis."
+    return (
+        f"Found by difftest fuzz (seed {seed}): {first.branch} {first.verdict} ({first.what}), "
+        "shrunk by Hypothesis."
+    )
 
 
 def _comments(name: str, found: Found[Kind], request: FuzzRequest) -> list[str]:
     against = f" --against {request.against}" if request.against else ""
     lines = [
-        f"Found by `difftest fuzz --seed {request.seed}{against}` (search round {found.round}), shrunk by Hypothesis."
+        f"Found by `difftest fuzz --seed {request.seed}{against}` (search round {found.round}), "
+        "shrunk by Hypothesis."
     ]
     lines += [
         f"{o.kind.branch}: {o.kind.verdict} in {o.label}: {o.reason}" for o in found.kinds.values()
@@ -478,8 +495,10 @@ def _write_config(config: Config, workspace: Workspace, found_dir: Path) -> None
     raw["scenarios_dir"] = "."
     raw["stats_paths"] = config.stats_paths
     text = (
-        "# Written by difftest fuzz: the fuzzed branches (each at the commit it was fuzzed at) and\n"
-        "# `scenarios_dir` pointing at the scenarios it found. `difftest run -c THIS_FILE` re-runs them.\n"
+        "# Written by difftest fuzz: the fuzzed branches "
+        "(each at the commit it was fuzzed at) and\n"
+        "# `scenarios_dir` pointing at the scenarios it found. "
+        "`difftest run -c THIS_FILE` re-runs them.\n"
     )
     (found_dir / "branches.yaml").write_text(text + yaml.safe_dump(raw, sort_keys=False))
 

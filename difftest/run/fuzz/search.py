@@ -53,6 +53,15 @@ class Found(Generic[K]):
 
 
 @dataclass
+class _RoundState:
+    """What one round's test has seen so far: its calls, and when it first saw a new kind."""
+
+    calls: int = 0
+    #: Seconds from the start of the search; None until a new kind is seen.
+    first_seen: float | None = None
+
+
+@dataclass
 class SearchResult(Generic[K]):
     found: list[Found[K]] = field(default_factory=list)
     #: Test cases run by the last round (the examples searched), and by all rounds.
@@ -60,8 +69,9 @@ class SearchResult(Generic[K]):
     calls: int = 0
     rounds: int = 0
     elapsed_s: float = 0.0
-    #: Why the search stopped early: `time` (deadline), `interrupted` (Ctrl-C) or `flaky` (an example
-    #: did not fail again when replayed: `examine` is not deterministic); None if it ran its course.
+    #: Why the search stopped early: `time` (deadline), `interrupted` (Ctrl-C) or `flaky` (an
+    #: example did not fail again when replayed: `examine` is not deterministic); None if it ran its
+    #: course.
     stopped: str | None = None
     stop_reason: str = ""
 
@@ -89,7 +99,8 @@ def search(
     deadline_s: float | None = None,
     on_call: Callable[[SearchResult[K]], None] | None = None,
 ) -> SearchResult[K]:
-    """Search `examples` test cases per round (or until `deadline_s` seconds), return every kind found."""
+    """Search `examples` test cases per round (or until `deadline_s` seconds), return every kind
+    found."""
     if examples is None and deadline_s is None:
         raise ValueError("give examples, deadline_s or both")
     result: SearchResult[K] = SearchResult()
@@ -130,7 +141,7 @@ def _round(
     on_call: Callable[[SearchResult[K]], None] | None,
 ) -> tuple[Found[K] | None, int]:
     """One Hypothesis run failing on kinds not in `known`; the shrunk example, or None."""
-    state = {"calls": 0, "first_seen": None}
+    state = _RoundState()
 
     @seed(seed_value)
     @settings(
@@ -146,25 +157,25 @@ def _round(
     )
     @given(strategy)
     def test(value: Any) -> None:
-        state["calls"] += 1
+        state.calls += 1
         result.calls += 1
         if on_call is not None:
             on_call(result)
-        if state["first_seen"] is None and deadline is not None and time.monotonic() > deadline:
+        if state.first_seen is None and deadline is not None and time.monotonic() > deadline:
             raise _OutOfTime()
         new = {k: v for k, v in examine(value).items() if k not in known}
         if new:
-            if state["first_seen"] is None:
-                state["first_seen"] = time.monotonic() - started
+            if state.first_seen is None:
+                state.first_seen = time.monotonic() - started
             raise _NewKinds(value, new)
 
     try:
         with with_reporter(lambda _message: None):
             test()
     except _NewKinds as failure:
-        return Found(failure.value, failure.kinds, state["first_seen"] or 0.0, 0), state["calls"]
+        return Found(failure.value, failure.kinds, state.first_seen or 0.0, 0), state.calls
     except Flaky as exc:
         raise _NotReproduced(
             f"an example did not fail again when replayed: {str(exc).splitlines()[0]}"
         ) from None
-    return None, state["calls"]
+    return None, state.calls

@@ -105,8 +105,9 @@ class WarmProbe:
     def play(self, job: Job, keep: Path | None = None) -> BranchRun:
         """One job: exactly one ProbeRun per planned run, measured or an `error` with its reason.
 
-        With `keep`, the job and the probe's answer are also written there, as `run` writes a probe's
-        job and RUNS.jsonl (named in the result with the nonce), so the evidence can cite them.
+        With `keep`, the job and the probe's answer are also written there, as `run` writes a
+        probe's job and RUNS.jsonl (named in the result with the nonce), so the evidence can cite
+        them.
         """
         with self._lock:
             result, lines = self._play(job)
@@ -182,8 +183,8 @@ class WarmProbe:
         return result, lines
 
     def close(self) -> None:
-        """Let the probe exit at the end of its input; stop it if it does not. A probe still busy with a
-        job (closing after Ctrl-C) is killed at once; that job reads `error`."""
+        """Let the probe exit at the end of its input; stop it if it does not. A probe still busy
+        with a job (closing after Ctrl-C) is killed at once; that job reads `error`."""
         if not self._lock.acquire(blocking=False):
             proc = self._proc
             if proc is not None and proc.poll() is None:
@@ -216,7 +217,10 @@ class WarmProbe:
         self._answered = 0
         with open(self.log_path, "ab") as log:
             log.write(
-                f"--- difftest: probe process {self.starts} for {self.branch} ({self.tier}) ---\n".encode()
+                (
+                    f"--- difftest: probe process {self.starts} "
+                    f"for {self.branch} ({self.tier}) ---\n"
+                ).encode()
             )
             self._log_offset = log.tell()
             self._proc = start_probe_process(
@@ -225,7 +229,8 @@ class WarmProbe:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 bufsize=0,
-                # As in `runner.run_probe`: not the caller's folder, whose difftest would shadow the env's probe.
+                # As in `runner.run_probe`: not the caller's folder, whose difftest would shadow the
+                # env's probe.
                 cwd=self.work_dir,
                 env={**probe_environ(self.parallel), descendants.TOKEN_ENV: self._token},
                 nonce=self._nonce,
@@ -233,7 +238,8 @@ class WarmProbe:
             )
 
     def _stop(self, grace_s: float = 0.0) -> int | None:
-        """Kill the process group (if still running after `grace_s`) and forget the process; its exit code."""
+        """Kill the process group (if still running after `grace_s`) and forget the process; its
+        exit code."""
         proc, self._proc = self._proc, None
         if proc is None:
             return None
@@ -252,7 +258,8 @@ class WarmProbe:
         return code
 
     def _read_answer(self, deadline: float) -> tuple[list[str], str]:
-        """Lines up to and including this probe's trailer; the ending: `trailer`, `eof` or `timeout`."""
+        """Lines up to and including this probe's trailer; the ending: `trailer`, `eof` or
+        `timeout`."""
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         lines: list[str] = []

@@ -1,4 +1,5 @@
-"""How many branch probes run at once: no more than the cores suit (the tier says) and the memory holds.
+"""How many branch probes run at once: no more than the cores suit (the tier says) and the memory
+holds.
 
 Each probe is a Python process that imports vLLM and torch; a scheduler-tier
 probe peaks at several hundred MB (`bench/memory.py`). Started all at once,
@@ -28,7 +29,8 @@ def available_memory_mb(meminfo: Path = Path("/proc/meminfo")) -> float | None:
 
 
 def probes_at_once(wanted: int, per_probe_mb: float, available_mb: float | None) -> int:
-    """`wanted` (the tier's default for these branches and cores), capped by memory; at least one."""
+    """`wanted` (the tier's default for these branches and cores), capped by memory; at least
+    one."""
     if available_mb is None or per_probe_mb <= 0:
         return max(1, wanted)
     fits = int(available_mb * MEMORY_SHARE // per_probe_mb)

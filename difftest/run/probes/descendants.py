@@ -34,7 +34,8 @@ def new_token() -> str:
 
 
 def become_subreaper() -> bool:
-    """Orphaned descendants are re-parented to this process (Linux); False where that is not possible."""
+    """Orphaned descendants are re-parented to this process (Linux); False where that is not
+    possible."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
@@ -73,8 +74,8 @@ def _parent(pid: int) -> int | None:
 
 
 def _kill(pid: int, wait: bool = False) -> None:
-    """SIGKILL `pid`; reap it if it is this process's child (`wait`: once it has died, so that its own
-    children are re-parented here before the next look)."""
+    """SIGKILL `pid`; reap it if it is this process's child (`wait`: once it has died, so that its
+    own children are re-parented here before the next look)."""
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError:
@@ -120,9 +121,10 @@ def _running(pid: int) -> bool:
 
 
 def end_orphans(every_child: bool, passes: int = 20) -> list[int]:
-    """SIGKILL the orphans re-parented to this process (`become_subreaper`) when a command ends, and reap
-    those that already ended: its children that carry one of its probes' tokens, or with `every_child`
-    all of its children (the command line's own process, where nothing else of its still runs then)."""
+    """SIGKILL the orphans re-parented to this process (`become_subreaper`) when a command ends, and
+    reap those that already ended: its children that carry one of its probes' tokens, or with
+    `every_child` all of its children (the command line's own process, where nothing else of its
+    still runs then)."""
     me = os.getpid()
     ours = f"{TOKEN_ENV}={me}-".encode()
     ended: list[int] = []

@@ -1,4 +1,5 @@
-"""The environment a probe runs in: an explicit allow-list of the caller's, plus difftest's own settings.
+"""The environment a probe runs in: an explicit allow-list of the caller's, plus difftest's own
+settings.
 
 A branch's counting may depend on an environment variable (vLLM reads dozens
 of `VLLM_*` switches), so what reaches a probe is part of what its runs depend
@@ -79,7 +80,8 @@ def passed_environ() -> dict[str, str]:
 
 
 def probe_environ(parallel: int = 1) -> dict[str, str]:
-    """The probe's environment: the allow-listed caller's, offline, in-process, caches inside difftest's home.
+    """The probe's environment: the allow-listed caller's, offline, in-process, caches inside
+    difftest's home.
 
     Probes running side by side share the cores instead of each starting one
     torch thread per core (oversubscribed, three engines took longer together

@@ -20,7 +20,8 @@ MAX_PROBE_FILE_BYTES = 256 * 1024 * 1024
 
 
 def open_probe_file(path: Path) -> int:
-    """A file descriptor for reading `path`, which must be a regular file (not a FIFO, a device or a link)."""
+    """A file descriptor for reading `path`, which must be a regular file (not a FIFO, a device or a
+    link)."""
     fd = os.open(
         path,
         os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
@@ -37,7 +38,8 @@ def open_probe_file(path: Path) -> int:
 
 
 def read_probe_file(path: Path, offset: int = 0, limit: int = MAX_PROBE_FILE_BYTES) -> bytes:
-    """The bytes of `path` from `offset`; OSError when it is not a regular file or holds more than `limit`."""
+    """The bytes of `path` from `offset`; OSError when it is not a regular file or holds more than
+    `limit`."""
     fd = open_probe_file(path)
     try:
         size = os.fstat(fd).st_size

@@ -45,8 +45,9 @@ UNREPORTED = -1
 
 
 class ForkedProcess:
-    """A probe forked by the fork server. Its end (with its exit code) is reported by the server, its
-    parent; it is also watched directly (a pidfd), so a stuck server never leaves the host waiting."""
+    """A probe forked by the fork server. Its end (with its exit code) is reported by the server,
+    its parent; it is also watched directly (a pidfd), so a stuck server never leaves the host
+    waiting."""
 
     def __init__(self, pid: int, server: ForkServer) -> None:
         self.pid = pid
@@ -108,7 +109,8 @@ class ServerState:
 
 
 class ForkServer:
-    """One warm interpreter per tier (`python -m difftest.probe.forkserver`), forking a probe per branch.
+    """One warm interpreter per tier (`python -m difftest.probe.forkserver`), forking a probe per
+    branch.
 
     Started with one branch environment's interpreter: the shared libraries come
     from the base every branch environment shares, and each child switches to
@@ -144,7 +146,8 @@ class ForkServer:
         return self.state.ready and not self.failure and self._proc.poll() is None
 
     def fail(self, why: str) -> None:
-        """Stop using the server: kill it, end the probes it has not reported, keep the first reason."""
+        """Stop using the server: kill it, end the probes it has not reported, keep the first
+        reason."""
         with self._lock:
             self.failure = self.failure or f"the fork server failed: {why}"
             self._end_children()
@@ -211,7 +214,8 @@ class ForkServer:
                     self._changed.notify_all()
             except (ValueError, TypeError, KeyError, AttributeError):
                 self.fail(
-                    f"it sent a message difftest cannot read: {clean(raw[:120].decode(errors='replace'))!r}"
+                    "it sent a message difftest cannot read: "
+                    f"{clean(raw[:120].decode(errors='replace'))!r}"
                 )
                 break
         with self._lock:  # the server is gone: so are its children (they die with it)
@@ -248,7 +252,8 @@ class ForkServer:
 def start_fork_server(
     python: Path, env: dict[str, str], cwd: Path, log: Path, ready_timeout_s: float, start: Any
 ) -> ForkServer:
-    """Start the server with `start` (the runner's registry-aware Popen) and wait for its imports."""
+    """Start the server with `start` (the runner's registry-aware Popen) and wait for its
+    imports."""
     with open(log, "wb") as stream:
         proc = start(
             [str(python), "-m", "difftest.probe.forkserver"],
@@ -270,9 +275,10 @@ def start_fork_server(
 
 
 def refusal(code: int | None, log_tail: str) -> str | None:
-    """Why a forked child refused to measure its branch (its branch would not see the shared libraries
-    a fresh probe would; it says so in its log, before measuring anything), or None. The branch is
-    then probed in a fresh interpreter. A branch's own exit with the same code has no such line."""
+    """Why a forked child refused to measure its branch (its branch would not see the shared
+    libraries a fresh probe would; it says so in its log, before measuring anything), or None. The
+    branch is then probed in a fresh interpreter. A branch's own exit with the same code has no such
+    line."""
     said = [line for line in log_tail.splitlines() if line.startswith(NOT_SHAREABLE_PREFIX)]
     return (
         said[-1].removeprefix(NOT_SHAREABLE_PREFIX) if code == EXIT_NOT_SHAREABLE and said else None

@@ -50,7 +50,8 @@ class Delivery:
     incomplete: str | None = None
 
     def unreported(self) -> list[list[str]]:
-        """The planned runs ([scenario, label]) with no record at all: cut short by the process's end."""
+        """The planned runs ([scenario, label]) with no record at all: cut short by the process's
+        end."""
         return [
             [s, planned["label"]]
             for s, planned in self.plan
@@ -100,7 +101,8 @@ def read_delivery(path: Path, nonce: str, job: Job, tier: str, exited_cleanly: b
 def check_lines(
     lines: list[str], nonce: str, job: Job, tier: str, exited_cleanly: bool
 ) -> Delivery:
-    """Check a probe's answer to one job, line by line (a file's lines, or a served probe's answer)."""
+    """Check a probe's answer to one job, line by line (a file's lines, or a served probe's
+    answer)."""
     plan = [(s["name"], run) for s in job["scenarios"] for run in s["runs"]]
     delivery = Delivery(plan=plan, tier=tier)
     planned = {(name, run["label"]): run for name, run in plan}
@@ -120,8 +122,8 @@ def check_lines(
             continue
         if record.get("nonce") != nonce:
             delivery.untrusted.append(
-                f"line {number} does not carry this probe's nonce (it was written by something else, "
-                "such as the branch's code)"
+                f"line {number} does not carry this probe's nonce "
+                "(it was written by something else, such as the branch's code)"
             )
             continue
         if delivery.trailer is not None:
@@ -142,7 +144,8 @@ def check_lines(
             delivery.untrusted.append(f"line {number} has an unknown kind {quote(kind)}")
     if delivery.trailer is not None and delivery.trailer.runs != run_records:
         delivery.untrusted.append(
-            f"the trailer counts {delivery.trailer.runs} run record(s), the file holds {run_records}"
+            f"the trailer counts {delivery.trailer.runs} run record(s), "
+            f"the file holds {run_records}"
         )
     if delivery.trailer is None and exited_cleanly:
         delivery.incomplete = (
@@ -187,7 +190,8 @@ def _run(
         return
     if run.role != plan["role"] or run.order != list(plan["order"]):
         delivery.rejected[key] = (
-            f"the record says role {run.role} and order {run.order}; the plan says {plan['role']} and {plan['order']}"
+            f"the record says role {run.role} and order {run.order}; "
+            f"the plan says {plan['role']} and {plan['order']}"
         )
         return
     delivery.found[key] = run

@@ -61,7 +61,8 @@ STACK_DUMP_S = 1.0
 
 
 class ProbesStopped(Exception):
-    """Raised instead of starting a probe after `stop_all_probes` (the user interrupted difftest)."""
+    """Raised instead of starting a probe after `stop_all_probes` (the user interrupted
+    difftest)."""
 
 
 class _LiveProbes:
@@ -99,7 +100,8 @@ class _LiveProbes:
         return proc
 
     def add(self, proc: Any) -> None:
-        """Hold a probe started some other way (a child of the fork server); killed as the others are."""
+        """Hold a probe started some other way (a child of the fork server); killed as the others
+        are."""
         with self._lock:
             if self._stopped:
                 kill_group(proc, wait=False)
@@ -145,10 +147,10 @@ def allow_probes() -> None:
 def start_probe_process(
     *args: Any, nonce: str | None = None, **kwargs: Any
 ) -> subprocess.Popen[Any]:
-    """`subprocess.Popen`, for a probe: killed with the others on an interrupt or at exit, told to die
-    with this host (`protocol.die_with_host`); raises ProbesStopped once difftest was interrupted.
-    The `nonce` goes over a pipe (`protocol.take_nonce`), never into the environment, which a
-    process can read from `/proc/self/environ` all its life."""
+    """`subprocess.Popen`, for a probe: killed with the others on an interrupt or at exit, told to
+    die with this host (`protocol.die_with_host`); raises ProbesStopped once difftest was
+    interrupted. The `nonce` goes over a pipe (`protocol.take_nonce`), never into the environment,
+    which a process can read from `/proc/self/environ` all its life."""
     kwargs["env"] = {**kwargs.get("env", {}), HOST_PID_ENV: str(os.getpid())}
     kwargs["env"].pop(NONCE_ENV, None)
     if nonce is None:
@@ -182,7 +184,8 @@ class BranchRun:
     tier: str
     header: ProbeHeader | None = None
     runs: list[ProbeRun] = field(default_factory=list)
-    #: Why the process as a whole failed (import error, crash, timeout), in one line; None if it exited cleanly.
+    #: Why the process as a whole failed (import error, crash, timeout), in one line; None if it
+    #: exited cleanly.
     error: str | None = None
     #: The last lines the probe printed, for reports of a failed process.
     log_tail: str = ""
@@ -198,12 +201,14 @@ class BranchRun:
     records_path: Path | None = None
     #: The secret the probe stamped its records with; kept so the records can be re-validated later.
     nonce: str = ""
-    #: The probe process's peak resident memory (VmHWM, sampled while it ran), in MB; None if unknown.
+    #: The probe process's peak resident memory (VmHWM, sampled while it ran), in MB; None if
+    #: unknown.
     peak_rss_mb: float | None = None
-    #: Set when these runs were not measured now but read from the result cache (`run.cache.results`).
+    #: Set when these runs were not measured now but read from the result cache
+    #: (`run.cache.results`).
     reused: ReusedProbe | None = None
-    #: How the probe process started: "fresh" (its own interpreter) or "forked" (from the tier's warm
-    #: fork server, `run.probes.forking`); None when the runs were reused.
+    #: How the probe process started: "fresh" (its own interpreter) or "forked" (from the tier's
+    #: warm fork server, `run.probes.forking`); None when the runs were reused.
     launch: Literal["fresh", "forked"] | None = "fresh"
     #: Why a probe asked to fork started fresh instead ("" when it did not have to).
     launch_note: str = ""
@@ -310,8 +315,9 @@ def run_probe(
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    # Not the caller's folder: `-m` puts the working directory first on sys.path, and a
-                    # difftest checkout there would shadow the environment's own copy of the probe.
+                    # Not the caller's folder: `-m` puts the working directory first on sys.path,
+                    # and a difftest checkout there would shadow the environment's own copy of the
+                    # probe.
                     cwd=work_dir,
                     env=env,
                     start_new_session=True,
@@ -344,7 +350,8 @@ def _read_output(
     assert run.records_path is not None and run.log_path is not None
     log = _log_lines(run.log_path)
     log_tail = clean("\n".join(log[-_CAPTURE_TAIL:]))
-    # What it said it waited for counts only when it was killed for it (a pool thread that ends is no hang).
+    # What it said it waited for counts only when it was killed for it (a pool thread that ends is
+    # no hang).
     stuck = _stuck(log) if watch.exit_overdue or watch.timed_out else ""
     error: str | None = None
     if watch.exit_overdue:
@@ -352,7 +359,10 @@ def _read_output(
             f": {stuck}" if stuck else ""
         )
     elif watch.timed_out:
-        error = f"probe timed out after {timeout_s:.0f} s (raise `timeouts.probe_s` if the branch is just slow)"
+        error = (
+            f"probe timed out after {timeout_s:.0f} s "
+            "(raise `timeouts.probe_s` if the branch is just slow)"
+        )
     elif proc.returncode != 0:
         error = f"probe exited with code {proc.returncode}: {one_line(log_tail or 'no output')}"
     exited_cleanly = proc.returncode == 0 and not watch.timed_out and not watch.exit_overdue
@@ -379,8 +389,8 @@ def _read_output(
 
 
 def _unreadable(result: _Building, job: Job, tier: str, why: str, exit_code: int | None) -> None:
-    """Everything of this probe is `error`: difftest could not read what it left (truncated, removed,
-    replaced by something that is not a file)."""
+    """Everything of this probe is `error`: difftest could not read what it left (truncated,
+    removed, replaced by something that is not a file)."""
     reason = f"difftest could not read this probe's output: {why}"
     result.set(
         error=reason,
@@ -393,8 +403,9 @@ def _unreadable(result: _Building, job: Job, tier: str, why: str, exit_code: int
 
 
 def _stuck(lines: list[str]) -> str:
-    """What the probe said in its log `lines` kept it running (threads it waited for at exit; the first
-    frames of the stack dump it wrote when asked), in one short line; "" when it said nothing."""
+    """What the probe said in its log `lines` kept it running (threads it waited for at exit; the
+    first frames of the stack dump it wrote when asked), in one short line; "" when it said
+    nothing."""
     said = [line[len(STUCK_PREFIX) :] for line in lines if line.startswith(STUCK_PREFIX)]
     frames = _innermost_frames(lines)
     parts = [*said[-1:], *([f"stack: {frames}"] if frames else [])]
@@ -433,7 +444,8 @@ def _forked(
     log_path: Path,
     result: _Building,
 ) -> ProbeProcess | None:
-    """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it cannot."""
+    """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it
+    cannot."""
     if not server.usable:
         result.set(launch_note=server.failure or "the fork server ended before this probe started")
         return None
@@ -459,9 +471,10 @@ def _why_again_fresh(proc: ProbeProcess, server: ForkServer, log_path: Path, kil
 
 
 class _Watch:
-    """Waits for one probe: progress and peak memory as it goes; its records followed as they grow, so
-    that once the trailer is written the probe gets `exit_s` to exit, not the rest of `probe_s`. A
-    probe that overstays either limit is asked for its threads' stacks, then its group is killed."""
+    """Waits for one probe: progress and peak memory as it goes; its records followed as they grow,
+    so that once the trailer is written the probe gets `exit_s` to exit, not the rest of `probe_s`.
+    A probe that overstays either limit is asked for its threads' stacks, then its group is
+    killed."""
 
     def __init__(
         self,
@@ -513,7 +526,8 @@ class _Watch:
             _LIVE.ended(proc)
 
     def _read_new(self) -> None:
-        """Count the run records written since the last look (tolerating a file that shrinks or goes)."""
+        """Count the run records written since the last look (tolerating a file that shrinks or
+        goes)."""
         try:  # never a blocking open: the branch may have put a FIFO there (`run.probes.files`)
             fd = open_probe_file(self.out_path)
         except OSError:
@@ -554,7 +568,8 @@ class _Watch:
 
 
 def _dump_then_kill(proc: ProbeProcess) -> None:
-    """Ask the probe for its threads' stacks (`protocol.dump_stacks_on_signal`), then kill its group."""
+    """Ask the probe for its threads' stacks (`protocol.dump_stacks_on_signal`), then kill its
+    group."""
     try:
         os.kill(proc.pid, STACK_DUMP_SIGNAL)
     except OSError:
@@ -567,15 +582,22 @@ def _dump_then_kill(proc: ProbeProcess) -> None:
 
 
 def foreign_code(header: ProbeHeader | None, python: Path) -> str | None:
-    """Why the probe's records are not the branch environment's own, judging by where its vLLM came from
-    (`protocol.code_origin`): the environment of `python` (ENV/bin/python) has it under ENV/overlay/vllm."""
+    """Why the probe's records are not the branch environment's own, judging by where its vLLM came
+    from (`protocol.code_origin`): the environment of `python` (ENV/bin/python) has it under
+    ENV/overlay/vllm."""
     if header is None or header.origin is None:
         return None if header is None else "the probe did not say where its vLLM came from"
     expected = os.path.realpath(Path(python).parent.parent / "overlay" / "vllm")
     if os.path.realpath(header.origin.vllm_dir) != expected:
-        return f"the probe imported vLLM from {header.origin.vllm_dir or 'nowhere'}, not from its branch environment ({expected})"
+        return (
+            f"the probe imported vLLM from {header.origin.vllm_dir or 'nowhere'}, "
+            f"not from its branch environment ({expected})"
+        )
     if header.origin.vllm_elsewhere:
-        return f"the probe loaded vLLM modules from outside its branch environment: {', '.join(header.origin.vllm_elsewhere)}"
+        return (
+            "the probe loaded vLLM modules from outside its branch environment: "
+            f"{', '.join(header.origin.vllm_elsewhere)}"
+        )
     return None
 
 
@@ -609,8 +631,10 @@ def run_branches(
         log(f"{tier} tier: probes start in fresh interpreters: {note}")
     elif server is not None:
         log(
-            f"{tier} tier: fork server ready, {len(server.state.modules)} shared libraries imported once in "
-            f"{server.state.import_s:.1f} s; each probe is forked from it (--no-fork: fresh interpreters)"
+            f"{tier} tier: fork server ready, "
+            f"{len(server.state.modules)} shared libraries imported once in "
+            f"{server.state.import_s:.1f} s; "
+            "each probe is forked from it (--no-fork: fresh interpreters)"
         )
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
@@ -647,7 +671,8 @@ def run_branches(
 def warm_fork_server(
     python: Path, tier: str, work_dir: Path, timeout_s: float, parallel: int
 ) -> tuple[ForkServer | None, str]:
-    """The tier's fork server, its shared libraries imported; (None, why) when probes must start fresh."""
+    """The tier's fork server, its shared libraries imported; (None, why) when probes must start
+    fresh."""
     work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid())}
@@ -667,8 +692,9 @@ def warm_fork_server(
 
 
 def kill_group(proc: ProbeProcess, wait: bool = True) -> None:
-    """SIGKILL a probe's whole process group (it runs in its own session); wait for it unless told not to.
-    A child forked a moment ago may not lead its own group yet: then the process itself is killed."""
+    """SIGKILL a probe's whole process group (it runs in its own session); wait for it unless told
+    not to. A child forked a moment ago may not lead its own group yet: then the process itself is
+    killed."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -56,7 +56,8 @@ _PYTEST_VARIABLES = (
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
     "PYTEST_XDIST_AUTO_NUM_WORKERS",
 )
-#: Probe settings that do not belong in a test run (tests choose their own engine mode and KV cache).
+#: Probe settings that do not belong in a test run (tests choose their own engine mode and KV
+#: cache).
 _PROBE_ONLY = (
     "VLLM_ENABLE_V1_MULTIPROCESSING",
     "VLLM_CPU_KVCACHE_SPACE",
@@ -259,7 +260,8 @@ def _run_or_reuse(
 
 
 def session_command(session: SuiteSession, root: Path, setup: SessionSetup, out: Path) -> list[str]:
-    """The controller's command line: distribution to every branch, JUnit, the plugin, the selection."""
+    """The controller's command line: distribution to every branch, JUnit, the plugin, the
+    selection."""
     config = root / PYTEST_CONFIG
     if not config.is_file():
         config = out / "empty.ini"
@@ -340,7 +342,8 @@ def run_session(
     started = time.monotonic()
     token = descendants.new_token()
     with open(out / "pytest.log", "wb") as log:
-        # Through the probes' registry: killed with them on Ctrl-C, SIGTERM or exit (`runner._LIVE`).
+        # Through the probes' registry: killed with them on Ctrl-C, SIGTERM or exit
+        # (`runner._LIVE`).
         proc = start_probe_process(
             command,
             cwd=root,
@@ -359,7 +362,10 @@ def run_session(
             while proc.poll() is None:
                 if time.monotonic() - started > timeout_s:
                     _stop(proc)
-                    run.error = f"the test session timed out after {timeout_s:.0f} s (raise `timeouts.suite_s`)"
+                    run.error = (
+                        f"the test session timed out after {timeout_s:.0f} s "
+                        "(raise `timeouts.suite_s`)"
+                    )
                     break
                 seen = _report_progress(out, seen, progress, session.name)
                 time.sleep(0.5)
@@ -372,7 +378,8 @@ def run_session(
         _report_progress(out, seen, progress, session.name)
     run.returncode = proc.returncode
     run.duration_s = round(time.monotonic() - started, 2)
-    # pytest: 0 all passed, 1 some failed, 5 nothing collected; anything else is the session's own failure.
+    # pytest: 0 all passed, 1 some failed, 5 nothing collected; anything else is the session's own
+    # failure.
     if run.error is None and proc.returncode not in (0, 1, 5):
         tail = [
             line

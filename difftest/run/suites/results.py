@@ -51,7 +51,8 @@ def read_session(
     if strays:
         for code in envs:
             problems[code] = (
-                f"{len(strays)} test(s) ran in the controller instead of a branch worker: distribution failed"
+                f"{len(strays)} test(s) ran in the controller instead of a branch worker: "
+                "distribution failed"
             )
     for code, env in envs.items():
         info = workers.get(code)
@@ -65,8 +66,8 @@ def read_session(
         origin = info.get("vllm")
         if origin and not Path(origin).resolve().is_relative_to((env / "overlay").resolve()):
             problems[code] = (
-                f"its pytest worker imported vLLM from {origin}, not from its own environment {env}: "
-                "its results would be another branch's"
+                f"its pytest worker imported vLLM from {origin}, "
+                f"not from its own environment {env}: its results would be another branch's"
             )
     every_test = list(
         dict.fromkeys(
@@ -97,7 +98,8 @@ def read_session(
                 )
             outcomes += _owned(session, code, test, outcome, message, duration)
         for node, message in errors.items():
-            # A module that failed here and collected nowhere else has no test ids: it stands for them.
+            # A module that failed here and collected nowhere else has no test ids: it stands for
+            # them.
             if not any(_under(t, node) for t in every_test):
                 outcomes += _owned(session, code, node, "not-collected", message, 0.0)
     return _unique(outcomes), problems
@@ -106,7 +108,8 @@ def read_session(
 def _owned(
     session: SuiteSession, code: str, test: str, outcome: TestOutcome, message: str, duration: float
 ) -> list[RawOutcome]:
-    """The outcome under its source and its node id in that source's own tree (grafts mapped back)."""
+    """The outcome under its source and its node id in that source's own tree (grafts mapped
+    back)."""
     path, sep, rest = test.partition("::")
     owner = session.owners.get(path)
     if owner is None:
@@ -137,7 +140,8 @@ def _junit(
 ) -> tuple[
     dict[tuple[str, str], tuple[TestOutcome, str, float]], dict[tuple[str, str], str], list[str]
 ]:
-    """({(branch, node id): (outcome, message, seconds)}, {(branch, node): collection error}, tests run unlabelled)."""
+    """({(branch, node id): (outcome, message, seconds)}, {(branch, node): collection error}, tests
+    run unlabelled)."""
     cases: dict[tuple[str, str], tuple[TestOutcome, str, float]] = {}
     collect_errors: dict[tuple[str, str], str] = {}
     strays: list[str] = []
@@ -150,8 +154,9 @@ def _junit(
         children = [c for c in case if c.tag in ("failure", "error", "skipped")]
         code, node = props.get(CODE_PROPERTY), props.get(NODEID_PROPERTY)
         if code is None or node is None:
-            # Collection errors: JUnit merges every worker's into one case; each is labelled by its worker.
-            # Anything else unlabelled is a test interrupted before its teardown reached the controller.
+            # Collection errors: JUnit merges every worker's into one case; each is labelled by its
+            # worker. Anything else unlabelled is a test interrupted before its teardown reached the
+            # controller.
             for child in children:
                 label = _LABEL.search(_text(child))
                 if label is not None:
@@ -192,9 +197,10 @@ _OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed")
 
 def _outcome(children: list[ET.Element], seconds: float) -> tuple[TestOutcome, str, float]:
     tags = {c.tag: c for c in children}
-    for tag, outcome in (("failure", "failed"), ("error", "error")):
+    failures: tuple[tuple[str, TestOutcome], ...] = (("failure", "failed"), ("error", "error"))
+    for tag, outcome in failures:
         if tag in tags:
-            return outcome, _crash_line(tags[tag]), seconds  # type: ignore[return-value]
+            return outcome, _crash_line(tags[tag]), seconds
     if "skipped" in tags:
         skipped = tags["skipped"]
         kind: TestOutcome = (
@@ -215,7 +221,8 @@ def _text(element: ET.Element) -> str:
 
 
 def _message(text: str) -> str:
-    """The line that says what failed (an `E   ...` assertion line, else the last line), cut short."""
+    """The line that says what failed (an `E   ...` assertion line, else the last line), cut
+    short."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     e_lines = [line[1:].strip() for line in lines if line.startswith("E ")]
     line = e_lines[0] if e_lines else one_line(text)
