@@ -5,7 +5,7 @@ process did after its last record (hang on a non-daemon thread, exit non-zero,
 get killed) or why records are missing. `ProcessOutcome` says that, and it
 travels with the runs everywhere they go — the result cache stores it, the
 evidence records it, `merge` reads it back — so that the one judging door
-(`run.door`) sees the same facts whichever path the runs took.
+(`tiers.door`) sees the same facts whichever path the runs took.
 """
 
 from __future__ import annotations

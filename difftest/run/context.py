@@ -38,7 +38,7 @@ class RunContext:
     """What every step that measures branches in one comparison shares."""
 
     workspace: Workspace
-    #: The branch crashes and hangs are judged against (`pick_baseline`).
+    #: The branch crashes and hangs are judged against (`default_baseline`).
     baseline: str
     #: The oracle reading verdicts are judged by.
     reading: Reading = "strict"

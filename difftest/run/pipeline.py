@@ -119,8 +119,9 @@ class Comparison:
 
     @property
     def delivered(self) -> dict[str, Mapping[str, BranchRun]]:
-        """tier name -> branch name -> what its probe delivered (tiers measured by probes)."""
-        return {name: o.probes for name, o in self.outcomes.items() if o.probes}
+        """tier name -> branch name -> what its probe delivered (empty for a tier measured by
+        suites, or whose branches have no environment)."""
+        return {name: o.probes for name, o in self.outcomes.items()}
 
 
 def compare(

@@ -11,7 +11,7 @@ plays runs (`code_digest`: the probe package, the record models and readers),
 and every variable of the caller's environment that reaches a probe
 (`run.probes.environ.passed_environ`). Verdicts are never cached: the entry holds
 the runs and the process outcome, and they are judged again through the one
-door (`run.door`) on every use, so another `--reading` or baseline needs no
+door (`tiers.door`) on every use, so another `--reading` or baseline needs no
 re-run.
 
 An entry holds the probe's own job file and records file byte for byte, with

@@ -350,6 +350,7 @@ def _read_output(
     assert run.records_path is not None and run.log_path is not None
     log = _log_lines(run.log_path)
     log_tail = clean("\n".join(log[-_CAPTURE_TAIL:]))
+    result.set(log_tail=log_tail)  # kept whatever goes wrong below
     # What it said it waited for counts only when it was killed for it (a pool thread that ends is
     # no hang).
     stuck = _stuck(log) if watch.exit_overdue or watch.timed_out else ""
@@ -367,9 +368,7 @@ def _read_output(
         error = f"probe exited with code {proc.returncode}: {one_line(log_tail or 'no output')}"
     exited_cleanly = proc.returncode == 0 and not watch.timed_out and not watch.exit_overdue
     # Kept even when the records below cannot be read (`_unreadable` then sets the rest).
-    result.set(
-        log_tail=log_tail, timed_out=watch.timed_out, error=error, exited_cleanly=exited_cleanly
-    )
+    result.set(timed_out=watch.timed_out, error=error, exited_cleanly=exited_cleanly)
     delivery = read_delivery(run.records_path, run.nonce, job, tier, exited_cleanly=exited_cleanly)
     foreign = foreign_code(delivery.header, python)
     if foreign:
