@@ -33,7 +33,7 @@ def main() -> int:
     parser.add_argument("-k", default=None, help="only scenarios whose name contains TEXT")
     args = parser.parse_args()
     config = load_config(Path(args.config))
-    tier = tiers.get("engine")
+    tier = tiers.probe_tier("engine")
     scenarios = [
         s for s in tier.load(config.scenarios_dir / tier.folder) if not args.k or args.k in s.name
     ]

@@ -54,7 +54,7 @@ def _make_patch():
 
 make_patch = _make_patch()
 
-TIER = tiers.get("scheduler")
+TIER = tiers.probe_tier("scheduler")
 COUNTS = (1, 4, 8)
 #: Where the comment-only variants change main (a module every scheduler probe imports).
 TOUCHED = "vllm/v1/core/sched/scheduler.py"

@@ -43,7 +43,7 @@ def main() -> None:
     assert env is not None
     cores = os.cpu_count() or 1
     print(f"{'tier':<11}{'runs':>6}{'probe s':>9}{'peak RSS MB':>13}{'budget MB':>11}")
-    for tier in tiers.REGISTRY.values():
+    for tier in tiers.probe_tiers():
         scenarios = tier.load(config.scenarios_dir / tier.folder)
         scenarios = [s for s in scenarios if not tier.unavailable(s, workspace.base.fingerprint)]
         job = make_job(tier, scenarios, config.timeouts.run_s)
@@ -58,13 +58,11 @@ def main() -> None:
         )
     available = available_memory_mb()
     print(f"\nnow: {cores} cores, {available or float('nan'):,.0f} MB available")
-    print(
-        f"{'branches':>9}" + "".join(f"{t.name + ' at once':>20}" for t in tiers.REGISTRY.values())
-    )
+    print(f"{'branches':>9}" + "".join(f"{t.name + ' at once':>20}" for t in tiers.probe_tiers()))
     for branches in (3, 12, 40):
         cells = [
             probes_at_once(t.default_jobs(branches, cores), t.probe_memory_mb, available)
-            for t in tiers.REGISTRY.values()
+            for t in tiers.probe_tiers()
         ]
         print(f"{branches:>9}" + "".join(f"{c:>20}" for c in cells))
     if args.many:

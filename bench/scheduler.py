@@ -34,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(ROOT / "branches.yaml")
     workspace = prepare(config)
-    tier = tiers.get("scheduler")
+    tier = tiers.probe_tier("scheduler")
     scenarios = tier.load(config.scenarios_dir / tier.folder)
     expected = sum(len(s.runs()) for s in scenarios)
     job = make_job(tier, scenarios, config.timeouts.run_s)

@@ -34,6 +34,11 @@ def get(name: str) -> Tier[Any]:
         raise ConfigError(f"unknown tier {name!r}", f"use one of: {', '.join(REGISTRY)}") from None
 
 
+def probe_tiers() -> list[ProbeTier[Any]]:
+    """The tiers measured by probes, in report order (what fuzz and the memory benchmark use)."""
+    return [tier for tier in REGISTRY.values() if isinstance(tier, ProbeTier)]
+
+
 def probe_tier(name: str) -> ProbeTier[Any]:
     """The probe-measured tier called `name` (what fuzz, traces and re-judging need)."""
     tier = get(name)

@@ -139,3 +139,11 @@ def test_the_pipeline_measures_a_tier_without_asking_its_kind() -> None:
     scenario = scheduler.scenarios(_config(), explicit=True)[0]
     none_run = scheduler.measure([scenario], {scenario.name: "not on this base"}, OnlySuites())
     assert none_run.results == [] and dict(none_run.probes) == {}
+
+
+def test_probe_tiers_are_the_probe_measured_ones_and_asking_a_suite_tier_for_one_says_so() -> None:
+    assert [t.name for t in tiers.probe_tiers()] == ["scheduler", "engine"]
+    assert tiers.probe_tier("engine") is tiers.get("engine")
+    with pytest.raises(ConfigError) as info:
+        tiers.probe_tier("tests")
+    assert "not measured by probes" in info.value.problem and "scheduler" in info.value.hint

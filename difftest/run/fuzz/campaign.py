@@ -85,8 +85,8 @@ class FuzzOutcome:
 
 def fuzzable_tier() -> ProbeTier[Any]:
     """The first registered tier that provides a fuzz strategy."""
-    for tier in tiers.REGISTRY.values():
-        if isinstance(tier, ProbeTier) and tier.fuzz_strategy() is not None:
+    for tier in tiers.probe_tiers():
+        if tier.fuzz_strategy() is not None:
             return tier
     raise ConfigError("no tier can be fuzzed", "a tier must provide `fuzz_strategy()`")
 
