@@ -152,6 +152,30 @@ def _role_of(label: str) -> RunRole:
     return prefix if prefix in ("alone", "reference") else "batch"  # type: ignore[return-value]
 
 
+def all_invalid_step_run() -> ProbeRun:
+    """An engine-tier run of one request `g` (k=3) whose step 1 had all its scheduled drafts
+    invalidated: the step where the strict and lenient readings count rows differently."""
+    steps = [
+        StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
+        StepRecord(
+            step=1,
+            scheduled=["g"],
+            drafts={"g": [1, 2, 3]},
+            invalid={"g": 3},
+            sampled={"g": [6]},
+            emitted={"g": [6]},
+        ),
+        StepRecord(
+            step=2,
+            scheduled=["g"],
+            drafts={"g": [7, 8, 9]},
+            sampled={"g": [7, 8]},
+            emitted={"g": [7, 8]},
+        ),
+    ]
+    return make_run("order:g", scenario="eng", tier="engine", steps=steps)
+
+
 def make_run(label: str = LABEL, role: RunRole | None = None, **overrides: Any) -> ProbeRun:
     """A measured run. `role` defaults to what the label's prefix says, `order` to the ids after its
     colon."""

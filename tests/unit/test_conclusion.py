@@ -10,7 +10,7 @@ was written for the shipped branches instead of derived would fail here.
 from __future__ import annotations
 
 from difftest.core.evidence import ScenarioEvidence
-from difftest.core.records import Difference, Reading, Result, StepRecord, Totals
+from difftest.core.records import Difference, Reading, Result, Totals
 from difftest.core.verdicts import counter_differences, unmeasured
 from difftest.reports.conclusion import conclude
 from difftest.tiers.common.accounting import RULES
@@ -20,6 +20,7 @@ from difftest.tiers.scheduler import oracle
 from difftest.tiers.scheduler.scenario import Scenario
 from difftest.tiers.scheduler.tier import SchedulerTier
 from tests.factories import (
+    all_invalid_step_run,
     make_evidence,
     make_expected,
     make_result,
@@ -482,25 +483,7 @@ def test_the_reading_is_the_reason_only_where_the_scenario_has_an_all_invalid_re
 def test_the_reading_is_read_from_a_recorded_run_with_its_steps() -> None:
     """The engine tier's oracle reads the run's steps (stripped from the evidence): given the
     recorded run, a step whose scheduled drafts were all invalidated is the fact."""
-    steps = [
-        StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
-        StepRecord(
-            step=1,
-            scheduled=["g"],
-            drafts={"g": [1, 2, 3]},
-            invalid={"g": 3},
-            sampled={"g": [6]},
-            emitted={"g": [6]},
-        ),
-        StepRecord(
-            step=2,
-            scheduled=["g"],
-            drafts={"g": [7, 8, 9]},
-            sampled={"g": [7, 8]},
-            emitted={"g": [7, 8]},
-        ),
-    ]
-    run = make_run("order:g", scenario="eng", tier="engine", steps=steps)
+    run = all_invalid_step_run()
     strict = engine_oracle.expected_totals(3, run, "strict")
     lenient = engine_oracle.expected_totals(3, run, "lenient")
     assert lenient.num_drafts == strict.num_drafts + 1

@@ -22,7 +22,7 @@ from difftest.core.evidence import (
     ScenarioEvidence,
     read_evidence,
 )
-from difftest.core.records import Result, StepRecord, Totals, Verdict
+from difftest.core.records import Result, Totals, Verdict
 from difftest.core.verdicts import counter_differences, judge, unmeasured
 from difftest.reports import write_reports
 from difftest.reports.format import fenced, md_escape, printable, xml_text
@@ -34,6 +34,7 @@ from difftest.reports.views import reasons_for, scenario_views, verdict_cell
 from difftest.tiers.engine import oracle as engine_oracle
 from difftest.tiers.engine.scenario import EngineScenario
 from tests.factories import (
+    all_invalid_step_run,
     make_evidence,
     make_expected,
     make_result,
@@ -441,25 +442,7 @@ def _reading_case() -> tuple[Evidence, dict, dict]:
     """An engine-tier branch that counts the row of an all-invalidated step: its steps (stripped
     from the evidence) and its scenario are the facts the reading is the reason by
     (`conclusion.conclude`)."""
-    steps = [
-        StepRecord(step=0, scheduled=["g"], sampled={"g": [5]}, emitted={"g": [5]}),
-        StepRecord(
-            step=1,
-            scheduled=["g"],
-            drafts={"g": [1, 2, 3]},
-            invalid={"g": 3},
-            sampled={"g": [6]},
-            emitted={"g": [6]},
-        ),
-        StepRecord(
-            step=2,
-            scheduled=["g"],
-            drafts={"g": [7, 8, 9]},
-            sampled={"g": [7, 8]},
-            emitted={"g": [7, 8]},
-        ),
-    ]
-    run = make_run("order:g", scenario="eng", tier="engine", steps=steps)
+    run = all_invalid_step_run()
     strict, lenient = (engine_oracle.expected_totals(3, run, r) for r in ("strict", "lenient"))
     result = make_result(
         "diverge",
