@@ -57,8 +57,6 @@ from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
 from difftest.tiers.probe_tier import ProbeTier
 from difftest.tiers.suite_tier import SuiteTier
 
-__all__ = ["Log", "ProgressFactory", "compare"]
-
 #: (tier name, that tier's results, whether another tier runs next): called as soon as a tier is
 #: judged.
 TierDone = Callable[[str, list[Result], bool], None]
