@@ -202,6 +202,12 @@ class StepRecord(_Record):
     stats: StepStats | None = None
     #: Requests whose drafting the model runner skipped for this step (its zero-fill is no draft).
     skipped: list[StrictStr] = Field(default_factory=list)
+    #: Tokens scheduled per request (older records: absent).
+    tokens: dict[str, StrictInt] = Field(default_factory=dict)
+    #: Requests the scheduler preempted while scheduling this step.
+    preempted: list[StrictStr] = Field(default_factory=list)
+    #: Requests the probe aborted between this step's schedule() and update_from_output().
+    aborted: list[StrictStr] = Field(default_factory=list)
 
 
 class Failure(_Record):

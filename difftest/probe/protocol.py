@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol, TextIO, TypedDict, cast
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 #: A forked probe reads its nonce from this variable and removes it before importing vLLM (a fork's
 #: `/proc/self/environ` shows the server's start environment, never what the child was given).
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
@@ -221,6 +221,12 @@ class StepRecord(TypedDict):
     #: Requests whose drafts for this step the model runner skipped (zero-filled), whether or not
     #: the branch scheduled the zero-fill.
     skipped: list[str]
+    #: Tokens the scheduler scheduled per request (prefill chunks, decodes with their drafts).
+    tokens: dict[str, int]
+    #: Requests the scheduler preempted while scheduling this step.
+    preempted: list[str]
+    #: Requests the probe aborted between this step's `schedule()` and its `update_from_output()`.
+    aborted: list[str]
 
 
 class Failure(TypedDict):
@@ -272,6 +278,10 @@ def step_record(
     finished: dict[str, str],
     stats: dict[str, Any] | None,
     skipped: list[str] | tuple[str, ...] = (),
+    *,
+    tokens: dict[str, int] | None = None,
+    preempted: list[str] | tuple[str, ...] = (),
+    aborted: list[str] | tuple[str, ...] = (),
 ) -> StepRecord:
     """The one place a step record is built (both tiers' drivers call it)."""
     return {
@@ -284,6 +294,9 @@ def step_record(
         "finished": dict(finished),
         "stats": stats,
         "skipped": list(skipped),
+        "tokens": dict(tokens or {}),
+        "preempted": list(preempted),
+        "aborted": list(aborted),
     }
 
 

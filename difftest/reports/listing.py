@@ -15,6 +15,8 @@ def render_listing(scenarios: list[tuple[str, ScenarioBase]], console: Console) 
         head.append(f"  [{tier}]", style="dim")
         console.print(head)
         console.print(Text("  " + scenario.statement))
+        if scenario.conditions:
+            console.print(Text("  under: " + ", ".join(scenario.conditions), style="dim"))
         runs = scenario.runs()
         labels = ", ".join(r["label"] for r in runs)
         console.print(Text(f"  {len(runs)} run(s): {labels}", style="dim"))

@@ -292,3 +292,76 @@ def test_outputs_past_the_stop_break_the_script() -> None:
         want,
     )
     assert "request a emitted" in violation.detail
+
+
+# -- serving conditions -------------------------------------------------------------------------
+
+
+def test_a_step_without_any_draft_slot_must_report_no_spec_stats() -> None:
+    """#16023: a prefill-only step (or any step with spec decoding off) reports no stats object."""
+    empty_stats = make_step_stats(
+        num_drafts=0,
+        num_draft_tokens=0,
+        num_accepted_tokens=0,
+        num_accepted_tokens_per_pos=[0, 0, 0],
+        num_draft_tokens_per_pos=[0, 0, 0],
+    )
+
+    def prefill(stats: dict[str, Any] | None) -> StepRecord:
+        return make_step(step=0, drafts={}, sampled={"a": [5]}, emitted={"a": [5]}, stats=stats)
+
+    found = per_run_checks([run("order:a", A, steps=[prefill(empty_stats), make_step()])])
+    assert [v.invariant for v in found["order:a"]] == ["stats-without-drafts"]
+    assert per_run_checks([run("order:a", A, steps=[prefill(None), make_step()])])["order:a"] == []
+
+
+def test_a_nan_mean_acceptance_length_in_the_log_is_flagged() -> None:
+    logged = {"mean_acceptance_length_log": "SpecDecoding metrics: Mean acceptance length: nan, "}
+    found = per_run_checks([run("order:a", A, notes=logged)])
+    assert [v.invariant for v in found["order:a"]] == ["mean-is-nan"]
+    fine = {"mean_acceptance_length_log": "SpecDecoding metrics: Mean acceptance length: 2.50, "}
+    assert per_run_checks([run("order:a", A, notes=fine)])["order:a"] == []
+
+
+def test_padding_an_aborted_request_and_a_finished_ones_step_are_not_verified_drafts() -> None:
+    """A padded new decode ([-1]*k), a request aborted while its step was in flight, and one still
+    in flight after it finished, verified no real draft: a step that reports none of them has lost
+    nothing."""
+    steps = [
+        make_step(
+            step=0,
+            drafts={},
+            sampled={"a": [5]},
+            emitted={"a": [5]},
+            finished={"a": "stop"},
+            stats=None,
+        ),
+        make_step(
+            step=1,
+            scheduled=["a", "b", "c"],
+            drafts={"a": [1, 2, 3], "b": [1, 2, 3], "c": [-1, -1, -1]},
+            sampled={"a": [1], "b": [1, 2], "c": [7]},
+            emitted={"c": [7]},
+            aborted=["b"],
+            stats=None,
+        ),
+    ]
+    assert per_run_checks([run("order:a,b,c", A, steps=steps)])["order:a,b,c"] == []
+
+
+def test_runs_scheduled_differently_are_not_compared_across_orders() -> None:
+    """Where the batch decided a request's schedule (here: padded in one order only), totals may
+    differ legitimately; the runs scheduled alike are still compared."""
+    shapes = {"order:a,b": {"a": "padded"}, "order:b,a": {"a": "plain"}, "alone:a": {"a": "plain"}}
+    runs = [
+        run("order:a,b", plus(A, B, counts(1, 3, 0))),
+        run("order:b,a", plus(A, B)),
+        run("alone:a", A),
+        run("alone:b", B),
+    ]
+    found = per_run_checks(runs)
+    across_orders(found, *batches_and_alone(runs), shapes=lambda r: shapes.get(r.label, {}))
+    assert all(v == [] for v in found.values())
+    # Without the shapes the padded order reads as order-dependent and not additive.
+    found = check(runs)
+    assert {v.invariant for v in found["order:a,b"]} == {"order-independence", "additivity"}

@@ -15,6 +15,7 @@ from difftest.probe.scheduler import script
 from difftest.tiers.scheduler.oracle import expected_outputs, expected_totals
 from difftest.tiers.scheduler.play import ScriptViolation, play_request
 from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
+from difftest.tiers.scheduler.schedule import RequestSchedule, Sampling
 from tests.factories import SCENARIOS_DIR
 
 SCENARIOS = SCENARIOS_DIR / "scheduler"
@@ -179,3 +180,75 @@ def test_shipped_drafter_skip_scenario_counts_no_row_for_the_skipped_steps() -> 
     assert expected_totals(scenario, ["long"], "lenient") == expected_totals(
         scenario, ["long"], "strict"
     )
+
+
+# -- serving conditions: the oracle follows the scheduler's batch-dependent decisions -----------
+
+
+def _schedule(*samplings: Sampling) -> RequestSchedule:
+    return RequestSchedule(tuple(samplings))
+
+
+def test_a_budget_cut_draft_block_counts_only_the_scheduled_drafts() -> None:
+    # x, then drafts "abc" all right (k=3); the budget left room for 1 draft in the 2nd step:
+    # it verifies "a" (accepted) and samples the bonus "b": 1 draft, 1 accepted, 2 emitted.
+    scenario = _one("xabcdefgh", [], k=3, max_tokens=4, drafter=_PERFECT)
+    cut = _schedule(Sampling(0, 0), Sampling(1, 1, budget_cut=True))
+    played = play_request(scenario.probe_data(), "r", cut)
+    first = played.steps[1]
+    assert first is not None
+    assert (first.real_drafts, first.scheduled_drafts, first.accepted, first.emitted) == (
+        1,
+        1,
+        1,
+        2,
+    )
+    assert script.text(played.output) == "xabc"
+
+
+def test_fewer_slots_without_the_budget_are_not_the_oracles_to_follow() -> None:
+    """A branch that schedules fewer drafts where the budget did not force it is measured against
+    the full proposal (the cut is not a legitimate decision of the batch)."""
+    scenario = _one("xabcdefgh", [], k=3, max_tokens=4, drafter=_PERFECT)
+    not_forced = _schedule(Sampling(0, 0), Sampling(1, 1, budget_cut=False))
+    step = play_request(scenario.probe_data(), "r", not_forced).steps[1]
+    assert step is not None and step.real_drafts == 3
+
+
+def test_a_preempted_request_recomputes_and_samples_one_token_without_a_row() -> None:
+    # x; "abc"+d (row); preempted: the recompute samples "e" (no row); then "fgh"+i.
+    scenario = _one("xabcdefghijk", [], k=3, max_tokens=10, drafter=_PERFECT)
+    preempted = _schedule(Sampling(0, 0), Sampling(1, 3), Sampling(2, 0, restart=True))
+    played = play_request(scenario.probe_data(), "r", preempted)
+    assert [v is not None for v in played.steps] == [False, True, False, True]
+    assert script.text(played.output) == "xabcdefghi"
+
+
+def test_an_abort_in_flight_ends_the_request_where_it_was() -> None:
+    scenario = _one("xabcdefgh", [], k=3, max_tokens=9, drafter=_PERFECT)
+    aborted = _schedule(Sampling(0, 0), Sampling(1, 3), Sampling(2, 3, aborted=True))
+    played = play_request(scenario.probe_data(), "r", aborted)
+    assert played.finish == "abort"
+    assert len(played.verifications) == 1
+    assert script.text(played.output) == "xabcd"
+
+
+def test_with_spec_decoding_off_nothing_is_a_row() -> None:
+    scenario = Scenario.model_validate(
+        {
+            "name": "t",
+            "statement": "s",
+            "k": 3,
+            "spec_decoding": False,
+            "requests": [
+                {"id": "r", "prompt": "hi", "max_tokens": 5, "target": "xabcdefgh",
+                 "drafter": _PERFECT},
+            ],
+        }
+    )  # fmt: skip
+    totals = expected_totals(scenario, ["r"])
+    assert totals.num_drafts == 0 and totals.mean_acceptance_length is None
+    assert expected_outputs(scenario, ["r"]) == {"r": script.tokens("xabcd")}
+
+
+_PERFECT = {"kind": "scripted", "steps": [], "then": "perfect"}

@@ -135,6 +135,12 @@ def test_make_job_for_each_tier(tmp_path: Path) -> None:
         ({"draft_path": "later"}, ["draft_path", "later", "sync"]),
         ({"orders": [["x"]]}, ["orders", "permutation"]),
         ({"statement": "two\nlines"}, ["statement", "one line"]),
+        ({"in_flight": 2}, ["in_flight", "draft_path: async"]),
+        ({"in_flight": 3}, ["in_flight", "3"]),
+        ({"max_num_batched_tokens": 2}, ["max_num_batched_tokens", "1 + k = 3", "padded"]),
+        ({"kv_blocks": 0}, ["kv_blocks", "0"]),
+        ({"kv_connector": "prefill-node"}, ["kv_connector", "decode-node"]),
+        ({"spec_decoding": "maybe"}, ["spec_decoding", "maybe"]),
     ],
 )
 def test_schema_errors_name_key_value_and_fix(
@@ -174,7 +180,7 @@ def test_orders_must_run_something_and_each_order_once(
 @pytest.mark.parametrize(
     "req, words",
     [
-        ({"prompt": "h"}, ["prompt", "2 tokens"]),
+        ({"prompt": ""}, ["prompt", "at least 1 token"]),
         ({"target": "a<oops>"}, ["target", "<oops>"]),
         ({"drafter": {"kind": "guess"}}, ["drafter", "guess"]),
         ({"target": "ab", "max_tokens": 9}, ["requests.r", "too short"]),
@@ -247,3 +253,44 @@ def test_files_that_are_not_a_mapping(tmp_path: Path, content: str, words: list[
         load_scenario(path)
     for word in words:
         assert word in str(err.value)
+
+
+def test_a_kv_pool_too_small_for_one_request_is_refused(tmp_path: Path) -> None:
+    """A request that cannot fit the pool alone would never be scheduled: every branch would time
+    out, so the file is refused with the request and the blocks it needs."""
+    with pytest.raises(ConfigError) as err:
+        long = {
+            **GOOD["requests"][0],
+            "max_tokens": 30,
+            "target": "abcdefghijklmnopqrstuvwxyz0123456789",
+        }
+        load_scenario(_write(tmp_path, {**GOOD, "kv_blocks": 1, "requests": [long]}))
+    assert "kv_blocks" in str(err.value) and "cannot hold request r" in str(err.value)
+
+
+def test_serving_conditions_load_and_read_in_words(tmp_path: Path) -> None:
+    data = {
+        **GOOD,
+        "draft_path": "async",
+        "in_flight": 2,
+        "prefix_caching": True,
+        "kv_connector": "decode-node",
+        "kv_blocks": 40,
+        "max_num_batched_tokens": 8,
+        "requests": [
+            {**GOOD["requests"][0], "prompt": "h", "arrive": 2, "abort": 1,
+             "drafter": {"kind": "scripted", "steps": [], "then": "perfect"}},
+        ],
+    }  # fmt: skip
+    scenario = load_scenario(_write(tmp_path, data))
+    assert scenario.conditions == [
+        "two steps in flight",
+        "prefix caching",
+        "P/D decode node",
+        "40 KV blocks",
+        "token budget 8",
+        "staggered arrivals",
+        "aborts",
+        "1-token prompts",
+    ]
+    assert load_scenario(_write(tmp_path, GOOD, "plain.yaml")).conditions == []

@@ -1,11 +1,12 @@
 """Builds the REAL vLLM scheduler for a scenario, as vLLM's own CPU tests do.
 
-One `VllmConfig` + `StructuredOutputManager` per (k, draft path) is cached:
-they hold the tokenizer and xgrammar's compiler, the expensive part. Each run
-gets a fresh `Scheduler` (sync path) or `AsyncScheduler` (async path), so no
-state leaks between runs. Its KV block pool is sized to the run (`blocks_for`):
-vLLM builds one Python object per block, so a fixed pool of thousands of blocks
-cost ~25 ms per run, 40 times the scripted run itself.
+One `VllmConfig` + `StructuredOutputManager` per `Shape` (k, draft path and the
+serving conditions that live in the config) is cached: they hold the tokenizer
+and xgrammar's compiler, the expensive part. Each run gets a fresh `Scheduler`
+(sync path) or `AsyncScheduler` (async path), so no state leaks between runs.
+Its KV block pool is the scenario's `kv_blocks` (preemption) or sized to the run
+(`blocks_for`): vLLM builds one Python object per block, so a fixed pool of
+thousands of blocks cost ~25 ms per run, 40 times the scripted run itself.
 """
 
 from __future__ import annotations
@@ -13,11 +14,19 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+from vllm.config import (
+    CacheConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -26,10 +35,10 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 from vllm.v1.structured_output.utils import choice_as_grammar
 
-from . import script
+from . import connector, script
 from .model_dir import MAX_MODEL_LEN
 
-BLOCK_SIZE = 16
+BLOCK_SIZE = script.BLOCK_SIZE
 #: What the configs declare (vLLM asserts a positive count); each run's pool is `blocks_for(...)`.
 NUM_BLOCKS = 4096
 #: The smallest pool a run gets; a run never needs more than `blocks_for` gives, so nothing is
@@ -38,13 +47,38 @@ MIN_BLOCKS = 64
 GRAMMAR_TIMEOUT_S = 60.0
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What of a scenario lives in the scheduler's config (one config per shape)."""
+
+    k: int
+    path: str = "sync"
+    spec_decoding: bool = True
+    prefix_caching: bool = False
+    kv_connector: str = "none"
+    #: The token budget of one step; None: the context length (nothing chunked or cut).
+    budget: int | None = None
+
+    @classmethod
+    def of(cls, scenario: dict[str, Any]) -> Shape:
+        return cls(
+            k=int(scenario["k"]),
+            path=scenario.get("draft_path", "sync"),
+            spec_decoding=bool(scenario.get("spec_decoding", True)),
+            prefix_caching=bool(scenario.get("prefix_caching", False)),
+            kv_connector=scenario.get("kv_connector") or "none",
+            budget=scenario.get("max_num_batched_tokens"),
+        )
+
+
 class SchedulerFactory:
-    """Configs are built once per (k, path); schedulers once per run."""
+    """Configs are built once per shape; schedulers once per run."""
 
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
         self._model_config: ModelConfig | None = None
-        self._cache: dict[tuple[int, str], tuple[VllmConfig, StructuredOutputManager]] = {}
+        self._cache: dict[Shape, tuple[VllmConfig, StructuredOutputManager]] = {}
+        self._hasher: Any = None
 
     def model_config(self) -> ModelConfig:
         if self._model_config is None:
@@ -57,27 +91,39 @@ class SchedulerFactory:
             )
         return self._model_config
 
-    def _configs(self, k: int, path: str) -> tuple[VllmConfig, StructuredOutputManager]:
-        key = (k, path)
-        if key not in self._cache:
+    def _configs(self, shape: Shape) -> tuple[VllmConfig, StructuredOutputManager]:
+        if shape not in self._cache:
+            budget = shape.budget or MAX_MODEL_LEN
+            transfer = None
+            if shape.kv_connector == "decode-node":
+                transfer = KVTransferConfig(
+                    kv_connector=connector.register(), kv_role="kv_consumer"
+                )
             vllm_config = VllmConfig(
                 model_config=self.model_config(),
                 scheduler_config=SchedulerConfig(
-                    max_num_seqs=64,
-                    max_num_batched_tokens=MAX_MODEL_LEN,
+                    max_num_seqs=min(64, budget),
+                    max_num_batched_tokens=budget,
                     max_model_len=MAX_MODEL_LEN,
                     enable_chunked_prefill=True,
                     is_encoder_decoder=False,
                 ),
-                cache_config=CacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=False),
-                speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=k),
+                cache_config=CacheConfig(
+                    block_size=BLOCK_SIZE, enable_prefix_caching=shape.prefix_caching
+                ),
+                speculative_config=(
+                    SpeculativeConfig(method="ngram", num_speculative_tokens=shape.k)
+                    if shape.spec_decoding
+                    else None
+                ),
+                kv_transfer_config=transfer,
             )
             vllm_config.cache_config.num_gpu_blocks = NUM_BLOCKS
-            self._cache[key] = (vllm_config, StructuredOutputManager(vllm_config))
-        return self._cache[key]
+            self._cache[shape] = (vllm_config, StructuredOutputManager(vllm_config))
+        return self._cache[shape]
 
-    def scheduler(self, k: int, path: str, num_blocks: int = NUM_BLOCKS) -> Scheduler:
-        vllm_config, manager = self._configs(k, path)
+    def scheduler(self, shape: Shape, num_blocks: int = NUM_BLOCKS) -> Scheduler:
+        vllm_config, manager = self._configs(shape)
         kv_cache_config = KVCacheConfig(
             num_blocks=num_blocks,
             kv_cache_tensors=[],
@@ -90,7 +136,7 @@ class SchedulerFactory:
                 )
             ],
         )
-        cls = AsyncScheduler if path == "async" else Scheduler
+        cls = AsyncScheduler if shape.path == "async" else Scheduler
         return cls(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
@@ -98,6 +144,16 @@ class SchedulerFactory:
             block_size=BLOCK_SIZE,
             log_stats=True,
         )
+
+    def _block_hasher(self) -> Any:
+        """vLLM's request block hasher over sha256, its none-hash set once per process."""
+        if self._hasher is None:
+            from vllm.utils.hashing import sha256
+            from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+            init_none_hash(sha256)
+            self._hasher = get_request_block_hasher(BLOCK_SIZE, sha256)
+        return self._hasher
 
     @staticmethod
     def blocks_for(requests: list[dict[str, Any]], k: int) -> int:
@@ -109,8 +165,9 @@ class SchedulerFactory:
         )
         return max(MIN_BLOCKS, 2 * need)
 
-    def request(self, scheduler: Scheduler, req: dict[str, Any]) -> Request:
-        """A vLLM Request with EOS, stop tokens and (optionally) a compiled xgrammar grammar."""
+    def request(self, scheduler: Scheduler, req: dict[str, Any], prefix_caching: bool) -> Request:
+        """A vLLM Request with EOS, stop tokens, (optionally) a compiled xgrammar grammar, and the
+        block hashes prefix caching looks requests up by (without them nothing ever hits)."""
         eos_id = script.token(req.get("eos") or "<eos>")
         stop_ids = [script.token(s) for s in req.get("stop") or []]
         structured = None
@@ -133,6 +190,7 @@ class SchedulerFactory:
             prompt_token_ids=script.tokens(req["prompt"]),
             sampling_params=params,
             pooling_params=None,
+            block_hasher=self._block_hasher() if prefix_caching else None,
         )
         if structured is not None:
             scheduler.structured_output_manager.grammar_init(request)

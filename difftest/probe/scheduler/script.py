@@ -29,6 +29,8 @@ ZERO_FILL = 0
 #: The scripted model's context length: prompt, output and the drafts of a step must fit in it
 #: (the scenario loader refuses a request that would not, instead of vLLM capping it silently).
 MAX_MODEL_LEN = 8192
+#: Tokens per KV block of the probe's scheduler (prefix-cache hits come in whole blocks of it).
+BLOCK_SIZE = 16
 
 _TOKEN_RE = re.compile(r"<[a-z]+>|.", re.DOTALL)
 _DEFAULT_ALPHABET = string.ascii_lowercase

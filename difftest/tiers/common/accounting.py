@@ -4,11 +4,13 @@ Both oracles reduce a run to `Verification`s (the scheduler tier by playing the
 script, the engine tier by reading what the real engine did) and sum them here,
 so "what correct accounting gives" is written once:
 - a row = one (request, step) where at least one real draft token was verified
-  and output was delivered; real excludes grammar-invalid `-1` padding and the
-  zero-fill of a runner that skipped drafting (#34734: skipped drafting is no
-  row, under either reading). Under the lenient reading, a step whose scheduled
-  drafts were ALL grammar-invalidated is also a row, with 0 draft tokens (what
-  main and #56137 count today);
+  and output was delivered; real excludes grammar-invalid `-1` padding, the
+  `-1` placeholders a new decode is padded with (#50518), and the zero-fill of a
+  runner that skipped drafting (#34734: skipped drafting is no row, under
+  either reading); delivered excludes a step aborted while in flight and one
+  still in flight when its request finished. Under the lenient reading, a step
+  whose scheduled drafts were ALL grammar-invalidated is also a row, with 0
+  draft tokens (what main and #56137 count today);
 - draft tokens and the per-position vectors count real drafts; accepted is the
   verifier's accepted prefix, capped at the real draft count;
 - emitted = tokens appended to the request in that row after stop handling
@@ -54,12 +56,13 @@ class Rule:
 #: The rule above, per counter of `COUNTER_TABLE`.
 ORACLE: dict[str, Rule] = {
     "num_drafts": Rule(
-        "a row is a request's step that verified a real draft "
-        "(grammar-valid, not a skipped drafter's zero-fill)",
+        "a row is a request's step that verified a real draft and delivered its output "
+        "(grammar-valid, not a new decode's -1 padding, not a skipped drafter's zero-fill)",
         lambda row: 1,
     ),
     "num_draft_tokens": Rule(
-        "only real drafts count, not grammar-invalid -1 padding or a skipped drafter's zero-fill",
+        "only real drafts count, not grammar-invalid or scheduler -1 padding, nor a skipped "
+        "drafter's zero-fill",
         lambda row: row.real,
     ),
     "num_accepted_tokens": Rule(

@@ -7,8 +7,15 @@ depends on batch order. The generic checks, on the runs a probe recorded:
 - per step, where the branch has its own emitted counter: rows <= emitted <= accepted + rows
   (i.e. 1 <= emitted <= accepted + 1 per row);
 - stats silently lost: a step verified real drafts of N requests but reports fewer rows;
+- no stats without drafts (#16023): a step that verified no draft slot reports no spec stats
+  at all (a run with spec decoding off: none in any step), and the logged mean acceptance
+  length is never `nan`;
 - order independence: every batch order has the same totals;
 - additivity: a batch's totals equal the sum of its requests run alone.
+The last two compare runs in which each request was scheduled alike (`Shapes`):
+where the batch decides a request's schedule (a new decode padded because
+another request decodes, a draft block cut by the token budget, a preemption),
+correct totals may differ, and the oracle judges each run on its own.
 Each tier's own invariants module adds what only it can check and decides
 which runs are comparable (by their role, never by parsing labels).
 """
@@ -16,13 +23,18 @@ which runs are comparable (by their role, never by parsing labels).
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from difftest.core.records import COUNTERS, ProbeRun, StepRecord, Totals, Violation
+from difftest.tiers.common.steps import delivered, real_drafts
 
 ByLabel = dict[str, list[Violation]]
+#: How each request of a run was scheduled, where the batch can change it; runs compare across
+#: orders and with the requests alone only where these agree (None: every run compares).
+Shapes = Callable[[ProbeRun], dict[str, Hashable]]
 #: The counters compared across runs (the logged mean is derived from them).
 COMPARED = COUNTERS
 #: Above this many verified requests in one step, which ones lost their stats is not searched for.
@@ -45,13 +57,30 @@ def per_run_checks(runs: list[ProbeRun]) -> ByLabel:
     return {run.label: step_checks(run) + total_checks(run) for run in measured(runs)}
 
 
-def across_orders(found: ByLabel, batches: list[ProbeRun], alone: dict[str, ProbeRun]) -> None:
-    """Add order-independence and additivity violations of `batches` to `found`."""
-    reference = reference_run(batches, alone)
+def across_orders(
+    found: ByLabel,
+    batches: list[ProbeRun],
+    alone: dict[str, ProbeRun],
+    shapes: Shapes | None = None,
+) -> None:
+    """Add order-independence and additivity violations of `batches` to `found`, comparing only
+    runs whose requests `shapes` says were scheduled alike."""
+    shaped = {run.label: shapes(run) if shapes else {} for run in [*batches, *alone.values()]}
+    groups: dict[Hashable, list[ProbeRun]] = {}
     for run in batches:
-        found.setdefault(run.label, [])
-        found[run.label] += order_check(run, reference)
-        found[run.label] += additivity_check(run, alone)
+        groups.setdefault(tuple(sorted(shaped[run.label].items())), []).append(run)
+    for group in groups.values():
+        # The requests alone that were scheduled as they were in this group's batches.
+        like = {
+            rid: a
+            for rid, a in alone.items()
+            if shaped[a.label].get(rid) == shaped[group[0].label].get(rid)
+        }
+        reference = reference_run(group, like)
+        for run in group:
+            found.setdefault(run.label, [])
+            found[run.label] += order_check(run, reference)
+            found[run.label] += additivity_check(run, like)
 
 
 def _vec(totals: Totals | None) -> dict[str, Any]:
@@ -61,21 +90,31 @@ def _vec(totals: Totals | None) -> dict[str, Any]:
 
 
 def step_checks(run: ProbeRun) -> list[Violation]:
-    """Lost stats, consistency and emitted bounds, step by step."""
+    """Lost stats, stats without drafts, consistency and emitted bounds, step by step."""
     out: list[Violation] = []
     source = run.totals.emitted_source if run.totals is not None else ""
     emitted_field = source.split(":", 1)[1] if source.startswith("counter:") else None
+    ended: set[str] = set()
     for step in run.steps:
         where = f"step {step.step}"
-        verified = [
-            rid
-            for rid, drafts in step.drafts.items()
-            if len(drafts) - step.invalid.get(rid, 0) > 0
-            and step.sampled.get(rid)
-            and rid not in step.skipped
-        ]
+        taken = [rid for rid in step.scheduled or list(step.sampled) if delivered(step, rid, ended)]
+        ended |= set(step.finished) | set(step.aborted)
+        verified = [rid for rid in taken if real_drafts(step, rid) > 0]
         stats = step.stats.model_dump() if step.stats is not None else None
         rows = (stats or {}).get("num_drafts", 0)
+        if stats is not None and not any(step.drafts.get(rid) for rid in taken):
+            out.append(
+                Violation(
+                    invariant="stats-without-drafts",
+                    label=run.label,
+                    detail=f"{where}: no request verified a draft slot, yet the step reports "
+                    f"spec decoding stats ({rows} row(s)); #16023: a step without drafts "
+                    "reports none",
+                    counter="num_drafts",
+                    measured=rows,
+                    expected=None,
+                )
+            )
         if len(verified) > rows:
             reported = "no spec stats at all" if stats is None else f"{rows} row(s)"
             lost = lost_requests(step, verified, stats)
@@ -122,7 +161,7 @@ def lost_requests(step: StepRecord, verified: list[str], stats: dict[str, Any] |
         return []
     row = {}
     for rid in verified:
-        real = len(step.drafts[rid]) - step.invalid.get(rid, 0)
+        real = real_drafts(step, rid)
         row[rid] = (real, max(0, min(len(step.sampled[rid]) - 1, real)))
     want = (stats.get("num_draft_tokens", 0), stats.get("num_accepted_tokens", 0))
     fits = [
@@ -169,9 +208,27 @@ def _consistency(values: dict[str, Any], label: str, where: str) -> list[Violati
 
 
 def total_checks(run: ProbeRun) -> list[Violation]:
-    """Consistency of the run's summed totals."""
+    """Consistency of the run's summed totals, and a logged mean acceptance length that is a
+    number (the probe keeps the branch's own log line in the run's notes)."""
     assert run.totals is not None
-    return _consistency(run.totals.model_dump(), run.label, "totals")
+    out = _consistency(run.totals.model_dump(), run.label, "totals")
+    logged = run.notes.get("mean_acceptance_length_log")
+    if isinstance(logged, str) and _NAN_MEAN.search(logged):
+        out.append(
+            Violation(
+                invariant="mean-is-nan",
+                label=run.label,
+                detail="the branch's log printed mean acceptance length nan (a stats object "
+                "with no drafts was logged; #16023)",
+                counter="mean_acceptance_length",
+                measured="nan",
+                expected=None,
+            )
+        )
+    return out
+
+
+_NAN_MEAN = re.compile(r"Mean acceptance length:\s*nan", re.IGNORECASE)
 
 
 def _sum_alone(alone: dict[str, ProbeRun], order: list[str]) -> dict[str, Any] | None:

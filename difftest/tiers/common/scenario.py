@@ -74,6 +74,11 @@ class ScenarioBase(ScenarioIdentity):
     def request_ids(self) -> list[str]:
         return [r.id for r in self.requests]
 
+    @property
+    def conditions(self) -> list[str]:
+        """The serving conditions the scenario runs under, in words (none: the plain case)."""
+        return []
+
     def request(self, rid: str) -> Any:
         return next(r for r in self.requests if r.id == rid)
 

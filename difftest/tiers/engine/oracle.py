@@ -14,6 +14,7 @@ from __future__ import annotations
 from difftest.core.records import ProbeRun, Reading, StepRecord, Totals
 from difftest.tiers.common import accounting
 from difftest.tiers.common.accounting import Verification
+from difftest.tiers.common.steps import real_drafts
 
 
 def verifications(step: StepRecord) -> list[Verification]:
@@ -23,13 +24,16 @@ def verifications(step: StepRecord) -> list[Verification]:
     for rid in step.scheduled or list(step.drafts):
         drafts = step.drafts.get(rid) or []
         sampled = step.sampled.get(rid) or []
-        if not drafts or not sampled:
+        if not drafts or not sampled or rid in step.aborted:
             continue
+        real = real_drafts(step, rid)
         out.append(
             Verification(
                 request=rid,
-                real_drafts=max(0, len(drafts) - step.invalid.get(rid, 0)),
-                scheduled_drafts=len(drafts),
+                real_drafts=real,
+                # Slots that held a proposal: the real ones and the grammar-invalid ones (not a
+                # new decode's -1 padding, which the lenient reading does not count either).
+                scheduled_drafts=real + step.invalid.get(rid, 0),
                 accepted=len(sampled) - 1,
                 emitted=len(step.emitted.get(rid) or []),
                 drafting_skipped=rid in step.skipped,

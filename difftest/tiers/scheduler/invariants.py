@@ -13,6 +13,7 @@ from difftest.probe.scheduler import script
 from difftest.tiers.common import invariants as common
 from difftest.tiers.scheduler.oracle import expected_outputs
 from difftest.tiers.scheduler.scenario import Scenario
+from difftest.tiers.scheduler.schedule import shapes
 
 
 def check(scenario: Scenario, runs: list[ProbeRun]) -> common.ByLabel:
@@ -20,14 +21,17 @@ def check(scenario: Scenario, runs: list[ProbeRun]) -> common.ByLabel:
     found = common.per_run_checks(runs)
     for run in common.measured(runs):
         found[run.label] += outputs_follow_script(scenario, run)
-    common.across_orders(found, *common.batches_and_alone(runs))
+    budget = scenario.max_num_batched_tokens
+    common.across_orders(
+        found, *common.batches_and_alone(runs), shapes=lambda run: shapes(run, budget)
+    )
     return found
 
 
 def outputs_follow_script(scenario: Scenario, run: ProbeRun) -> list[Violation]:
     """Each request emitted exactly the tokens the script gives it."""
     out = []
-    for rid, want in expected_outputs(scenario, run.order).items():
+    for rid, want in expected_outputs(scenario, run).items():
         got = run.outputs.get(rid, [])
         if got != want:
             out.append(

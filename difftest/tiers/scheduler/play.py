@@ -6,9 +6,13 @@ rules are written here independently of vLLM's scheduler:
 - which drafts are real: the grammar-valid prefix (sync: trimmed before
   scheduling; async: k slots are scheduled and the invalid rest is -1 padding);
   none where the runner skipped drafting (a correct scheduler schedules none of
-  its zero-fill);
+  its zero-fill); never the `-1` placeholders a new decode is padded with (#50518);
 - stop handling: tokens are appended one by one until EOS, a stop token or
   max_tokens, the stop token included.
+What depends on the batch comes from the request's recorded schedule
+(`schedule.RequestSchedule`): a token budget's cut of a draft block, the
+recompute after a preemption, an abort in flight. Without one (the loader's
+check, plain scenarios) the request runs as it would alone.
 Works on the plain scenario data (`Scenario.probe_data()`), so the loader can
 check a file is playable before the scenario object exists.
 """
@@ -20,6 +24,7 @@ from typing import Any
 
 from difftest.probe.scheduler import script
 from difftest.tiers.common.accounting import Verification
+from difftest.tiers.scheduler.schedule import NO_SCHEDULE, RequestSchedule
 
 MAX_STEPS = 100_000
 
@@ -30,12 +35,18 @@ class ScriptViolation(ValueError):
 
 @dataclass(frozen=True)
 class RequestPlay:
-    """A request played to its end: every verification and the final output."""
+    """A request played to its end: per sampling step (index 0: its first token) the verification
+    it made (None: a step that verified no draft: its first token, a recompute after a
+    preemption), and the final output."""
 
     rid: str
-    verifications: list[Verification]
+    steps: list[Verification | None]
     output: list[int]
     finish: str
+
+    @property
+    def verifications(self) -> list[Verification]:
+        return [v for v in self.steps if v is not None]
 
 
 def _append(
@@ -51,20 +62,35 @@ def _append(
     return len(sampled), None
 
 
-def play_request(data: dict[str, Any], rid: str) -> RequestPlay:
-    """Play one request alone; its contribution is the same in any batch (memoised)."""
-    key = (repr(sorted((k, repr(v)) for k, v in data.items() if k != "runs")), rid)
+@dataclass(frozen=True)
+class PlayData:
+    """A scenario's plain data and the key its plays are remembered by (computed once)."""
+
+    data: dict[str, Any]
+    key: str
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> PlayData:
+        return cls(data, repr(sorted((k, repr(v)) for k, v in data.items() if k != "runs")))
+
+
+def play_request(
+    data: dict[str, Any] | PlayData, rid: str, schedule: RequestSchedule = NO_SCHEDULE
+) -> RequestPlay:
+    """Play one request along its schedule (memoised): without one, as it runs alone."""
+    played = data if isinstance(data, PlayData) else PlayData.of(data)
+    key = (played.key, rid, schedule)
     if key not in _PLAYED:
         if len(_PLAYED) > 512:
             _PLAYED.clear()
-        _PLAYED[key] = _play(data, rid)
+        _PLAYED[key] = _play(played.data, rid, schedule)
     return _PLAYED[key]
 
 
-_PLAYED: dict[tuple[str, str], RequestPlay] = {}
+_PLAYED: dict[tuple[str, str, RequestSchedule], RequestPlay] = {}
 
 
-def _play(data: dict[str, Any], rid: str) -> RequestPlay:
+def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestPlay:
     req = next(r for r in data["requests"] if r["id"] == rid)
     k, seed, path = int(data["k"]), int(data.get("seed", 0)), data.get("draft_path", "sync")
     target = script.target_stream(req, seed)
@@ -73,40 +99,53 @@ def _play(data: dict[str, Any], rid: str) -> RequestPlay:
     grammar = script.grammar_for(req, eos, sorted(stop_ids))
     stops = {eos, *stop_ids}
     max_tokens = int(req["max_tokens"])
+    spec_decoding = bool(data.get("spec_decoding", True))
 
     output: list[int] = []
-    rows: list[Verification] = []
-    _, finish = _append(
-        output, script.verify(target, 0, []), max_tokens, stops
-    )  # prefill samples one token
-    decode_index = 0
+    steps: list[Verification | None] = []
+    finish: str | None = None
+    index = 0  # the request's sampling step; the drafts of step n were proposed after step n - 1
     while finish is None:
-        if decode_index > MAX_STEPS:
+        if index > MAX_STEPS:
             raise ScriptViolation(f"no stop after {MAX_STEPS} steps")
+        shaped = schedule.at(index)
+        if shaped is not None and shaped.aborted:
+            finish = "abort"
+            break
         position = len(output)
-        if script.drafting_skipped(req, decode_index):
+        if index == 0 or not spec_decoding or (shaped is not None and shaped.restart):
+            # Its first token, a recompute after a preemption, or no drafter at all: one token,
+            # nothing verified (a new decode's -1 padding is no draft).
+            _, finish = _append(output, script.verify(target, position, []), max_tokens, stops)
+            steps.append(None)
+            index += 1
+            continue
+        if script.drafting_skipped(req, index - 1):
             # A correct scheduler schedules none of a skipped drafter's zero-fill: a plain decode
             # step.
             appended, finish = _append(
                 output, script.verify(target, position, []), max_tokens, stops
             )
-            rows.append(Verification(rid, 0, 0, 0, appended, drafting_skipped=True))
-            decode_index += 1
+            steps.append(Verification(rid, 0, 0, 0, appended, drafting_skipped=True))
+            index += 1
             continue
-        proposed = script.propose(req, seed, k, target, position, decode_index)[:k]
+        proposed = script.propose(req, seed, k, target, position, index - 1)[:k]
         valid = grammar.valid_prefix(output, proposed) if grammar else proposed
-        if path == "async":
-            scheduled = k  # placeholders are scheduled before the drafts are known
-            drafts = valid + [script.PAD_DRAFT] * (k - len(valid))
-        else:
-            scheduled = len(valid)
-            drafts = valid
+        # Placeholders are scheduled before the drafts are known (async): k slots, the invalid
+        # rest padded with -1; sync schedules the valid drafts. A token budget may cut either.
+        scheduled = k if path == "async" else len(valid)
+        if shaped is not None and shaped.budget_cut:
+            scheduled = min(scheduled, shaped.slots)
+        valid = valid[:scheduled]
+        drafts = valid + [script.PAD_DRAFT] * (scheduled - len(valid))
         sampled = script.verify(target, position, drafts)
         appended, finish = _append(output, sampled, max_tokens, stops)
-        rows.append(Verification(rid, len(valid), scheduled, len(sampled) - 1, appended))
-        decode_index += 1
+        steps.append(Verification(rid, len(valid), scheduled, len(sampled) - 1, appended))
+        index += 1
+    if finish == "abort":
+        return RequestPlay(rid, steps, output, finish)
     if grammar is not None and not grammar.accepts(output):
         raise ScriptViolation(
             f"output {script.text(output)!r} breaks the grammar {req['grammar']['choice']}"
         )
-    return RequestPlay(rid, rows, output, finish)
+    return RequestPlay(rid, steps, output, finish)

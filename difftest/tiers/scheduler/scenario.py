@@ -10,6 +10,7 @@ and the fix before any branch is probed.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from difftest.tiers.common.scenario import (
     request_id,
     scenario_error,
 )
-from difftest.tiers.scheduler.play import ScriptViolation, play_request
+from difftest.tiers.scheduler.play import PlayData, ScriptViolation, play_request
 
 GUIDE = "scenarios/README.md"
 
@@ -40,6 +41,17 @@ _HINTS = {
     "target": "a token string such as `ab<eos>` or `{random: {length: N, alphabet: abc}}`",
     "grammar": "`{choice: [STRING, ...]}`",
     "statement": "one line saying what the scenario probes",
+    "spec_decoding": "`true` (default) or `false`: a control with speculative decoding off",
+    "in_flight": "`1` (lockstep) or `2` (two steps in flight, as EngineCore.step_with_batch_queue; "
+    "needs `draft_path: async`)",
+    "prefix_caching": "`true` or `false` (default): vLLM's prefix cache, sha256 block hashes",
+    "kv_connector": "`none` (default) or `decode-node`: a P/D decode node whose KV connector "
+    "loads every prompt but its last token",
+    "kv_blocks": "the KV pool in blocks of 16 tokens (small: requests get preempted)",
+    "max_num_batched_tokens": "the token budget of one step (small: chunked prefill, cut decodes)",
+    "arrive": "the scheduler step before which the request is added (0: at the start)",
+    "abort": "the request's step after its first token (0: its first) during which it is "
+    "aborted, between schedule() and update_from_output()",
 }
 
 
@@ -92,6 +104,12 @@ class RequestSpec(_Strict):
     id: str
     prompt: str
     max_tokens: int = Field(gt=0)
+    #: The scheduler step before which the request is added (0: before the first).
+    arrive: int = Field(0, ge=0, le=1000)
+    #: Abort the request while this step of its own is in flight (0: the step sampling its first
+    #: token; n: its n-th step after that), between `schedule()` and `update_from_output()`, its
+    #: tokens still in the model output. None: never.
+    abort: int | None = Field(None, ge=0)
     eos: str = "<eos>"
     stop: list[str] = Field(default_factory=list)
     grammar: ChoiceGrammarSpec | None = None
@@ -106,13 +124,8 @@ class RequestSpec(_Strict):
     @field_validator("prompt")
     @classmethod
     def _prompt(cls, value: str) -> str:
-        ids = _tokens(value)
-        if len(ids) < 2:
-            # A 1-token prompt meets the scheduler's -1 padding of new decodes (#50518): not this
-            # tier's subject.
-            raise ValueError(
-                "needs at least 2 tokens (a 1-token prompt gets scheduler -1 padding, #50518)"
-            )
+        if not _tokens(value):
+            raise ValueError("needs at least 1 token")
         return value
 
     @field_validator("eos")
@@ -150,10 +163,23 @@ class Scenario(ScenarioBase):
     tier: Literal["scheduler"] = "scheduler"
     draft_path: Literal["sync", "async"] = "sync"
     requests: list[RequestSpec] = Field(min_length=1)
+    # -- serving conditions (defaults: the plain case every other scenario runs in) --
+    #: False: no speculative config at all (a control: no step may report spec stats).
+    spec_decoding: bool = True
+    #: 2: `schedule()` of step N+1 before `update_from_output()` of step N (async path).
+    in_flight: Literal[1, 2] = 1
+    prefix_caching: bool = False
+    #: `decode-node`: every request's KV but its last prompt token comes from a KV connector.
+    kv_connector: Literal["none", "decode-node"] = "none"
+    #: The KV pool in blocks; None: sized so that nothing is ever preempted.
+    kv_blocks: int | None = Field(None, ge=1, le=100_000)
+    #: The token budget of one step; None: large enough that nothing is chunked or cut.
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=script.MAX_MODEL_LEN)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         self.check_request_ids()
+        self._check_conditions()
         if self.draft_path == "async":
             skipping = [r.id for r in self.requests if r.drafter.skipped]
             if skipping:
@@ -179,9 +205,67 @@ class Scenario(ScenarioBase):
                         )
         return self
 
+    def _check_conditions(self) -> None:
+        """Serving conditions the probe can play and whose runs always end."""
+        if self.in_flight == 2 and self.draft_path != "async":
+            raise ValueError(
+                "in_flight: two steps in flight need `draft_path: async` (only AsyncScheduler "
+                "schedules a step before the previous one's output is known)"
+            )
+        budget = self.max_num_batched_tokens
+        if budget is not None and self.spec_decoding and budget < self.k + 1:
+            raise ValueError(
+                f"max_num_batched_tokens: {budget} is below 1 + k = {self.k + 1}: a padded new "
+                "decode would never be scheduled (vLLM prefers not scheduling to scheduling "
+                "it unpadded)"
+            )
+        if self.kv_blocks is not None:
+            for r in self.requests:
+                need = blocks_needed(len(_tokens(r.prompt)), r.max_tokens, self.k)
+                if need > self.kv_blocks:
+                    raise ValueError(
+                        f"kv_blocks: {self.kv_blocks} blocks cannot hold request {r.id} alone "
+                        f"(it needs {need} at its longest); it would never be scheduled"
+                    )
+
+    @property
+    def conditions(self) -> list[str]:
+        """The serving conditions this scenario runs under, in words (reports and listings)."""
+        found = []
+        if not self.spec_decoding:
+            found.append("spec decoding off")
+        if self.in_flight == 2:
+            found.append("two steps in flight")
+        if self.prefix_caching:
+            found.append("prefix caching")
+        if self.kv_connector != "none":
+            found.append("P/D decode node")
+        if self.kv_blocks is not None:
+            found.append(f"{self.kv_blocks} KV blocks")
+        if self.max_num_batched_tokens is not None:
+            found.append(f"token budget {self.max_num_batched_tokens}")
+        if any(r.arrive for r in self.requests):
+            found.append("staggered arrivals")
+        if any(r.abort is not None for r in self.requests):
+            found.append("aborts")
+        if any(len(_tokens(r.prompt)) == 1 for r in self.requests):
+            found.append("1-token prompts")
+        return found
+
     def probe_data(self) -> dict[str, Any]:
         """The plain dict the probe plays (`data` in the job)."""
         return self.model_dump(mode="json", by_alias=True, exclude={"file", "sha256"})
+
+    @cached_property
+    def play_data(self) -> PlayData:
+        """The probe's data once, for the oracle's plays of every run (read, never changed)."""
+        return PlayData.of(self.probe_data())
+
+
+def blocks_needed(prompt: int, max_tokens: int, k: int) -> int:
+    """KV blocks one request needs at its longest: prompt, output, a step's drafts and their
+    lookahead, plus the pool's null block (vLLM's block pool keeps block 0 for itself)."""
+    return -(-(prompt + max_tokens + 2 * k + 2) // script.BLOCK_SIZE) + 1
 
 
 def _tokens(value: str) -> list[int]:
@@ -222,10 +306,9 @@ def load_scenarios(folder: Path) -> list[Scenario]:
 def _check_playable(scenario: Scenario, path: Path | str) -> None:
     """Play every request once; a script that cannot be played is the author's error, not a
     branch's."""
-    data = scenario.probe_data()
     for req in scenario.requests:
         try:
-            played = play_request(data, req.id)
+            played = play_request(scenario.play_data, req.id)
         except (script.ScriptError, ScriptViolation) as exc:
             raise ConfigError(
                 f"{path}: requests.{req.id}: {exc}",

@@ -4,8 +4,9 @@ Each value is the plain mapping a scenario file holds; `difftest fuzz` validates
 it with the same loader as a file (`scenario.parse_scenario`), and every value
 is valid by construction: a refused one is a bug here, not a finding.
 
-The space: 1-6 requests, k 1-7, the sync and the async draft path; per request
-one of three kinds, each with a scripted or a random drafter:
+The space: 1-6 requests, k 1-7, the sync and the async draft path, the serving
+conditions (below); per request one of three kinds, each with a scripted or a
+random drafter:
 - *scripted*: a target stream of letters that stops at a chosen place, by EOS
   (`<eos>` or another EOS token), a stop token, or `max_tokens`;
 - *random*: a seeded random target over a few letters, EOS or a stop token
@@ -13,6 +14,16 @@ one of three kinds, each with a scripted or a random drafter:
 - *grammar*: a `choice` grammar; the target is one choice then EOS, drafts are
   valid, valid-but-wrong, partially or fully grammar-invalid;
 and batch orders: listed, every permutation (batches of up to 3), or explicit.
+
+Serving conditions, each off unless drawn (and shrinking turns off any a
+finding does not need; every one is first in its list, so it is what Hypothesis
+shrinks to): spec decoding off (a control), two steps in flight (async path),
+prefix caching (requests then often share a prompt of 16n+1 tokens, a full hit
+but its last token, or of other lengths, a partial hit), a P/D decode node's KV
+connector, a KV pool too small for the batch (preemption), a small token budget
+(chunked prefill, cut draft blocks); per request a later arrival, an abort while
+one of its steps is in flight, and a prompt of 1 token or of many (chunked).
+Combinations come for free: they are drawn independently.
 
 A scripted drafter is built from a *plan*, so that a stop lands where the
 strategy chose: per decode step, how many drafts are proposed (sync: 0..k;
@@ -30,6 +41,9 @@ from functools import cache
 from typing import Any
 
 from hypothesis import strategies as st
+
+from difftest.probe.scheduler.script import tokens
+from difftest.tiers.scheduler.scenario import blocks_needed
 
 MAX_REQUESTS = 6
 MIN_K, MAX_K = 1, 7
@@ -80,28 +94,80 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
     k = draw(_ints(MIN_K, MAX_K))
     path = draw(_PATHS)
     seed = draw(_ints(0, 2**16))
-    bodies = draw(_batches(k, path))
+    serving = draw(_serving(path))
+    shared = draw(_SHARED_PROMPTS) if serving.get("prefix_caching") else None
+    bodies = draw(_batches(k, path, shared is not None))
     ids = [f"r{i}" for i in range(len(bodies))]
-    raw: dict[str, Any] = {"statement": STATEMENT, "k": k, "draft_path": path}
+    raw: dict[str, Any] = {"statement": STATEMENT, "k": k, "draft_path": path, **serving}
     if any(_is_random(b) for b in bodies):
         raw["seed"] = seed
+    for body in bodies:
+        if body["prompt"] == SHARED:
+            body["prompt"] = shared
+    if draw(_SMALL_BUDGET):
+        raw["max_num_batched_tokens"] = draw(_ints(k + 1, k + 1 + MAX_BUDGET_ROOM))
+    if draw(_SMALL_POOL):
+        raw["kv_blocks"] = draw(_pool(k, bodies))
     raw["orders"] = draw(orders(ids))
     raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies, strict=True)]
     return raw
 
 
 @cache
-def requests(k: int, path: str) -> st.SearchStrategy[dict[str, Any]]:
-    """One request (without `id`): scripted, random or grammar-constrained."""
-    kinds = st.one_of(
-        _scripted_request(k, path), _random_request(k, path), _grammar_request(k, path)
+def _serving(path: str) -> st.SearchStrategy[dict[str, Any]]:
+    """The scenario-level conditions that shape the scheduler (only those drawn on)."""
+    flags = [
+        ("spec_decoding", st.sampled_from([True] * 11 + [False])),
+        ("prefix_caching", st.sampled_from([False, False, True])),
+        ("kv_connector", st.sampled_from(["none"] * 5 + ["decode-node"])),
+    ]
+    if path == "async":
+        flags.append(("in_flight", st.sampled_from([1, 2])))
+    defaults = {
+        "spec_decoding": True,
+        "prefix_caching": False,
+        "kv_connector": "none",
+        "in_flight": 1,
+    }
+    return st.tuples(*(s for _, s in flags)).map(
+        lambda values: {
+            name: value
+            for (name, _), value in zip(flags, values, strict=True)
+            if value != defaults[name]
+        }
     )
-    return st.tuples(_PROMPTS, kinds).map(lambda pair: {"prompt": pair[0], **pair[1]})
+
+
+def _pool(k: int, bodies: list[dict[str, Any]]) -> st.SearchStrategy[int]:
+    """A KV pool every request fits in alone but (where it can be) not the whole batch at once."""
+    needs = [blocks_needed(len(tokens(b["prompt"])), int(b["max_tokens"]), k) for b in bodies]
+    return _ints(max(needs), max(max(needs), sum(needs) - 1))
 
 
 @cache
-def _batches(k: int, path: str) -> st.SearchStrategy[list[dict[str, Any]]]:
-    return st.lists(requests(k, path), min_size=1, max_size=MAX_REQUESTS)
+def requests(k: int, path: str, shared: bool = False) -> st.SearchStrategy[dict[str, Any]]:
+    """One request (without `id`): scripted, random or grammar-constrained, with its arrival, its
+    abort and its prompt (`SHARED`: the scenario's shared prompt, where prefix caching is on)."""
+    kinds = st.one_of(
+        _scripted_request(k, path), _random_request(k, path), _grammar_request(k, path)
+    )
+    prompts = _SHARED_OR_OWN if shared else _OWN_PROMPTS
+    return st.tuples(prompts, kinds, _ARRIVALS, _ABORTS).map(_request_body)
+
+
+def _request_body(parts: tuple[str, dict[str, Any], int, int | None]) -> dict[str, Any]:
+    prompt, kind, arrive, abort = parts
+    body: dict[str, Any] = {"prompt": prompt, **kind}
+    if arrive:
+        body["arrive"] = arrive
+    if abort is not None:
+        body["abort"] = abort
+    return body
+
+
+@cache
+def _batches(k: int, path: str, shared: bool) -> st.SearchStrategy[list[dict[str, Any]]]:
+    return st.lists(requests(k, path, shared), min_size=1, max_size=MAX_REQUESTS)
 
 
 def orders(ids: list[str]) -> st.SearchStrategy[Any]:
@@ -118,9 +184,29 @@ def _orders(ids: tuple[str, ...]) -> st.SearchStrategy[Any]:
     return st.sampled_from(styles).flatmap(lambda s: explicit if s == "explicit" else st.just(s))
 
 
-#: At least 2 tokens: a 1-token prompt meets the scheduler's -1 padding (#50518), not this tier's
-#: subject.
-_PROMPTS = st.text(alphabet=LETTERS, min_size=2, max_size=6)
+#: Prompts: mostly a few letters; sometimes 1 token (a new decode padded beside others, #50518) or
+#: many (chunked by a small budget). Shrinks to a few letters.
+_PROMPT_SIZES = st.sampled_from([(2, 6)] * 4 + [(1, 1), (12, 40)])
+_OWN_PROMPTS = _PROMPT_SIZES.flatmap(
+    lambda size: st.text(alphabet=LETTERS, min_size=size[0], max_size=size[1])
+)
+#: Stands for the scenario's shared prompt in a request body until the scenario is assembled.
+SHARED = "<shared>"
+_SHARED_OR_OWN = st.sampled_from([False, True, True]).flatmap(
+    lambda shared: st.just(SHARED) if shared else _OWN_PROMPTS
+)
+#: A shared prompt: 16n+1 tokens (every block cached but the last token: a padded decode), or not.
+_SHARED_PROMPTS = st.sampled_from([17, 33, 20, 40]).flatmap(
+    lambda n: st.text(alphabet=LETTERS, min_size=n, max_size=n)
+)
+#: Arrivals: most requests at the start; some later (after others were cached or began decoding).
+_ARRIVALS = st.sampled_from([0] * 7 + [1, 2, 5])
+#: Aborts: most requests never; some while their n-th step after their first token is in flight.
+_ABORTS = st.sampled_from([None] * 11 + [0, 1, 2])
+_SMALL_BUDGET = st.sampled_from([False, False, False, True])
+_SMALL_POOL = st.sampled_from([False, False, False, True])
+#: A small budget is 1 + k tokens and at most this many more.
+MAX_BUDGET_ROOM = 10
 _PATHS = st.sampled_from(["sync", "async"])
 _THEN = st.sampled_from(["none", "perfect"])
 _ENDINGS = st.sampled_from(["eos", "stop", "max_tokens"])

@@ -38,7 +38,7 @@ class SchedulerTier(ProbeTier[Scenario]):
         return scenarios()
 
     def expected(self, scenario: Scenario, run: ProbeRun, reading: Reading) -> Totals:
-        return oracle.expected_totals(scenario, run.order, reading)
+        return oracle.expected_totals(scenario, run, reading)
 
     def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:
         return invariants.check(scenario, runs)

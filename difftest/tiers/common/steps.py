@@ -1,0 +1,26 @@
+"""What one step record says about one request: the drafts it really verified, whether its output
+was delivered. Both tiers' oracles and the shared invariants read records through these."""
+
+from __future__ import annotations
+
+from difftest.core.records import StepRecord
+
+
+def real_drafts(step: StepRecord, rid: str) -> int:
+    """Draft tokens of the request this step really verified: the scheduled drafts before the
+    first `-1` (grammar-invalid padding, or the scheduler's padding of a new decode, #50518) and
+    not among those the scheduler counted invalid, no more than the step computed after the
+    sampled position, none where the runner skipped drafting (its zero-fill, #34734)."""
+    if rid in step.skipped:
+        return 0
+    drafts = step.drafts.get(rid, [])
+    if rid in step.tokens:
+        drafts = drafts[: max(0, step.tokens[rid] - 1)]
+    valid = next((i for i, d in enumerate(drafts) if d < 0), len(drafts))
+    return max(0, min(valid, len(step.drafts.get(rid, [])) - step.invalid.get(rid, 0)))
+
+
+def delivered(step: StepRecord, rid: str, ended: set[str]) -> bool:
+    """Whether the scheduler took the request's sampled tokens in this step: sampled, not aborted
+    while in flight, not finished in an earlier step (`ended`)."""
+    return bool(step.sampled.get(rid)) and rid not in step.aborted and rid not in ended
