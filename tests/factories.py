@@ -55,6 +55,7 @@ SHIPPED_PATCHES: dict[str, list[str]] = {
     "pr-56137-style": ["pr-56137-style.patch"],
     "pr-56195-style": ["pr-56195-style.patch"],
     "pr-54054-style": ["pr-54054-style.patch"],
+    "pr-50518-style": ["pr-50518-style.patch"],
 }
 #: The shipped stack and the branches it composes, in order.
 SHIPPED_STACKS: dict[str, list[str]] = {"pr-56137-plus-54054": ["pr-56137-style", "pr-54054-style"]}

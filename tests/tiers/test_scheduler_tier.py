@@ -39,7 +39,7 @@ def runs_of(probe_runs):
 
 
 def _matches(scenario: Scenario, run: ProbeRun, reading: str) -> list[str]:
-    expected = expected_totals(scenario, run.order, reading)  # type: ignore[arg-type]
+    expected = expected_totals(scenario, run, reading)  # type: ignore[arg-type]
     return [c for c in COMPARED if getattr(run.totals, c) != getattr(expected, c)]
 
 
@@ -47,14 +47,14 @@ def _batch(runs: list[ProbeRun]) -> list[ProbeRun]:
     return [r for r in runs if r.role == "batch"]
 
 
-@pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style"])
+@pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style", "pr-50518-style"])
 def test_every_run_ok_and_outputs_follow_the_script(runs_of, branch: str) -> None:
     runs = runs_of(branch)
     assert set(SCENARIOS) <= set(runs)
     for name, scenario_runs in runs.items():
         for run in scenario_runs:
             assert run.status == "ok", run.error
-            assert run.outputs == expected_outputs(SCENARIOS[name], run.order), run.label
+            assert run.outputs == expected_outputs(SCENARIOS[name], run), run.label
 
 
 @pytest.mark.parametrize("name", TRUNCATION)
@@ -159,3 +159,57 @@ def test_54054_alone_still_overcounts_truncation_and_the_stack_does_not(runs_of,
         assert _matches(SCENARIOS[name], run, "strict") == ["num_emitted_tokens"]
     for run in runs_of("pr-56137-plus-54054")[name]:
         assert _matches(SCENARIOS[name], run, "strict") == []
+
+
+# -- serving conditions ---------------------------------------------------------------------------
+
+PADDING = ("prefix-cache-hit", "pd-decode-node", "one-token-prompt")
+
+
+def _padded(run: ProbeRun) -> list[tuple[int, str]]:
+    """(step, request) of every new decode the scheduler padded with -1 placeholders."""
+    return [
+        (step.step, rid)
+        for step in run.steps
+        for rid, drafts in step.drafts.items()
+        if drafts and all(d == -1 for d in drafts) and not step.invalid.get(rid)
+    ]
+
+
+def test_each_condition_reaches_the_real_scheduler(runs_of) -> None:
+    """What each condition is for really happens in main's scheduler (else its scenario would test
+    nothing): padding, aborts, a discarded in-flight step, preemption, chunks, cut draft blocks."""
+    runs = {name: {r.label: r for r in found} for name, found in runs_of("main").items()}
+    hit = runs["prefix-cache-hit"]["order:first,hit,partial"]
+    assert {rid for _, rid in _padded(hit)} == {"hit"}
+    assert not _padded(runs["prefix-cache-hit"]["alone:hit"])  # a cold cache: a plain prefill
+    assert {rid for _, rid in _padded(runs["pd-decode-node"]["order:long,short"])} == {
+        "long",
+        "short",
+    }
+    assert {rid for _, rid in _padded(runs["one-token-prompt"]["order:decoding,one"])} == {"one"}
+    assert not _padded(runs["one-token-prompt"]["alone:one"])
+    aborted = runs["abort-in-flight"]["alone:aborted"]
+    assert sum(s.aborted == ["aborted"] for s in aborted.steps) == 1
+    assert aborted.finish_reasons == {"aborted": "abort"}
+    in_flight = runs["two-steps-in-flight"]["alone:stops"]
+    stop_step = next(s.step for s in in_flight.steps if "stops" in s.finished)
+    assert any(s.step > stop_step and s.sampled.get("stops") for s in in_flight.steps)
+    for name in ("preemption-sync", "preemption-pipelined"):
+        assert any(s.preempted for r in runs[name].values() for s in r.steps), name
+    chunked = runs["chunked-prefill"]["order:decoding,chunked,one"]
+    assert sum(1 for s in chunked.steps if "chunked" in s.sampled and not s.sampled["chunked"]) > 1
+    cut = runs["token-budget-cut"]["order:a,b"]
+    assert any(0 < len(s.drafts.get(r, [])) < 3 for s in cut.steps for r in s.drafts)
+    off = runs["spec-decoding-off"]
+    assert all(s.stats is None and not s.drafts for r in off.values() for s in r.steps)
+
+
+@pytest.mark.parametrize("name", PADDING)
+def test_main_counts_the_padding_and_pr_50518_style_does_not(runs_of, name: str) -> None:
+    for main, fixed in zip(runs_of("main")[name], runs_of("pr-50518-style")[name], strict=True):
+        padded = len(_padded(main))
+        expected = expected_totals(SCENARIOS[name], main)
+        assert main.totals.num_drafts == expected.num_drafts + padded, main.label
+        assert main.totals.num_draft_tokens == expected.num_draft_tokens + 3 * padded
+        assert _matches(SCENARIOS[name], fixed, "strict") == [], fixed.label

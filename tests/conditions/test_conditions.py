@@ -1,0 +1,146 @@
+"""Every serving condition is reached: its regression is flagged, its refactor is not (slow).
+
+For each condition of `tests/conditions/kit.py`, on the real scheduler of each
+branch (main plus the kit's patch):
+- `difftest gate --base main --head MUTANT -k SCENARIO` exits 1, and with the
+  refactor as head it exits 0 (not worse);
+- `difftest fuzz --against main --examples 300` finds every mutant (each in a
+  kind of failure of its own) and nothing on any refactor.
+Main's runs are measured once and reused from a result cache of the module's
+own (the cache is keyed by everything a run depends on).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conditions.kit import CONDITIONS, Condition
+from tests.e2e.cli_helpers import run_cli
+from tests.factories import shipped_branch, write_config
+
+pytestmark = pytest.mark.slow
+
+FUZZ_EXAMPLES = 300
+
+
+def _branch(kind: str, condition: Condition) -> str:
+    return f"{kind}-{condition.slug}"
+
+
+@pytest.fixture(scope="module")
+def kit_config(tmp_path_factory: pytest.TempPathFactory, fixture_repo) -> Path:
+    """main, and a mutant and a refactor branch per condition."""
+    tmp = tmp_path_factory.mktemp("conditions")
+    branches = [shipped_branch("main")]
+    for c in CONDITIONS:
+        for kind, edit in (("mutant", c.mutant), ("refactor", c.refactor)):
+            patch = edit.patch(tmp / f"{_branch(kind, c)}.patch", fixture_repo)
+            branches.append({"name": _branch(kind, c), "ref": "main", "patches": [str(patch)]})
+    return write_config(tmp, branches)
+
+
+@pytest.fixture(scope="module")
+def result_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("result-cache")
+
+
+def _gate(config: Path, head: str, scenario: str, out: Path, cache: Path, monkeypatch) -> dict:
+    monkeypatch.setenv("DIFFTEST_RESULT_CACHE", str(cache))
+    code = run_cli(
+        "gate", "-c", config, "--base", "main", "--head", head, "--tier", "scheduler",
+        "-k", scenario, "--format", "json", "--out", out,
+    )  # fmt: skip
+    document = json.loads((out / "evidence.json").read_text())
+    return {"code": code, "results": document["results"]}
+
+
+@pytest.mark.parametrize("condition", CONDITIONS, ids=lambda c: c.slug)
+def test_gate_flags_the_conditions_regression_and_not_its_refactor(
+    condition: Condition, kit_config: Path, result_cache: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    mutant = _gate(
+        kit_config,
+        _branch("mutant", condition),
+        condition.scenario,
+        tmp_path / "mutant",
+        result_cache,
+        monkeypatch,
+    )
+    capsys.readouterr()
+    worse = [
+        r
+        for r in mutant["results"]
+        if r["branch"] == _branch("mutant", condition) and r["verdict"] != "pass"
+    ]
+    assert mutant["code"] == 1, f"{condition.does}: not flagged by gate"
+    assert worse, "the gate failed without a verdict of the mutant's to show for it"
+    refactor = _gate(
+        kit_config,
+        _branch("refactor", condition),
+        condition.scenario,
+        tmp_path / "refactor",
+        result_cache,
+        monkeypatch,
+    )
+    capsys.readouterr()
+    assert refactor["code"] == 0, f"{condition.name}: the refactor was flagged"
+    main = {
+        (r["scenario"], r["label"]): r["verdict"]
+        for r in refactor["results"]
+        if r["branch"] == "main"
+    }
+    same = {
+        (r["scenario"], r["label"]): r["verdict"]
+        for r in refactor["results"]
+        if r["branch"] == _branch("refactor", condition)
+    }
+    assert same == main
+
+
+def _fuzz(config: Path, branches: list[str], out: Path) -> dict:
+    code = run_cli(
+        "fuzz", "-c", config, "--against", "main", "--examples", FUZZ_EXAMPLES,
+        "--out", out, *branches,
+    )  # fmt: skip
+    summary = json.loads((out / "fuzz.json").read_text())
+    summary["exit_code"] = code
+    return summary
+
+
+@pytest.mark.timeout(2400)
+def test_fuzz_against_main_finds_every_regression(kit_config: Path, tmp_path: Path, capsys) -> None:
+    """Every mutant is found, and each finding, shrunk, still has the condition it needs."""
+    mutants = [_branch("mutant", c) for c in CONDITIONS]
+    out = tmp_path / "fuzz"
+    summary = _fuzz(kit_config, mutants, out)
+    capsys.readouterr()
+    assert not summary["unmeasured"], summary["unmeasured"]
+    found: dict[str, list[dict]] = {}
+    for finding in summary["findings"]:
+        raw = yaml.safe_load((out / finding["file"]).read_text())
+        for observation in finding["observations"]:
+            found.setdefault(observation["kind"]["branch"], []).append(raw)
+    missed = [c.name for c in CONDITIONS if _branch("mutant", c) not in found]
+    assert not missed, f"fuzz --against main found no difference for: {missed}"
+    for c in CONDITIONS:
+        assert all(c.present(raw) for raw in found[_branch("mutant", c)]), (
+            f"{c.name}: a shrunk finding lost the condition it was found under"
+        )
+    assert summary["exit_code"] == 1
+
+
+@pytest.mark.timeout(2400)
+def test_fuzz_against_main_finds_nothing_on_the_refactors(
+    kit_config: Path, tmp_path: Path, capsys
+) -> None:
+    refactors = [_branch("refactor", c) for c in CONDITIONS]
+    summary = _fuzz(kit_config, refactors, tmp_path / "fuzz")
+    capsys.readouterr()
+    assert not summary["unmeasured"], summary["unmeasured"]
+    assert summary["searched"] == FUZZ_EXAMPLES
+    assert summary["findings"] == [], [f["file"] for f in summary["findings"]]
+    assert summary["exit_code"] == 0
