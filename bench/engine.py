@@ -42,6 +42,9 @@ def main() -> int:
     workspace = prepare(config)
     print(f"environments ready: {time.perf_counter() - started:.1f} s")
     per_branch: dict[str, dict[str, float]] = {}
+    #: What the first probe's engine really ran with (block size, pool, budget): the serving
+    #: conditions' cost depends on them.
+    settings: dict[str, object] = {}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for branch in workspace.branches:
@@ -50,6 +53,7 @@ def main() -> int:
                 continue
             result = run_probe(branch.name, branch.env.python, job, tier.name, Path(tmp), 900)
             info = result.header.info if result.header else {}
+            settings = settings or dict(info.get("engine_settings") or {})
             import_s = result.header.import_s if result.header else None
             rows.append(
                 (
@@ -77,6 +81,7 @@ def main() -> int:
             f"{name:16} {wall:8.1f} {imp or 0:9.1f} {model or 0:8.1f} {load or 0:7.1f} {n:5d} "
             f"{errors:6d}" + (f"  {err.splitlines()[0]}" if err else "")
         )
+    print(f"\nengine settings (as run): {settings or 'not reported'}")
     names = list(per_branch)
     print(f"\n{'scenario (sum of its runs, s)':34}" + "".join(f"{n:>16}" for n in names))
     for s in scenarios:

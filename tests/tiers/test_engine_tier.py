@@ -38,8 +38,11 @@ TRUNCATION = (
     "engine-max-tokens-mid-block",
 )
 STRUCTURED = ("engine-structured-outputs", "engine-structured-mixed-batch")
+#: Serving conditions the real engine reaches where every branch must match the oracle.
+SERVING = ("engine-preemption", "engine-chunked-prefill", "engine-abort")
 #: Limits set on step boundaries: nothing accepted is trimmed, so main must match the oracle too.
-CONTROLS = ("engine-plain-control",) + STRUCTURED
+CONTROLS = ("engine-plain-control",) + STRUCTURED + SERVING
+PREFIX_HIT = "engine-prefix-hit"
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +76,9 @@ def test_every_planned_run_is_measured(engine_runs, branch):
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_invariants_hold(engine_runs, branch):
     by = engine_runs(branch)
-    for name in SCENARIOS:
-        found = check([r for r in by[name] if r.role != "reference"])
+    for name, scenario in SCENARIOS.items():
+        runs = [r for r in by[name] if r.role != "reference"]
+        found = check(runs, scenario.engine.max_num_batched_tokens)
         assert not any(found.values()), f"{branch}/{name}: {found}"
 
 
@@ -111,11 +115,9 @@ def test_controls_trim_nothing_and_match_the_oracle_on_every_branch(engine_runs,
     measured = [r for r in by[name] if r.role != "reference"]
     assert measured
     for run in measured:
-        for rid in run.notes.get("truncation") or {}:
+        for rid in run.outputs:
             last = next(s for s in reversed(run.steps) if rid in s.emitted)
-            assert last.sampled[rid] == last.emitted[rid], (
-                f"{run.label}: the boundary limit trimmed {rid}"
-            )
+            assert last.sampled[rid] == last.emitted[rid], f"{run.label}: the limit trimmed {rid}"
         expected = expected_engine_totals(SCENARIOS[name], run, "strict")
         for field in (
             "num_drafts",
@@ -259,3 +261,97 @@ def test_the_runner_flag_reaches_the_scheduler_in_the_real_engine(engine_runs, b
         ).values()
         for v in per.values()
     )
+
+
+# -- serving conditions ------------------------------------------------------------------------
+
+
+def padded(run) -> list[tuple[int, str]]:
+    """(step, request) of every new decode the scheduler padded with -1 placeholders."""
+    k = SCENARIOS[PREFIX_HIT].k
+    return [
+        (s.step, rid)
+        for s in run.steps
+        for rid, drafts in s.drafts.items()
+        if drafts == [-1] * k and s.tokens.get(rid) == 1 + k
+    ]
+
+
+def test_a_full_prefix_hit_is_padded_and_main_counts_the_padding(engine_runs):
+    """The one scheduled second of two equal 33-token prompts is a padded new decode; alone (each
+    reference run, after the cache was reset) neither is."""
+    runs = engine_runs("main")[PREFIX_HIT]
+    k = SCENARIOS[PREFIX_HIT].k
+    for run in runs:
+        if run.role == "reference":
+            assert padded(run) == [], f"{run.label}: a run alone hit an earlier run's cache"
+            continue
+        assert padded(run) == [(0, run.order[1])], run.label
+        assert run.steps[0].sampled[run.order[1]] and run.steps[0].stats is not None
+        expected = expected_engine_totals(SCENARIOS[PREFIX_HIT], run, "strict")
+        assert run.totals.num_drafts - expected.num_drafts == 1
+        assert run.totals.num_draft_tokens - expected.num_draft_tokens == k
+        assert run.totals.num_accepted_tokens == expected.num_accepted_tokens
+
+
+def test_pr_50518_style_leaves_the_padding_out_in_the_real_engine(engine_runs, workspace, tmp_path):
+    """pr-50518-style on the prefix-hit scenario alone (one short probe): the same padded steps,
+    no draft round for them, every counter equal to the oracle's."""
+    scenario = SCENARIOS[PREFIX_HIT]
+    job = make_job(tiers.get("engine"), [scenario], 120)
+    env = workspace.branch("pr-50518-style").env
+    assert env is not None
+    result = run_probe("pr-50518-style", env.python, job, "engine", tmp_path, 600)
+    assert result.error is None, result.error
+    main = {r.label: r for r in engine_runs("main")[PREFIX_HIT]}
+    for run in result.runs:
+        assert run.status == "ok", run.error
+        assert run.outputs == main[run.label].outputs
+        assert padded(run) == padded(main[run.label])
+        expected = expected_engine_totals(scenario, run, "strict")
+        for field in ("num_drafts", "num_draft_tokens", "num_draft_tokens_per_pos"):
+            assert getattr(run.totals, field) == getattr(expected, field), (run.label, field)
+        if run.role == "batch":
+            assert run.steps[0].stats is None, f"{run.label}: the padded step still reports stats"
+
+
+def test_the_small_kv_pool_preempts_and_the_request_is_recomputed(engine_runs):
+    (run,) = [r for r in engine_runs("main")["engine-preemption"] if r.role == "batch"]
+    (preempting,) = [s for s in run.steps if s.preempted]
+    (victim,) = preempting.preempted
+    later = [s for s in run.steps if s.step > preempting.step and victim in s.scheduled]
+    # Resumed as a prefill: the recompute of its tokens comes first (in budget-sized chunks),
+    # without drafts, and samples one token.
+    recompute = next(s for s in later if s.sampled.get(victim))
+    assert all(victim not in s.drafts for s in later if s.step <= recompute.step)
+    assert (
+        sum(s.tokens[victim] for s in later if s.step <= recompute.step)
+        > 1 + SCENARIOS["engine-preemption"].k
+    )
+    assert len(recompute.sampled[victim]) == 1
+    assert run.finish_reasons[victim] == "length"
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_without_drafts(engine_runs):
+    budget = SCENARIOS["engine-chunked-prefill"].engine.max_num_batched_tokens
+    for run in engine_runs("main")["engine-chunked-prefill"]:
+        if "long" not in run.order:
+            continue
+        chunks = [s for s in run.steps if "long" in s.scheduled and not s.sampled.get("long")]
+        assert chunks, f"{run.label}: the prompt was not chunked"
+        for s in chunks:
+            assert "long" not in s.drafts and sum(s.tokens.values()) == budget, run.label
+
+
+def test_an_abort_ends_the_request_where_it_was_asked(engine_runs):
+    scenario = SCENARIOS["engine-abort"]
+    after = next(r.abort_after_steps for r in scenario.requests if r.id == "gone")
+    for run in engine_runs("main")["engine-abort"]:
+        if "gone" not in run.order:
+            continue
+        abort = run.notes["abort"]["gone"]
+        assert abort["applied"] and run.finish_reasons["gone"] == "abort"
+        sampling = [s for s in run.steps if s.sampled.get("gone")]
+        assert len(sampling) == after and sampling[-1].step == abort["after_step"]
+        assert all("gone" not in s.scheduled for s in run.steps if s.step > abort["after_step"])
+        assert len(run.outputs["gone"]) >= after

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from difftest.core.errors import ConfigError
-from difftest.core.records import ProbeRun, StepRecord
+from difftest.core.records import ProbeRun, Reading, StepRecord
 from difftest.probe.engine.truncation import NoTruncationPoint, choose
 from difftest.tiers.engine.invariants import across_branches, check
 from difftest.tiers.engine.oracle import expected_totals, verifications
@@ -380,3 +380,323 @@ def test_a_request_vllm_would_cap_is_refused_unless_it_is_meant_to_end_there() -
         EngineScenario.model_validate(_engine_scenario())
     scenario = EngineScenario.model_validate(_engine_scenario(until_max_model_len=True))
     assert scenario.requests[0].until_max_model_len
+
+
+# -- serving conditions ---------------------------------------------------------
+#
+# Two requests with one 33-token prompt: alone, each prefills it (33 tokens), samples 5, then
+# verifies [6, 7, 8], all accepted plus bonus 9. In a batch the one scheduled second finds the
+# first block cached and is a new decode padded with [-1, -1, -1] (#50518), which main counts.
+
+PAD = [-1, -1, -1]
+ROW = {
+    "num_drafts": 1,
+    "num_draft_tokens": 3,
+    "num_accepted_tokens": 3,
+    "num_accepted_tokens_per_pos": [1, 1, 1],
+    "num_draft_tokens_per_pos": [1, 1, 1],
+}
+
+
+def _sum(*rows: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for row in rows:
+        for name, value in row.items():
+            if isinstance(value, list):
+                out[name] = [
+                    a + b for a, b in zip(out.get(name) or [0] * len(value), value, strict=True)
+                ]
+            else:
+                out[name] = out.get(name, 0) + value
+    return {**out, "num_spec_tokens": K}
+
+
+#: What main reports for a padded step: a draft round with 3 drafted, 0 accepted.
+PAD_ROW = {**ROW, "num_accepted_tokens": 0, "num_accepted_tokens_per_pos": [0, 0, 0]}
+
+
+def serving_run(label: str, steps: list[StepRecord], **notes: Any) -> ProbeRun:
+    """A run whose totals, Prometheus counters and outputs are what its steps say (main's
+    reading: emitted implied as accepted + rows)."""
+    summed = _sum(*[s.stats.model_dump() for s in steps if s.stats is not None])
+    totals = make_totals(
+        **{k: summed[k] for k in ROW},
+        num_emitted_tokens=summed["num_accepted_tokens"] + summed["num_drafts"],
+        emitted_source="implied",
+        mean_acceptance_length=None,
+    )
+    outputs: dict[str, list[int]] = {}
+    for s in steps:
+        for rid, toks in s.emitted.items():
+            outputs.setdefault(rid, []).extend(toks)
+    prometheus = {k: summed[k] for k in PROMETHEUS}
+    return make_run(
+        label,
+        tier="engine",
+        steps=steps,
+        totals=totals,
+        outputs=outputs,
+        finish_reasons={rid: "length" for rid in outputs},
+        notes={"prometheus": prometheus, "stat_logger_matches_scheduler": True, **notes},
+    )
+
+
+def revise(step: StepRecord, **update: Any) -> StepRecord:
+    """A copy of `step` with fields replaced, validated again (stats become StepStats)."""
+    return StepRecord.model_validate({**step.model_dump(), **update})
+
+
+def first_steps(rids: list[str], padded: str | None = None) -> list[StepRecord]:
+    """Prefill (or, for `padded`, a padded new decode), then one decode that verifies [6, 7, 8]."""
+    tokens = {rid: (1 + K if rid == padded else 33) for rid in rids}
+    step0 = make_step(
+        0,
+        scheduled=rids,
+        tokens=tokens,
+        drafts={padded: PAD} if padded else {},
+        sampled={rid: [5] for rid in rids},
+        emitted={rid: [5] for rid in rids},
+        stats=_sum(PAD_ROW) if padded else None,
+    )
+    step1 = make_step(
+        1,
+        scheduled=rids,
+        tokens={rid: 1 + K for rid in rids},
+        drafts={rid: [6, 7, 8] for rid in rids},
+        sampled={rid: [6, 7, 8, 9] for rid in rids},
+        emitted={rid: [6, 7, 8, 9] for rid in rids},
+        stats=_sum(*[ROW] * len(rids)),
+    )
+    return [step0, step1]
+
+
+def test_a_new_decodes_padding_is_no_row_under_either_reading() -> None:
+    batch = serving_run("order:a,b", first_steps(["a", "b"], padded="b"))
+    (padded,) = verifications(batch.steps[0])
+    assert (padded.request, padded.real_drafts, padded.scheduled_drafts) == ("b", 0, 0)
+    readings: tuple[Reading, ...] = ("strict", "lenient")
+    for reading in readings:
+        expected = expected_totals(K, batch, reading)
+        assert (expected.num_drafts, expected.num_draft_tokens) == (2, 6)
+    # main counts the padding: one row and k draft tokens too many, and nothing else is wrong.
+    assert (batch.totals.num_drafts, batch.totals.num_draft_tokens) == (3, 9)
+    assert invariants_of(batch) == []
+
+
+def test_a_padded_run_is_not_compared_with_its_requests_alone() -> None:
+    alone = [serving_run(f"alone:{r}", first_steps([r])) for r in ("a", "b")]
+    padded = serving_run("order:a,b", first_steps(["a", "b"], padded="b"))
+    assert not any(check([padded, *alone]).values())
+    # Scheduled alike, the same batch must still add up.
+    unpadded = serving_run("order:a,b", first_steps(["a", "b"]))
+    assert not any(check([unpadded, *alone]).values())
+    off = unpadded.model_copy(
+        update={"totals": unpadded.totals.model_copy(update={"num_emitted_tokens": 9})}
+    )
+    assert {v.invariant for v in check([off, *alone])["order:a,b"]} == {"additivity"}
+
+
+def test_a_preempted_request_is_not_compared_with_itself_alone() -> None:
+    alone = [serving_run(f"alone:{r}", first_steps([r])) for r in ("a", "b")]
+    steps = first_steps(["a", "b"])
+    # b is preempted while step 1 is scheduled, resumes in step 2 (recomputes 34 tokens, samples
+    # 6, no drafts) and verifies [7, 8] in step 3 (bonus 9): the same tokens as alone, but one
+    # draft fewer; the preemption moved b's schedule, so the batch is judged on its own.
+    steps[1] = revise(
+        steps[1],
+        scheduled=["a"],
+        tokens={"a": 1 + K},
+        preempted=["b"],
+        **{f: {"a": getattr(steps[1], f)["a"]} for f in ("drafts", "sampled", "emitted")},
+        stats=_sum(ROW),
+    )
+    resume = make_step(
+        2,
+        scheduled=["b"],
+        tokens={"b": 34},
+        drafts={},
+        sampled={"b": [6]},
+        emitted={"b": [6]},
+        stats=None,
+    )
+    verify = make_step(
+        3,
+        scheduled=["b"],
+        tokens={"b": 1 + K},
+        drafts={"b": [7, 8]},
+        sampled={"b": [7, 8, 9]},
+        emitted={"b": [7, 8, 9]},
+        stats=_sum(
+            {
+                **ROW,
+                "num_draft_tokens": 2,
+                "num_accepted_tokens": 2,
+                "num_accepted_tokens_per_pos": [1, 1, 0],
+                "num_draft_tokens_per_pos": [1, 1, 0],
+            }
+        ),
+    )
+    run = serving_run("order:a,b", [*steps[:2], resume, verify])
+    assert run.outputs == alone[0].outputs | alone[1].outputs
+    assert not any(check([run, *alone]).values())
+    expected = expected_totals(K, run, "strict")
+    assert (expected.num_drafts, expected.num_draft_tokens) == (2, 5)
+
+
+def test_a_step_that_uses_the_whole_budget_is_compared_only_without_a_budget() -> None:
+    alone = [serving_run(f"alone:{r}", first_steps([r])) for r in ("a", "b")]
+    off = serving_run("order:a,b", first_steps(["a", "b"]))
+    off = off.model_copy(
+        update={"totals": off.totals.model_copy(update={"num_emitted_tokens": 99})}
+    )
+    # Step 1 schedules 2 x (1 + k) = 8 tokens: under an 8-token budget, how many drafts each
+    # request verified there was the batch's doing (a cut block), so nothing is compared.
+    assert not any(check([off, *alone], budget=8).values())
+    assert "additivity" in {v.invariant for v in check([off, *alone], budget=9)["order:a,b"]}
+    assert "additivity" in {v.invariant for v in check([off, *alone])["order:a,b"]}
+
+
+def aborted_run(label: str = "order:gone,stays", **abort: Any) -> ProbeRun:
+    """`gone` is aborted after step 1 (its 2nd sampling step); `stays` decodes once more."""
+    steps = first_steps(["gone", "stays"])
+    tail = make_step(
+        2,
+        scheduled=["stays"],
+        tokens={"stays": 1 + K},
+        drafts={"stays": [9, 9, 9]},
+        sampled={"stays": [1]},
+        emitted={"stays": [1]},
+        stats=_sum({**ROW, "num_accepted_tokens": 0, "num_accepted_tokens_per_pos": [0, 0, 0]}),
+    )
+    notes = {"gone": {"after_steps": 2, "applied": True, "after_step": 1, **abort}}
+    run = serving_run(label, [*steps, tail], abort=notes)
+    return run.model_copy(update={"finish_reasons": {"gone": "abort", "stays": "length"}})
+
+
+def test_an_aborted_requests_rows_end_at_its_abort() -> None:
+    run = aborted_run()
+    assert invariants_of(run) == []
+    expected = expected_totals(K, run, "strict")
+    assert (expected.num_drafts, expected.num_draft_tokens, expected.num_accepted_tokens) == (
+        3,
+        9,
+        6,
+    )
+    # An abort that lands while the step is in flight (pipelining, the scheduler tier): no row.
+    in_flight = revise(run.steps[1], aborted=["gone"])
+    assert [v.request for v in verifications(in_flight)] == ["stays"]
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"applied": False}, "ended as length first"),
+        ({"after_step": 0}, "scheduled after its abort"),
+    ],
+    ids=["finished-first", "scheduled-after"],
+)
+def test_an_abort_must_land_where_it_was_asked(change: dict[str, Any], words: str) -> None:
+    run = aborted_run(**change)
+    if change.get("applied") is False:
+        run = run.model_copy(update={"finish_reasons": {"gone": "length", "stays": "length"}})
+    found = check([run])[run.label]
+    assert [v.invariant for v in found] == ["abort-applied"] and words in found[0].detail
+
+
+def test_the_aborted_batch_adds_up_to_its_requests_alone() -> None:
+    batch = aborted_run()
+    gone = serving_run("alone:gone", first_steps(["gone"]), abort=batch.notes["abort"])
+    gone = gone.model_copy(update={"finish_reasons": {"gone": "abort"}})
+    only = {"scheduled": ["stays"]}
+    stays = serving_run(
+        "alone:stays",
+        [
+            revise(
+                s,
+                **only,
+                **{
+                    f: {r: v for r, v in getattr(s, f).items() if r == "stays"}
+                    for f in ("tokens", "drafts", "sampled", "emitted")
+                },
+                stats=None if s.step == 0 else (_sum(ROW) if s.step == 1 else s.stats),
+            )
+            for s in batch.steps
+        ],
+    )
+    assert not any(check([batch, gone, stays]).values())
+    wrong = batch.model_copy(
+        update={"totals": batch.totals.model_copy(update={"num_emitted_tokens": 1})}
+    )
+    assert "additivity" in {v.invariant for v in check([wrong, gone, stays])[wrong.label]}
+
+
+# -- serving settings in scenario files -------------------------------------------------
+
+
+def _with(engine: dict[str, Any] | None = None, **request: Any) -> dict[str, Any]:
+    scenario = _engine_scenario(**{"max_tokens": 8, **request})
+    scenario["engine"] = {"max_model_len": 128, **(engine or {})}
+    return scenario
+
+
+@pytest.mark.parametrize(
+    "engine, request_keys, words",
+    [
+        ({"kv_blocks": 8}, {}, "needs engine.block_size"),
+        ({"kv_blocks": 3, "block_size": 32}, {}, "cannot hold one request"),
+        ({"block_size": 40}, {}, "multiple of 16"),
+        ({"max_num_batched_tokens": 16, "max_num_seqs": 32}, {}, "below engine.max_num_seqs"),
+        ({}, {"abort_after_steps": 8}, "must be below max_tokens"),
+        ({}, {"abort_after_steps": 2, "truncate": "eos"}, "cannot be combined"),
+        ({}, {"abort_after_steps": 0}, "greater than or equal to 1"),
+    ],
+    ids=[
+        "pool-without-block",
+        "pool-too-small",
+        "odd-block",
+        "budget",
+        "abort-late",
+        "abort-cut",
+        "abort-0",
+    ],
+)
+def test_serving_settings_are_validated(
+    engine: dict[str, Any], request_keys: dict[str, Any], words: str
+) -> None:
+    from pydantic import ValidationError
+
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    with pytest.raises(ValidationError, match=words):
+        EngineScenario.model_validate(_with(engine, **request_keys))
+
+
+def test_serving_settings_reach_the_probe_and_are_shared_by_the_folder(tmp_path: Path) -> None:
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    engine = {
+        "prefix_caching": True,
+        "block_size": 32,
+        "kv_blocks": 10,
+        "max_num_batched_tokens": 64,
+    }
+    scenario = EngineScenario.model_validate(_with(engine, abort_after_steps=3))
+    data = scenario.probe_data()
+    assert {k: data["engine"][k] for k in engine} == engine
+    assert data["requests"][0]["abort_after_steps"] == 3
+    (tmp_path / "a.yaml").write_text(ENGINE_A + "engine: {prefix_caching: true}\n")
+    (tmp_path / "b.yaml").write_text(ENGINE_A)
+    with pytest.raises(ConfigError, match="prefix_caching"):
+        load_engine_scenarios(tmp_path)
+
+
+def test_the_shipped_engine_folder_turns_the_serving_conditions_on() -> None:
+    (engine,) = {s.engine for s in load_engine_scenarios(SCENARIOS_DIR / "engine")}
+    assert engine.prefix_caching and engine.kv_blocks and engine.max_num_batched_tokens
+    names = {s.name for s in load_engine_scenarios(SCENARIOS_DIR / "engine")}
+    assert {
+        "engine-prefix-hit",
+        "engine-preemption",
+        "engine-chunked-prefill",
+        "engine-abort",
+    } <= names

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from difftest.probe.scheduler import script
+from difftest.tiers.common.schedule import RequestSchedule, Sampling
 from difftest.tiers.scheduler.oracle import expected_outputs, expected_totals
 from difftest.tiers.scheduler.play import ScriptViolation, play_request
 from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
-from difftest.tiers.scheduler.schedule import RequestSchedule, Sampling
 from tests.factories import SCENARIOS_DIR
 
 SCENARIOS = SCENARIOS_DIR / "scheduler"

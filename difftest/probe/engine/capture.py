@@ -1,9 +1,10 @@
 """Three independent views of one real engine's spec-decoding stats, captured per run.
 
 - `StepTap` wraps the engine core's `Scheduler.update_from_output` on the
-  instance (vLLM's code is untouched): per step it records the drafts that were
-  scheduled, the tokens the model sampled, what the scheduler emitted after stop
-  handling, and the step's `SpecDecodingStats`. This is what the oracle reads.
+  instance (vLLM's code is untouched): per step it records the tokens and
+  drafts that were scheduled, the requests the scheduler preempted, the tokens
+  the model sampled, what the scheduler emitted after stop handling, and the
+  step's `SpecDecodingStats`. This is what the oracle reads.
 - `CaptureLogger` is a stat logger in the engine's `StatLoggerManager`: it gets
   every step's `SchedulerStats` the way any production logger does.
 - `prometheus_spec_counters` reads the Prometheus counters via `get_metrics()`;
@@ -164,6 +165,8 @@ class StepTap:
             external_id(r): int(n)
             for r, n in (getattr(so, "num_invalid_spec_tokens", None) or {}).items()
         }
+        tokens = {external_id(r): int(n) for r, n in so.num_scheduled_tokens.items()}
+        preempted = sorted(external_id(r) for r in getattr(so, "preempted_req_ids", None) or ())
         emitted: dict[str, list[int]] = {}
         finished: dict[str, str] = {}
         step_stats = None
@@ -191,6 +194,12 @@ class StepTap:
                 finished,
                 stats.stats_dict(step_stats),
                 skipped,
+                tokens=tokens,
+                preempted=preempted,
+                # The engine core runs one step at a time (async scheduling is off for ngram and
+                # on CPU): `LLMEngine.abort_request` lands between steps, never while one is in
+                # flight, so no request is aborted between this step's schedule() and here.
+                aborted=(),
             )
         )
 

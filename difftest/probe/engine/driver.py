@@ -85,7 +85,12 @@ def run_one(
                 f"request {rid!r}: the prompt is {len(prompts[rid])} token(s); use >= 2 (#50518)"
             )
         entries.append((rid, {"prompt_token_ids": prompts[rid]}, params, eos))
-    played = session.play(entries)
+    aborts = {
+        rid: int(specs[rid]["abort_after_steps"])
+        for rid in run["order"]
+        if specs[rid].get("abort_after_steps")
+    }
+    played = session.play(entries, aborts)
 
     outputs: dict[str, list[int]] = {}
     finish: dict[str, str] = {}
@@ -100,6 +105,11 @@ def run_one(
         stop_reasons[rid] = completion.stop_reason
         per_request[rid] = _spec_metrics(completion)
         texts[rid] = completion.text
+    for rid, last in played["partials"].items():
+        # Aborted: the engine sends no final output; its last one holds every token emitted.
+        outputs[rid] = [int(t) for t in last.outputs[0].token_ids]
+        finish[rid] = "abort"
+        texts[rid] = last.outputs[0].text
 
     logged = [s for s in played["logged"] if s is not None]
     logged_dicts = [d for s in logged if (d := stats.stats_dict(s)) is not None]
@@ -122,6 +132,17 @@ def run_one(
         tokenizer_eos=session.tokenizer_eos,
         steps=len(played["records"]),
     )
+    if aborts:
+        # Where each abort landed: after the request's n-th sampling step, after step record
+        # `after_step`; not applied when the request finished first.
+        notes["abort"] = {
+            rid: {
+                "after_steps": n,
+                "applied": rid in played["aborted"],
+                "after_step": played["aborted"].get(rid),
+            }
+            for rid, n in aborts.items()
+        }
     if used_cuts:
         notes["truncation"] = {
             rid: _with_outcome(c, finish.get(rid), stop_reasons.get(rid))

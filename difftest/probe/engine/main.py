@@ -52,6 +52,8 @@ class EngineTierSession:
             "vllm_version": getattr(self.vllm, "__version__", None),
             "vllm_file": self.vllm.__file__,
             "engine_config": self.cfg,
+            #: What the engine really runs with (e.g. the CPU backend's block size, the KV pool).
+            "engine_settings": self.session.settings,
             "model": self.model,
             "tokenizer_eos": self.session.tokenizer_eos,
             "model_build_s": round(self.model_build_s, 3),

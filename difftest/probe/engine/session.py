@@ -6,9 +6,13 @@ a job shares one engine configuration (`engine_config` refuses a job whose
 scenarios disagree). The engine core runs in-process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), which makes per-step records
 deterministic and lets `capture` observe the scheduler directly.
-Decoding is greedy; prefix caching is off so a run never depends on the runs
-before it in the same process; `enforce_eager` skips torch.compile (seconds of
-load time, no effect on which tokens greedy decoding picks).
+Decoding is greedy; `enforce_eager` skips torch.compile (seconds of load time,
+no effect on which tokens greedy decoding picks). The serving conditions a
+folder may turn on are the engine's own settings: prefix caching (the cache is
+reset before every batch, so no run depends on the runs before it in the same
+process), the KV block size and pool (`num_gpu_blocks_override`: small enough
+to preempt), the token budget (`max_num_batched_tokens`: small enough to chunk
+a prefill); an abort is `LLMEngine.abort_request` between two steps.
 """
 
 from __future__ import annotations
@@ -30,9 +34,21 @@ ENGINE_KEYS = (
     "method",
     "async_scheduling",
     "model",
+    "prefix_caching",
+    "block_size",
+    "kv_blocks",
+    "max_num_batched_tokens",
 )
-#: Defaults for keys a job may omit (older jobs, hand-written jobs).
-ENGINE_DEFAULTS: dict[str, Any] = {"method": "ngram", "async_scheduling": False, "model": None}
+#: Defaults for keys a job may omit (older jobs, hand-written jobs): the engine's plain case.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "method": "ngram",
+    "async_scheduling": False,
+    "model": None,
+    "prefix_caching": False,
+    "block_size": None,
+    "kv_blocks": None,
+    "max_num_batched_tokens": None,
+}
 MAX_STEPS = 5000
 
 
@@ -71,6 +87,14 @@ class EngineSession:
                 model_dir
             )  # the tiny model drafts for itself: every draft is accepted
         extra: dict[str, Any] = {"async_scheduling": True} if cfg.get("async_scheduling") else {}
+        #: Unset keys keep the platform's defaults (on CPU: block 128, a 1 GiB pool, budget 8192).
+        optional = {
+            "block_size": cfg.get("block_size"),
+            "num_gpu_blocks_override": cfg.get("kv_blocks"),
+            "max_num_batched_tokens": cfg.get("max_num_batched_tokens"),
+        }
+        extra.update({key: int(value) for key, value in optional.items() if value is not None})
+        self.prefix_caching = bool(cfg.get("prefix_caching"))
         self.llm = LLM(
             model=str(model_dir),
             tokenizer=str(model_dir),
@@ -78,7 +102,7 @@ class EngineSession:
             seed=int(cfg["seed"]),
             max_model_len=int(cfg["max_model_len"]),
             max_num_seqs=int(cfg["max_num_seqs"]),
-            enable_prefix_caching=False,
+            enable_prefix_caching=self.prefix_caching,
             enforce_eager=True,
             disable_log_stats=False,
             per_request_spec_decode_metrics="detailed",
@@ -97,6 +121,15 @@ class EngineSession:
         self.runner_tap = RunnerTap(_model_runner(core))
         self.tap = StepTap(core.scheduler, self.runner_tap)
         self.tokenizer_eos = self.engine.input_processor.renderer.get_eos_token_id()
+        self.settings = _effective_settings(core)
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block, so the coming batch hits only on what it computes itself."""
+        if self.prefix_caching and not self.llm.reset_prefix_cache():
+            raise RuntimeError(
+                "the engine refused to reset its prefix cache (requests still running?): "
+                "the run would depend on the runs before it"
+            )
 
     def _describe(self, rids: list[str]) -> str:
         """Where each stuck request is, as the branch's scheduler sees it (tokens computed of
@@ -145,14 +178,29 @@ class EngineSession:
             if eos is not None:
                 del renderer.get_eos_token_id
 
-    def play(self, entries: list[tuple[str, Any, Any, int | None]]) -> dict[str, Any]:
-        """Run a batch to completion; everything the three views saw, plus the final outputs."""
+    def play(
+        self,
+        entries: list[tuple[str, Any, Any, int | None]],
+        aborts: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """Run a batch to completion; everything the three views saw, plus the final outputs.
+
+        `aborts` maps a request to the number of its sampling steps after which the
+        probe aborts it (`LLMEngine.abort_request`, between two engine steps, as a
+        client disconnecting does); its last output is kept in `partials`.
+        """
+        self.reset_prefix_cache()
         self.tap.reset()
         self.logger.take()
         before = prometheus_spec_counters(self.llm)
         for rid, prompt, params, eos in entries:
             self.add(rid, prompt, params, eos)
         finals: dict[str, Any] = {}
+        #: The latest output of every request (cumulative token ids), and how many steps gave one.
+        latest: dict[str, Any] = {}
+        sampled_steps: dict[str, int] = {}
+        #: Aborted request -> the index of the last step record before its abort.
+        aborted: dict[str, int] = {}
         n = 0
         try:
             while self.engine.has_unfinished_requests():
@@ -164,11 +212,22 @@ class EngineSession:
                         f"{self._describe(stuck)}"
                     )
                 for out in self.engine.step():
+                    latest[out.request_id] = out
+                    sampled_steps[out.request_id] = sampled_steps.get(out.request_id, 0) + 1
                     if out.finished:
                         finals[out.request_id] = out
+                due = [
+                    rid
+                    for rid, after in (aborts or {}).items()
+                    if rid not in finals and rid not in aborted and sampled_steps.get(rid) == after
+                ]
+                if due:
+                    self.engine.abort_request(due)
+                    for rid in due:
+                        aborted[rid] = len(self.tap.records) - 1
         except BaseException:
             # The next run must start from an idle engine, not behind this run's leftovers.
-            self._abort([rid for rid, *_ in entries if rid not in finals])
+            self._abort([rid for rid, *_ in entries if rid not in finals and rid not in aborted])
             raise
         records, tap_stats = self.tap.take()
         logged = self.logger.take()
@@ -179,6 +238,8 @@ class EngineSession:
             "logged": logged,
             "prometheus": counter_delta(before, after, self.k),
             "finals": finals,
+            "partials": {rid: latest[rid] for rid in aborted},
+            "aborted": aborted,
         }
 
 
@@ -190,3 +251,17 @@ def _model_runner(core: Any) -> Any:
         if obj is None:
             return None
     return obj
+
+
+def _effective_settings(core: Any) -> dict[str, Any]:
+    """What the engine really runs with (the platform may override a setting): for the evidence."""
+    cache = core.vllm_config.cache_config
+    sched = core.vllm_config.scheduler_config
+    return {
+        "block_size": getattr(cache, "block_size", None),
+        "num_gpu_blocks": getattr(cache, "num_gpu_blocks", None),
+        "enable_prefix_caching": getattr(cache, "enable_prefix_caching", None),
+        "max_num_batched_tokens": getattr(sched, "max_num_batched_tokens", None),
+        "enable_chunked_prefill": getattr(sched, "enable_chunked_prefill", None),
+        "async_scheduling": getattr(sched, "async_scheduling", None),
+    }

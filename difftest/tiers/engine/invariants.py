@@ -9,9 +9,14 @@ plus what only the engine has:
 - the tokens emitted step by step add up to each request's final output;
 - a truncation was applied the way it was asked (EOS: finish `stop` with no
   stop_reason; stop token: stop_reason = the token; max_tokens: `length`).
+- an abort was applied: a request with `abort_after_steps` ended by the abort
+  (finish `abort`), not before it.
 Across runs of one branch: batch orders agree and a batch is the sum of its
 requests alone, compared only where every request generated the same tokens
-(a real model may legitimately change a near-tie with the batch shape).
+(a real model may legitimately change a near-tie with the batch shape) and
+was scheduled alike (`schedule.shapes`: a prefix hit padded because its twin
+computed the prompt in the same step, a preemption, a draft block cut by the
+token budget depend on the batch; the oracle judges each such run alone).
 Across branches: every run must generate exactly the baseline's tokens, finish
 the same way and choose the same truncation point; a metrics fix that changes
 what the model emits is broken.
@@ -24,20 +29,27 @@ from typing import Any
 from difftest.core.records import ProbeRun, Violation
 from difftest.probe.protocol import COUNTER_TABLE, prometheus_fields
 from difftest.tiers.common import invariants as base
+from difftest.tiers.common.schedule import shapes as request_shapes
 
 ByLabel = base.ByLabel
 #: The counters the engine also exports to Prometheus: both readings must agree on each.
 PROMETHEUS_COMPARED = tuple(prometheus_fields(COUNTER_TABLE).values())
 
 
-def check(runs: list[ProbeRun]) -> ByLabel:
-    """Violations per run label (every measured run gets a key, reference runs included)."""
+def check(runs: list[ProbeRun], budget: int | None = None) -> ByLabel:
+    """Violations per run label (every measured run gets a key, reference runs included);
+    `budget` is the engine's `max_num_batched_tokens` where the folder sets one."""
     found = base.per_run_checks(runs)
     for run in base.measured(runs):
-        found[run.label] += _views_agree(run) + _outputs_consistent(run) + _truncation_applied(run)
+        found[run.label] += (
+            _views_agree(run)
+            + _outputs_consistent(run)
+            + _truncation_applied(run)
+            + _abort_applied(run)
+        )
     batches, alone = base.batches_and_alone(runs)
     comparable = [r for r in batches if _same_outputs(r, batches, alone)]
-    base.across_orders(found, comparable, alone)
+    base.across_orders(found, comparable, alone, lambda run: request_shapes(run, budget))
     return found
 
 
@@ -157,6 +169,27 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
                     f"request {rid}: output does not end at the first {kind} token {token}",
                 )
             )
+    return out
+
+
+def _abort_applied(run: ProbeRun) -> list[Violation]:
+    """Each asked-for abort landed: the request did not finish before it, and sampled nothing
+    after it."""
+    out = []
+    for rid, abort in (run.notes.get("abort") or {}).items():
+        after = abort.get("after_step")
+        if not abort.get("applied") or run.finish_reasons.get(rid) != "abort":
+            out.append(
+                _v(
+                    "abort-applied",
+                    run,
+                    f"request {rid}: asked to be aborted after {abort.get('after_steps')} "
+                    f"sampling step(s), it ended as {run.finish_reasons.get(rid)} first; lower "
+                    "abort_after_steps",
+                )
+            )
+        elif any(rid in s.scheduled for s in run.steps if after is not None and s.step > after):
+            out.append(_v("abort-applied", run, f"request {rid} was scheduled after its abort"))
     return out
 
 

@@ -47,6 +47,38 @@ class EngineSettings(_Strict):
     async_scheduling: bool = False
     #: A local model folder (config.json, tokenizer, weights) to use instead of the tiny model.
     model: str | None = None
+    #: Serving conditions (README "Engine scenarios"); unset: the platform's plain case.
+    #: Automatic prefix caching; the probe resets the cache before every batch.
+    prefix_caching: bool = False
+    #: KV block size in tokens (the CPU attention backend takes multiples of 32; its default: 128).
+    block_size: int | None = Field(default=None, ge=16, le=256, multiple_of=16)
+    #: KV blocks in the pool (`num_gpu_blocks_override`): small enough and requests are preempted.
+    kv_blocks: int | None = Field(default=None, ge=2, le=100_000)
+    #: The token budget of a step (`max_num_batched_tokens`): a longer prompt is chunked.
+    max_num_batched_tokens: int | None = Field(default=None, ge=16, le=65_536)
+
+    @model_validator(mode="after")
+    def _pool_holds_a_request(self) -> EngineSettings:
+        if self.kv_blocks is not None:
+            if self.block_size is None:
+                raise ValueError(
+                    "engine.kv_blocks needs engine.block_size (the default block size differs by "
+                    "platform)"
+                )
+            if self.kv_blocks * self.block_size < self.max_model_len:
+                raise ValueError(
+                    f"engine.kv_blocks {self.kv_blocks} x block_size {self.block_size} tokens "
+                    f"cannot hold one request of max_model_len {self.max_model_len}: vLLM refuses "
+                    "to start"
+                )
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < (
+            self.max_num_seqs
+        ):
+            raise ValueError(
+                f"engine.max_num_batched_tokens {self.max_num_batched_tokens} is below "
+                f"engine.max_num_seqs {self.max_num_seqs}"
+            )
+        return self
 
     @field_validator("model")
     @classmethod
@@ -98,6 +130,26 @@ class EngineRequest(_Strict):
     #: The request is meant to run into engine.max_model_len (finish `length`): the context check,
     #: which otherwise refuses a request vLLM would cap, does not apply to it.
     until_max_model_len: bool = False
+    #: Abort the request (`LLMEngine.abort_request`) right after its N-th sampling step (the
+    #: prefill's is the 1st), between two engine steps, as a client that disconnects.
+    abort_after_steps: int | None = Field(None, ge=1, le=511)
+
+    @model_validator(mode="after")
+    def _abort_before_the_end(self) -> EngineRequest:
+        if self.abort_after_steps is None:
+            return self
+        if self.abort_after_steps >= self.max_tokens:
+            # Every sampling step emits at least one token: the request would end first.
+            raise ValueError(
+                f"abort_after_steps {self.abort_after_steps} must be below max_tokens "
+                f"{self.max_tokens}, or the request ends before the abort"
+            )
+        if self.truncate != "none" or self.until_max_model_len:
+            raise ValueError(
+                "abort_after_steps cannot be combined with truncate or until_max_model_len: the "
+                "request must end by the abort"
+            )
+        return self
 
     @field_validator("id")
     @classmethod
@@ -167,6 +219,7 @@ class EngineScenario(ScenarioBase):
                     "truncate": r.truncate,
                     "prime": r.prime,
                     "structured": r.structured.params() if r.structured else None,
+                    "abort_after_steps": r.abort_after_steps,
                 }
                 for r in self.requests
             ],

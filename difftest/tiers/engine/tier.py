@@ -56,7 +56,7 @@ class EngineTier(ProbeTier[EngineScenario]):
         return oracle.expected_totals(scenario.k, run, reading)
 
     def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:
-        return invariants.check(runs)
+        return invariants.check(runs, scenario.engine.max_num_batched_tokens)
 
     def expected_steps(
         self, scenario: EngineScenario, run: ProbeRun, reading: Reading

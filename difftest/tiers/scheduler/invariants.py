@@ -11,9 +11,9 @@ from __future__ import annotations
 from difftest.core.records import ProbeRun, Violation
 from difftest.probe.scheduler import script
 from difftest.tiers.common import invariants as common
+from difftest.tiers.common.schedule import shapes
 from difftest.tiers.scheduler.oracle import expected_outputs
 from difftest.tiers.scheduler.scenario import Scenario
-from difftest.tiers.scheduler.schedule import shapes
 
 
 def check(scenario: Scenario, runs: list[ProbeRun]) -> common.ByLabel:

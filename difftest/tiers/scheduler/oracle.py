@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from difftest.core.records import ProbeRun, Reading, Totals
 from difftest.tiers.common import accounting
 from difftest.tiers.common.accounting import Verification
+from difftest.tiers.common.schedule import NO_SCHEDULE, request_schedules
 from difftest.tiers.scheduler.play import RequestPlay, play_request
-from difftest.tiers.scheduler.schedule import NO_SCHEDULE, request_schedules
 
 if TYPE_CHECKING:
     from difftest.tiers.scheduler.scenario import Scenario

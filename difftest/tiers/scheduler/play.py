@@ -24,7 +24,7 @@ from typing import Any
 
 from difftest.probe.scheduler import script
 from difftest.tiers.common.accounting import Verification
-from difftest.tiers.scheduler.schedule import NO_SCHEDULE, RequestSchedule
+from difftest.tiers.common.schedule import NO_SCHEDULE, RequestSchedule
 
 MAX_STEPS = 100_000
 
