@@ -44,7 +44,12 @@ class BlameCommand(Command):
             help="a scenario file `difftest fuzz` wrote (OUT/found/scheduler/...yaml) to blame, "
             "instead of -k",
         )
-        add_compare_options(parser, out="out-blame")
+        add_compare_options(
+            parser,
+            out="out-blame",
+            holds="blame.md, evidence.json, blame.yaml and the patches it names, the reports of "
+            "the sets it reports",
+        )
         add_cache_option(parser)
         parser.add_argument(
             "--jobs",

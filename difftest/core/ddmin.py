@@ -11,7 +11,8 @@ A set that cannot be measured (its hunks do not apply, its code does not import)
 counts as "does not make the finding", as ddmin's unresolved outcome does. The
 candidates of one round are asked for `width` at a time, so a caller can
 measure them side by side; the first that makes the finding, in ddmin's order,
-is taken whatever the width, so the result does not depend on it.
+is taken whatever the width, so the result does not depend on it. Each batch comes with
+the batch that may be asked next, so a caller can prepare those sets while it measures these.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Callable, Sequence
 
 #: A set of parts, in the change's order.
 Parts = tuple[int, ...]
-#: Whether each of the given sets makes the finding, in order.
-Reproduces = Callable[[list[Parts]], list[bool]]
+#: Whether each of the given sets makes the finding, in order; the second list holds the sets that
+#: may be asked about next (empty when none is known).
+Reproduces = Callable[[list[Parts], list[Parts]], list[bool]]
 
 
 def ddmin(parts: Sequence[int], reproduces: Reproduces, width: int = 1) -> Parts:
@@ -58,7 +60,7 @@ def without(parts: Parts, left_out: Parts) -> Parts:
 def _first(candidates: list[Parts], reproduces: Reproduces, width: int) -> int | None:
     for start in range(0, len(candidates), width):
         batch = candidates[start : start + width]
-        answers = reproduces(batch)
+        answers = reproduces(batch, candidates[start + width : start + 2 * width])
         if len(answers) != len(batch):
             raise ValueError(f"asked about {len(batch)} sets, told about {len(answers)}")
         for offset, made in enumerate(answers):

@@ -19,7 +19,7 @@ from difftest.build.refs import read_blob
 from difftest.core.blame import BlameEvidence
 from difftest.core.evidence import read_evidence
 from tests.e2e.cli_helpers import INIT_MARKER, SCHEDULER, by_branch, capture_stderr, run_cli
-from tests.factories import BASE_TAG, shipped_branch, write_config
+from tests.factories import BASE_TAG, ROOT, shipped_branch, write_config
 from tests.patching import make_patch
 
 pytestmark = pytest.mark.slow
@@ -278,3 +278,57 @@ def test_a_hunk_that_does_not_apply_alone_and_a_set_that_cannot_import_read_as_s
     assert {"does-not-apply", "does-not-import"} <= reasons
     text = (out / "stderr.txt").read_text()
     assert "does-not-apply" in text and "does-not-import" in text
+
+
+# -- mistakes: exit 2, the problem and the fix, nothing written --------------------------------
+
+
+def blame_error(tmp_path: Path, capsys, *args: Any) -> str:
+    out = tmp_path / "out"
+    assert run_cli("blame", "-c", ROOT / "branches.yaml", "--out", out, *args) == 2
+    assert not (out / "evidence.json").exists() and not (out / "blame.md").exists()
+    err = " ".join(capsys.readouterr().err.split())
+    assert "fix:" in err
+    return err
+
+
+def test_blaming_the_base_itself_an_unknown_branch_or_a_branch_without_change_exits_2(
+    tmp_path: Path, fixture_repo, capsys
+) -> None:
+    assert "name the same branch" in blame_error(tmp_path, capsys, "main", "-k", MIXED)
+    err = blame_error(tmp_path, capsys, "pr-99999-style", "-k", MIXED)
+    assert "'pr-99999-style' is neither a branch of the config (main, pr-56137-style" in err
+    err = blame_error(tmp_path, capsys, BASE_TAG, "-k", MIXED, "--tier", "scheduler")
+    assert "does not differ from main" in err and "no change to blame" in err
+
+
+def test_a_finding_file_that_is_not_one_exits_2(tmp_path: Path, capsys) -> None:
+    err = blame_error(tmp_path, capsys, "pr-56195-style", "--finding", tmp_path / "nope.yaml")
+    assert "is not a file" in err
+    elsewhere = tmp_path / "notes" / "finding.yaml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("k: 1\n")
+    assert "names no probe tier" in blame_error(
+        tmp_path, capsys, "pr-56195-style", "--finding", elsewhere
+    )
+    evidence = tmp_path / "scheduler" / "evidence.yaml"
+    evidence.parent.mkdir()
+    evidence.write_text('{"schema_version": "10", "results": []}\n')
+    err = blame_error(tmp_path, capsys, "pr-56195-style", "--finding", evidence)
+    assert "is not a scenario file" in err
+    err = blame_error(tmp_path, capsys, "pr-56195-style", "--finding", evidence, "-k", MIXED)
+    assert "-k and --finding both choose what to blame" in err
+
+
+def test_the_tests_tier_cannot_be_blamed(tmp_path: Path, capsys) -> None:
+    err = blame_error(tmp_path, capsys, "pr-56195-style", "--tier", "tests")
+    assert "judged from test outcomes" in err
+
+
+def test_a_branch_without_a_finding_of_its_own_exits_2_naming_where_to_look(
+    tmp_path: Path, fixture_repo, capsys
+) -> None:
+    """pr-56137-style diverges on the mixed batch only as main does: nothing of its own."""
+    err = blame_error(tmp_path, capsys, "pr-56137-style", "-k", MIXED, "--tier", "scheduler")
+    assert f"pr-56137-style shows nothing on {MIXED} that main does not" in err
+    assert "difftest run main pr-56137-style" in err

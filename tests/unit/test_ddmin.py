@@ -29,7 +29,8 @@ class Oracle:
                 return False  # does not apply, or does not import: never a finding
         return self.needed <= set(parts)
 
-    def __call__(self, sets: list[Parts]) -> list[bool]:
+    def __call__(self, sets: list[Parts], ahead: list[Parts]) -> list[bool]:
+        assert not set(ahead) & set(sets)
         self.asked += sets
         return [self.makes(s) for s in sets]
 
@@ -75,7 +76,7 @@ def test_split_keeps_order_and_sizes_within_one() -> None:
 
 def test_an_answer_of_the_wrong_length_is_refused() -> None:
     try:
-        ddmin(range(4), lambda sets: [])
+        ddmin(range(4), lambda sets, ahead: [])
     except ValueError as exc:
         assert "asked about" in str(exc)
     else:

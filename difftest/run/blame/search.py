@@ -189,9 +189,10 @@ def blame(config: Config, request: BlameRequest, log: Log = lambda _m: None) -> 
             time.monotonic() - started,
         )
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
         if prober is not None:
+            prober.close()
             _forget_refs(repo, prober)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # -- the request --------------------------------------------------------------------------
@@ -405,9 +406,11 @@ def _search(
     tier = finding.tier
     log = prober.context.log
 
-    def measured(sets: list[tuple[int, ...]], phase: Phase) -> list[Measured]:
+    def measured(
+        sets: list[tuple[int, ...]], phase: Phase, ahead: list[tuple[int, ...]] | None = None
+    ) -> list[Measured]:
         before = len(prober.measured)
-        found = prober.measure(tier, sets, phase)
+        found = prober.measure(tier, sets, phase, ahead or [])
         finding.asked += [m.number for m in found]
         for m in prober.measured[before:]:
             what, text = outcome_of(m, finding)
@@ -415,8 +418,8 @@ def _search(
         return found
 
     def reproduces(phase: Phase, as_hunks: Callable[[Parts], Parts]) -> Callable[..., list[bool]]:
-        def ask(sets: list[Parts]) -> list[bool]:
-            found = measured([as_hunks(s) for s in sets], phase)
+        def ask(sets: list[Parts], ahead: list[Parts]) -> list[bool]:
+            found = measured([as_hunks(s) for s in sets], phase, [as_hunks(s) for s in ahead])
             return [outcome_of(m, finding)[0] == "reproduces" for m in found]
 
         return ask
@@ -605,10 +608,8 @@ def _try(measured: Measured, findings: list[BlameFinding]) -> SubsetTry:
 
 def _forget_refs(repo: Any, prober: SubsetProber) -> None:
     """The refs `refs/heads/difftest/<set>` resolving wrote: the config recreates any it names."""
-    for m in prober.measured:
-        if m.branch is None:
-            continue
+    for resolved in prober.resolved:
         try:
-            repo.git.update_ref("-d", m.branch.resolved.local_ref)
+            repo.git.update_ref("-d", resolved.local_ref)
         except GitCommandError:
             pass  # already gone, or the repository is read-only: the ref only points at a commit

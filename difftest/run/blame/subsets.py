@@ -6,7 +6,9 @@ that series, and resolved on the base's commit like any configured branch with
 patches; its environment overlays the base as every branch environment does.
 Sets are measured a batch at a time (`width` probes side by side), each batch
 forked from the tier's one fork server, which the search keeps warm from its
-first probe to its last (`run.probes.runner.shared_fork_server`). What a set did
+first probe to its last (`run.probes.runner.shared_fork_server`); while a batch
+probes, the sets that may be asked next are resolved and built on a second
+thread (the only one using the repository meanwhile). What a set did
 is kept by the content of its patch series, so a set asked about again costs
 nothing; and a set whose files under `vllm/` are those of a branch already
 measured (the whole change, whose other files no environment carries) takes that
@@ -25,6 +27,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ from git.exc import GitCommandError
 
 from difftest import tiers
 from difftest.build.envs.branch import OVERLAID, ensure_branch_env
-from difftest.build.refs import resolve_branch
+from difftest.build.refs import ResolvedBranch, resolve_branch
 from difftest.build.refs.hunks import Step, patch_bytes, subset_patches
 from difftest.build.workspace import PreparedBranch, Workspace
 from difftest.core.blame import Outcome, Phase
@@ -70,6 +73,8 @@ class Measured:
     problem: tuple[Outcome, str] | None = None
     #: The measured branch whose files under vllm/ it shares (its runs are that branch's).
     same_as: str = ""
+    #: Its tree of vllm/ (what its environment carries), once resolved.
+    tree: str | None = None
     probed: bool = False
     seconds: float = 0.0
 
@@ -121,6 +126,12 @@ class SubsetProber:
         self._by_key: dict[tuple[str, str], Measured] = {}
         #: tree of vllm/ -> a branch measured with it, per tier (its runs serve the same tree).
         self._trees: dict[tuple[str, str], tuple[PreparedBranch, BranchRun]] = {}
+        #: Sets prepared ahead (resolved, environment built) while the batch before them probed.
+        self._ready: dict[tuple[str, str], Measured] = {}
+        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="difftest-blame-ahead")
+        self._pending: Future[None] | None = None
+        #: Every branch resolved for a set (refs to remove when the search ends).
+        self.resolved: list[ResolvedBranch] = []
         self.probes = 0
 
     # -- what a set is -------------------------------------------------------------
@@ -156,19 +167,33 @@ class SubsetProber:
         if tree is not None:
             self._trees[(tier, tree)] = (branch, run)
 
-    def measure(self, tier: str, sets: list[tuple[int, ...]], phase: Phase) -> list[Measured]:
-        """Each set measured on `tier`, at most once per patch series."""
+    def measure(
+        self,
+        tier: str,
+        sets: list[tuple[int, ...]],
+        phase: Phase,
+        ahead: Sequence[tuple[int, ...]] = (),
+    ) -> list[Measured]:
+        """Each set measured on `tier`, at most once per patch series; the sets `ahead` (those that
+        may be asked next) are resolved and built meanwhile, while this batch probes."""
+        self._settle()
         todo: dict[str, Measured] = {}
         out: list[Measured] = []
         for hunks in sets:
             digest = self.digest(hunks)
             found = self._by_key.get((tier, digest)) or todo.get(digest)
             if found is None:
-                found = Measured(len(self.measured) + 1, tier, phase, digest, tuple(hunks))
+                found = self._ready.pop((tier, digest), None)
+                if found is None:
+                    found = Measured(0, tier, phase, digest, tuple(hunks))
+                    self._prepare(found)
+                found.number, found.phase = len(self.measured) + 1, phase
                 self.measured.append(found)
                 todo[digest] = found
-                self._prepare(found)
             out.append(found)
+        later = [h for h in ahead if self.digest(h) not in todo]
+        if later:
+            self._pending = self._ahead.submit(self._prepare_ahead, tier, later)
         runnable = [m for m in todo.values() if m.branch is not None and m.run is None]
         if runnable:
             self._probe(tier, runnable)
@@ -177,6 +202,25 @@ class SubsetProber:
                 self._judge(tier, [measured])
             self._by_key[(tier, measured.digest)] = measured
         return out
+
+    def close(self) -> None:
+        """Stop preparing ahead (a set being prepared is finished first: seconds at most)."""
+        self._ahead.shutdown(wait=True, cancel_futures=True)
+
+    def _settle(self) -> None:
+        """Wait for the sets being prepared ahead: one thread at a time uses the repository."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _prepare_ahead(self, tier: str, sets: list[tuple[int, ...]]) -> None:
+        for hunks in sets:
+            digest = self.digest(hunks)
+            if (tier, digest) in self._by_key or (tier, digest) in self._ready:
+                continue
+            measured = Measured(0, tier, "hunks", digest, tuple(hunks))
+            self._prepare(measured)
+            self._ready[(tier, digest)] = measured
 
     def known(self, tier: str, hunks: Sequence[int]) -> Measured | None:
         return self._by_key.get((tier, self.digest(hunks)))
@@ -197,7 +241,9 @@ class SubsetProber:
             measured.problem = ("does-not-apply", one_line(exc.problem))
             measured.seconds = time.monotonic() - started
             return
-        same = self._trees.get((measured.tier, self._tree(resolved.sha) or ""))
+        self.resolved.append(resolved)
+        measured.tree = self._tree(resolved.sha)
+        same = self._trees.get((measured.tier, measured.tree or ""))
         prepared = PreparedBranch(resolved)
         try:
             prepared.env = ensure_branch_env(
@@ -237,9 +283,8 @@ class SubsetProber:
             measured.seconds += spent
             if run.header is None:
                 measured.problem = ("does-not-import", one_line(run.error or run.log_tail))
-            tree = self._tree(measured.branch.resolved.sha)
-            if tree is not None and measured.problem is None:
-                self._trees.setdefault((tier, tree), (measured.branch, run))
+            if measured.tree is not None and measured.problem is None:
+                self._trees.setdefault((tier, measured.tree), (measured.branch, run))
         self._judge(tier, batch)
 
     def _judge(self, tier: str, batch: list[Measured]) -> None:
