@@ -23,7 +23,7 @@ import shutil
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,46 +31,33 @@ from git.exc import GitCommandError
 
 from difftest import tiers
 from difftest.build.envs.branch import overlaid
-from difftest.build.envs.fingerprint import canonical_hash
 from difftest.build.refs.hunks import Step, split_change, step_commits
 from difftest.build.workspace import PreparedBranch, Workspace, branch_spec, prepare
 from difftest.core.blame import (
-    BlameEvidence,
     BlameFinding,
-    BlameHunk,
-    BlameStep,
-    Outcome,
     Phase,
-    SubsetTry,
     describe,
     finding_of,
-    makes,
 )
 from difftest.core.config import Config
 from difftest.core.ddmin import Parts, ddmin
 from difftest.core.errors import ConfigError, NotMeasured
-from difftest.core.evidence import Evidence
 from difftest.core.records import Reading, Result
 from difftest.core.verdicts import first_reason
-from difftest.run.blame.reproduce import reproduce_config
-from difftest.run.blame.subsets import PATCH_PREFIX, Measured, SubsetProber, judge_beside
+from difftest.run.blame.record import Before, BlameOutcome, assemble
+from difftest.run.blame.subsets import Measured, SubsetProber, judge_beside
 from difftest.run.cache.results import open_cache
 from difftest.run.context import RunContext
 from difftest.run.pipeline import (
     TierScenarios,
-    make_evidence,
     measure_tier,
     probes_at_a_time,
     select_scenarios,
 )
-from difftest.run.probes.environ import passed_environ
 from difftest.run.probes.runner import BranchRun, SharedServer, shared_fork_server
-from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import read_scenario_file
 
 Log = Callable[[str], None]
-#: The config `blame` writes beside its reports, pinning every set of hunks it reports.
-CONFIG_FILE = "blame.yaml"
 #: Where the patch series of the sets tried are written while the search runs.
 SCRATCH = ".blame-subsets"
 GUIDE = "scenarios/README.md"
@@ -95,19 +82,6 @@ class BlameRequest:
     reuse_cached: bool = True
 
 
-@dataclass
-class BlameOutcome:
-    """The search's evidence (with its `blame`), and what the reports and the config are made
-    from."""
-
-    evidence: Evidence
-    #: Scenarios by name, and every run of the branches the evidence names, with its steps.
-    scenarios: dict[str, Any]
-    recorded: dict[tuple[str, str, str], Any]
-    #: Files written beside the reports: the config and the patch series it names.
-    files: dict[str, str] = field(default_factory=dict)
-
-
 def blame(config: Config, request: BlameRequest, log: Log = lambda _m: None) -> BlameOutcome:
     """Find each finding of `request.branch` on the selected scenarios, and the hunks that make it;
     ConfigError (exit 2) for what is wrong in the request, NotMeasured (exit 3) when the branch or
@@ -126,6 +100,13 @@ def blame(config: Config, request: BlameRequest, log: Log = lambda _m: None) -> 
                 "blame again",
             )
     steps = _change(workspace, base, head)
+    carried = [h.number for s in steps for h in s.hunks if overlaid(h.path)]
+    if not carried:
+        raise ConfigError(
+            f"{head.name} changes nothing under vllm/ relative to {base.name}: no hunk of its "
+            "change reaches a branch environment, so none can make a finding",
+            "blame a branch that changes vLLM's Python code",
+        )
     context = RunContext(
         workspace,
         base.name,
@@ -159,13 +140,6 @@ def blame(config: Config, request: BlameRequest, log: Log = lambda _m: None) -> 
             }
             base_runs, head_runs, judged = _measure_both(context, selected, servers, base, head)
             findings = _findings(selected, judged, base.name, head.name)
-            carried = [h.number for s in steps for h in s.hunks if overlaid(h.path)]
-            if not carried:
-                raise ConfigError(
-                    f"{head.name} changes nothing under vllm/ relative to {base.name}: no hunk of "
-                    "its change reaches a branch environment",
-                    "blame a branch that changes vLLM's Python code",
-                )
             chosen_findings = {f.tier for f in findings}
             only = {
                 t.tier.name: TierScenarios(
@@ -179,10 +153,11 @@ def blame(config: Config, request: BlameRequest, log: Log = lambda _m: None) -> 
                 prober.seed(tier, head, head_runs[tier])
             for finding in findings:
                 _search(prober, finding, steps, carried, _width(only[finding.tier], request.jobs))
-        return _assemble(
-            request,
+        return assemble(
             config,
-            _Measured(workspace, selected, steps, base, head, base_runs, head_runs, judged),
+            context.reading,
+            request.out,
+            Before(workspace, selected, steps, base, head, base_runs, head_runs, judged),
             findings,
             prober,
             _scenarios_dir(config, request),
@@ -215,15 +190,23 @@ def _scenarios(config: Config, request: BlameRequest) -> list[TierScenarios]:
     if request.finding is not None:
         return [_finding_file(request.finding)]
     probe = [t.name for t in tiers.probe_tiers()]
-    wanted = request.tiers or probe
-    for name in wanted:
+    for name in request.tiers or []:
         if name not in probe:
             raise ConfigError(
                 f"the {name} tier is judged from test outcomes, not from probes: blame cannot "
                 "measure a set of hunks on it",
                 f"use --tier {' or --tier '.join(probe)}",
             )
-    return select_scenarios(config, wanted, request.select)
+    chosen = [
+        t for t in select_scenarios(config, request.tiers, request.select) if t.tier.name in probe
+    ]
+    if not chosen:
+        chose = f"-k {request.select!r} selects" if request.select else "the config has"
+        raise ConfigError(
+            f"{chose} scenarios of the tests tier only: blame measures probe tiers",
+            f"select scenarios of the {' or '.join(probe)} tier (`difftest list` names them)",
+        )
+    return chosen
 
 
 def _finding_file(path: Path) -> TierScenarios:
@@ -385,19 +368,6 @@ def _findings(
 # -- the search ------------------------------------------------------------------------------
 
 
-def outcome_of(measured: Measured, finding: BlameFinding) -> tuple[Outcome, str]:
-    """What a measured set did for `finding`, and that in one line."""
-    if measured.problem is not None:
-        return measured.problem
-    results = measured.for_scenario(finding.scenario)
-    text = describe(results)
-    if measured.same_as:
-        text += f" (its files under vllm/ are {measured.same_as}'s: its runs)"
-    if not results or any(r.verdict == "error" for r in results):
-        return "unmeasured", text
-    return ("reproduces" if makes(finding, results) else "gone"), text
-
-
 def _search(
     prober: SubsetProber, finding: BlameFinding, steps: list[Step], carried: list[int], width: int
 ) -> None:
@@ -413,14 +383,14 @@ def _search(
         found = prober.measure(tier, sets, phase, ahead or [])
         finding.asked += [m.number for m in found]
         for m in prober.measured[before:]:
-            what, text = outcome_of(m, finding)
+            what, text = m.outcome(finding)
             log(f"blame: try {m.number} ({_listed(m.hunks)}): {what}: {text}")
         return found
 
     def reproduces(phase: Phase, as_hunks: Callable[[Parts], Parts]) -> Callable[..., list[bool]]:
         def ask(sets: list[Parts], ahead: list[Parts]) -> list[bool]:
             found = measured([as_hunks(s) for s in sets], phase, [as_hunks(s) for s in ahead])
-            return [outcome_of(m, finding)[0] == "reproduces" for m in found]
+            return [m.outcome(finding)[0] == "reproduces" for m in found]
 
         return ask
 
@@ -429,7 +399,7 @@ def _search(
         f"{finding.reason}); searching {len(carried)} hunk(s) under vllm/"
     )
     whole = measured([tuple(carried)], "whole")[0]
-    what, text = outcome_of(whole, finding)
+    what, text = whole.outcome(finding)
     if what != "reproduces":
         finding.problem = (
             f"the change's hunks under vllm/, applied together on the base, do not make it: {text}"
@@ -472,138 +442,6 @@ def _listed(hunks: tuple[int, ...]) -> str:
             runs.append([number])
     text = ", ".join(f"#{r[0]}" if len(r) == 1 else f"#{r[0]}-#{r[-1]}" for r in runs)
     return f"hunk {text}" if len(hunks) == 1 else f"hunks {text}"
-
-
-# -- what is kept -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Measured:
-    """What the search measured before its first set: the change, and the base and the branch."""
-
-    workspace: Workspace
-    selected: list[TierScenarios]
-    steps: list[Step]
-    base: PreparedBranch
-    head: PreparedBranch
-    base_runs: dict[str, BranchRun]
-    head_runs: dict[str, BranchRun]
-    judged: list[Result]
-
-
-def _assemble(
-    request: BlameRequest,
-    config: Config,
-    both: _Measured,
-    findings: list[BlameFinding],
-    prober: SubsetProber | None,
-    scenarios_dir: Path,
-    wall_s: float,
-) -> BlameOutcome:
-    """The evidence of the search: the base, the branch and every set reported (each finding's
-    minimal set and the rest without it) on the findings' scenarios, judged through the door."""
-    assert prober is not None
-    workspace, selected, steps, judged = both.workspace, both.selected, both.steps, both.judged
-    base, head, base_runs, head_runs = both.base, both.head, both.base_runs, both.head_runs
-    reported = {
-        number
-        for f in findings
-        for number in (f.culprit, f.rest)
-        if number is not None and number > 0
-    }
-    chosen = [m for m in prober.measured if m.number in reported and m.branch is not None]
-    names = {f.scenario for f in findings}
-    branches = [base, head, *[m.branch for m in chosen if m.branch is not None]]
-    probes: dict[str, dict[str, BranchRun]] = {}
-    results = [r for r in judged if r.scenario in names]
-    for tier in {f.tier for f in findings}:
-        probes[tier] = {base.name: base_runs[tier], head.name: head_runs[tier]}
-    for m in chosen:
-        assert m.branch is not None
-        if m.run is not None:
-            probes[m.tier][m.branch.name] = m.run
-        results += m.results
-    kept = [
-        TierScenarios(t.tier, [s for s in t.scenarios if s.name in names])
-        for t in selected
-        if any(s.name in names for s in t.scenarios)
-    ]
-    evidence_workspace = Workspace(workspace.config, workspace.base, workspace.repo, branches)
-    evidence = make_evidence(
-        evidence_workspace,
-        kept,
-        {tier: TierOutcome(probes=runs) for tier, runs in probes.items()},
-        results,
-        request.reading or config.oracle.reading,
-        request.out,
-    )
-    tries = [_try(m, findings) for m in prober.measured]
-    record = BlameEvidence(
-        branch=head.name,
-        against=base.name,
-        steps=[
-            BlameStep(number=s.index + 1, label=s.label, parent=s.parent, commit=s.commit)
-            for s in steps
-        ],
-        hunks=[
-            BlameHunk(
-                number=h.number,
-                step=h.step + 1,
-                file=h.path,
-                lines=h.lines,
-                added=h.added,
-                removed=h.removed,
-                text=h.text,
-                carried=overlaid(h.path),
-            )
-            for s in steps
-            for h in s.hunks
-        ],
-        findings=findings,
-        tries=tries,
-        config=CONFIG_FILE,
-        probes=prober.probes,
-        wall_s=round(wall_s, 2),
-    )
-    evidence = evidence.model_copy(
-        update={
-            "baseline": base.name,
-            "probe_environ_sha256": canonical_hash(passed_environ()),
-            "blame": record,
-        }
-    )
-    series = {m.number: prober.patches(m.hunks) for m in chosen}
-    steps_of = [(m, [index for index, _text in series[m.number]]) for m in chosen]
-    files = {CONFIG_FILE: reproduce_config(config, base, head, steps_of, scenarios_dir, findings)}
-    for m in chosen:
-        for index, text in series[m.number]:
-            files[f"{PATCH_PREFIX}{m.digest[:12]}-{index + 1}.patch"] = text
-    scenarios = {s.name: s for t in kept for s in t.scenarios}
-    recorded = {
-        (name, run.scenario, run.label): run
-        for per_tier in probes.values()
-        for name, delivered in per_tier.items()
-        for run in delivered.runs
-        if run.scenario in names
-    }
-    return BlameOutcome(evidence, scenarios, recorded, files)
-
-
-def _try(measured: Measured, findings: list[BlameFinding]) -> SubsetTry:
-    mine = [f for f in findings if f.tier == measured.tier]
-    outcomes = {f.scenario: outcome_of(measured, f) for f in mine}
-    return SubsetTry(
-        number=measured.number,
-        hunks=list(measured.hunks),
-        phase=measured.phase,
-        digest=measured.digest,
-        branch=measured.branch.name if measured.branch is not None else None,
-        outcomes={name: what for name, (what, _text) in outcomes.items()},
-        details={name: text for name, (_what, text) in outcomes.items()},
-        probed=measured.probed,
-        reused=measured.run is not None and measured.run.reused is not None,
-        seconds=round(measured.seconds, 2),
-    )
 
 
 def _forget_refs(repo: Any, prober: SubsetProber) -> None:

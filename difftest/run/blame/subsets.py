@@ -39,7 +39,7 @@ from difftest.build.envs.branch import OVERLAID, ensure_branch_env
 from difftest.build.refs import ResolvedBranch, resolve_branch
 from difftest.build.refs.hunks import Step, patch_bytes, subset_patches
 from difftest.build.workspace import PreparedBranch, Workspace
-from difftest.core.blame import Outcome, Phase
+from difftest.core.blame import BlameFinding, Outcome, Phase, describe, makes
 from difftest.core.config import BranchSpec, branch_name_problem
 from difftest.core.errors import EnvironmentBuildError, RefError
 from difftest.core.records import Reading, Result
@@ -80,6 +80,18 @@ class Measured:
 
     def for_scenario(self, scenario: str) -> list[Result]:
         return [r for r in self.results if r.scenario == scenario]
+
+    def outcome(self, finding: BlameFinding) -> tuple[Outcome, str]:
+        """What this set did for `finding`, and that in one line."""
+        if self.problem is not None:
+            return self.problem
+        results = self.for_scenario(finding.scenario)
+        text = describe(results)
+        if self.same_as:
+            text += f" (its files under vllm/ are {self.same_as}'s: its runs)"
+        if not results or any(r.verdict == "error" for r in results):
+            return "unmeasured", text
+        return ("reproduces" if makes(finding, results) else "gone"), text
 
 
 @dataclass
