@@ -52,7 +52,8 @@ def blame(branch: str, select: str | None, cache: Path, out: Path) -> tuple[floa
         sys.exit(f"difftest {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     document = json.loads(done.stdout) if done.returncode != 2 else {}
     if done.returncode == 2:
-        document["error"] = done.stderr.strip().splitlines()[0] if done.stderr.strip() else ""
+        said = [line for line in done.stderr.splitlines() if line.startswith("difftest: error:")]
+        document["error"] = said[0].removeprefix("difftest: error: ") if said else "exit 2"
     return wall, done.returncode, document
 
 

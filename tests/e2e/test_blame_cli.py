@@ -10,6 +10,10 @@ adds. Every test reads what the command wrote: the evidence's `blame`, blame.md,
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -332,3 +336,42 @@ def test_a_branch_without_a_finding_of_its_own_exits_2_naming_where_to_look(
     err = blame_error(tmp_path, capsys, "pr-56137-style", "-k", MIXED, "--tier", "scheduler")
     assert f"pr-56137-style shows nothing on {MIXED} that main does not" in err
     assert "difftest run main pr-56137-style" in err
+
+
+def test_ctrl_c_mid_search_stops_every_probe_and_leaves_no_report_nor_ref(
+    tmp_path: Path, fixture_repo
+) -> None:
+    """Interrupted between two sets: exit 130 at once, no report, and neither the sets' patch
+    folder nor their refs left behind (the fixture repository is the one every test shares)."""
+    # A name of its own: other tests blame pr-56195-style in the same repository meanwhile.
+    branch = {**shipped_branch("pr-56195-style"), "name": "interrupted"}
+    config = write_config(tmp_path, [shipped_branch("main"), branch])
+    out = tmp_path / "out"
+    argv = ["blame", "-c", str(config), "interrupted", "-k", MIXED, "--tier", "scheduler"]
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "difftest"), *argv, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if "blame: try 2 " in line:
+            break
+    else:
+        raise AssertionError("the search never reached its second set:\n" + "".join(seen))
+    process.send_signal(signal.SIGINT)
+    try:
+        rest = process.stderr.read()
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("difftest blame had not exited 30 s after Ctrl-C") from None
+    assert process.returncode == 130, rest
+    assert re.search(r"interrupted; \d running probe\(s\) stopped, no report written", rest), rest
+    assert not (out / "evidence.json").exists() and not (out / "blame.md").exists()
+    assert not (out / ".blame-subsets").exists()
+    refs = fixture_repo.git.for_each_ref("--format=%(refname)", "refs/heads/difftest/")
+    assert "interrupted-blame-" not in refs
