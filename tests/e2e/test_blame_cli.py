@@ -27,6 +27,8 @@ from tests.factories import BASE_TAG, ROOT, shipped_branch, write_config
 from tests.patching import make_patch
 
 pytestmark = pytest.mark.slow
+#: The tests that read the one blame of pr-56195-style run in one worker: it is measured once.
+shipped = pytest.mark.xdist_group("blame-pr-56195")
 
 #: The scenario whose finding is blamed: pr-56195-style loses the stats of the requests batched
 #: with an all-invalid grammar request (4 of its 9 runs broken).
@@ -117,6 +119,7 @@ def pr_56195(tmp_path_factory, fixture_repo) -> Path:
     )
 
 
+@shipped
 def test_the_broken_mixed_batch_is_blamed_on_the_guard_testing_the_adjusted_count(
     pr_56195: Path,
 ) -> None:
@@ -139,6 +142,7 @@ def test_the_broken_mixed_batch_is_blamed_on_the_guard_testing_the_adjusted_coun
     assert any("mean_acceptance_length" in h.text for h in left_out)
 
 
+@shipped
 def test_each_blamed_hunk_is_needed(pr_56195: Path) -> None:
     search = searched(pr_56195)
     (finding,) = search.findings
@@ -151,12 +155,14 @@ def test_each_blamed_hunk_is_needed(pr_56195: Path) -> None:
     assert culprit.outcomes[MIXED] == "reproduces" and culprit.hunks == finding.minimal
 
 
+@shipped
 def test_the_search_takes_a_few_dozen_sets_each_measured_once(pr_56195: Path) -> None:
     search = searched(pr_56195)
     assert len(search.tries) <= 36 and search.probes <= len(search.tries)
     assert len({t.digest for t in search.tries}) == len(search.tries)
 
 
+@shipped
 def test_the_report_names_the_hunks_and_where_the_stats_first_part(pr_56195: Path) -> None:
     markdown = (pr_56195 / "blame.md").read_text()
     assert len(markdown) < 65_536
@@ -169,6 +175,7 @@ def test_the_report_names_the_hunks_and_where_the_stats_first_part(pr_56195: Pat
     assert reproduce in markdown
 
 
+@shipped
 def test_the_printed_command_measures_the_culprit_hunks_again(pr_56195: Path) -> None:
     search = searched(pr_56195)
     (finding,) = search.findings
