@@ -95,8 +95,8 @@ def views(report: BlameReport) -> list[FindingView]:
 
 
 def _view(report: BlameReport, blame: BlameEvidence, finding: BlameFinding) -> FindingView:
-    runs = len([r for r in report.evidence.results if r.branch == blame.branch and
-                r.scenario == finding.scenario])  # fmt: skip
+    mine = [r for r in report.evidence.results if r.branch == blame.branch]
+    runs = sum(r.scenario == finding.scenario for r in mine)
     headline = (
         f"{finding.verdict} in {len(finding.runs)} of {runs} runs on {blame.branch}: "
         f"{finding.reason}"
