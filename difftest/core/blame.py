@@ -73,6 +73,17 @@ def makes(finding: BlameFinding, results: list[Result]) -> bool:
     return signature(results, finding.verdict) == finding.runs
 
 
+def listed(numbers: list[int]) -> str:
+    """Hunk numbers as ranges, for a person: `#3-#8, #11`."""
+    runs: list[list[int]] = []
+    for number in sorted(numbers):
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(f"#{r[0]}" if len(r) == 1 else f"#{r[0]}-#{r[-1]}" for r in runs) or "none"
+
+
 def describe(results: list[Result]) -> str:
     """One line on what a set of hunks did on one scenario: the verdict counts and the most severe
     result's first reason."""

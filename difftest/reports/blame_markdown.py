@@ -10,7 +10,8 @@ at most 65,536 characters, so hunks are cut to `HUNK_LINES` lines and, past
 
 from __future__ import annotations
 
-from difftest.reports.blame_view import FindingView, HunkLine, listed, summary, views
+from difftest.core.blame import listed
+from difftest.reports.blame_view import FindingView, HunkLine, summary, views
 from difftest.reports.format import fenced, md_code, md_escape
 from difftest.reports.sources import BlameReport
 

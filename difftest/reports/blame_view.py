@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from difftest import tiers
-from difftest.core.blame import BlameEvidence, BlameFinding, BlameHunk
+from difftest.core.blame import BlameEvidence, BlameFinding, BlameHunk, listed
 from difftest.core.values import format_value
 from difftest.reports.sources import BlameReport
 from difftest.reports.trace import FIELDS, build_trace
@@ -62,17 +62,6 @@ class FindingView:
 def hunk_place(hunk: BlameHunk) -> str:
     """`vllm/x.py 2110-2118 (+3 -0)`."""
     return f"{hunk.file} {hunk.lines} (+{hunk.added} -{hunk.removed})"
-
-
-def listed(numbers: list[int]) -> str:
-    """Hunk numbers as ranges: `#3-#8, #11`."""
-    runs: list[list[int]] = []
-    for number in sorted(numbers):
-        if runs and number == runs[-1][-1] + 1:
-            runs[-1].append(number)
-        else:
-            runs.append([number])
-    return ", ".join(f"#{r[0]}" if len(r) == 1 else f"#{r[0]}-#{r[-1]}" for r in runs) or "none"
 
 
 def summary(blame: BlameEvidence) -> str:

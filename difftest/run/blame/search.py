@@ -38,6 +38,7 @@ from difftest.core.blame import (
     Phase,
     describe,
     finding_of,
+    listed,
 )
 from difftest.core.config import Config
 from difftest.core.ddmin import Parts, ddmin
@@ -384,7 +385,8 @@ def _search(
         finding.asked += [m.number for m in found]
         for m in prober.measured[before:]:
             what, text = m.outcome(finding)
-            log(f"blame: try {m.number} ({_listed(m.hunks)}): {what}: {text}")
+            hunks = f"hunk{'s' if len(m.hunks) != 1 else ''} {listed(list(m.hunks))}"
+            log(f"blame: try {m.number} ({hunks}): {what}: {text}")
         return found
 
     def reproduces(phase: Phase, as_hunks: Callable[[Parts], Parts]) -> Callable[..., list[bool]]:
@@ -428,20 +430,6 @@ def _search(
     others = tuple(h for h in carried if h not in minimal)
     if others:
         finding.rest = measured([others], "rest")[0].number
-
-
-def _listed(hunks: tuple[int, ...]) -> str:
-    """Hunk numbers as ranges: `#3-#8, #11`."""
-    if not hunks:
-        return "no hunk"
-    runs: list[list[int]] = []
-    for number in hunks:
-        if runs and number == runs[-1][-1] + 1:
-            runs[-1].append(number)
-        else:
-            runs.append([number])
-    text = ", ".join(f"#{r[0]}" if len(r) == 1 else f"#{r[0]}-#{r[-1]}" for r in runs)
-    return f"hunk {text}" if len(hunks) == 1 else f"hunks {text}"
 
 
 def _forget_refs(repo: Any, prober: SubsetProber) -> None:
