@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from difftest.core.blame import BlameEvidence, BlameFinding, BlameHunk, BlameStep, SubsetTry
 from difftest.core.config import SHIPPED_SCENARIOS
 from difftest.core.evidence import (
     BaseEvidence,
@@ -388,3 +389,81 @@ def link_base_into(home: Path, base: Path) -> Path:
     (home / "envs").mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(base), str(home / "envs" / base.name)], check=True)
     return home
+
+
+# -- difftest blame ------------------------------------------------------------
+
+#: The blamed branch and the sets of hunks the default search reports.
+BLAMED = "pr-x"
+CULPRIT = "pr-x-blame-aaaaaaaaaa"
+REST = "pr-x-blame-bbbbbbbbbb"
+
+
+def make_blame_hunk(number: int, **overrides: Any) -> BlameHunk:
+    """Hunk `number` of a change of one step: a one-line edit of the scheduler."""
+    fields: dict[str, Any] = dict(
+        number=number,
+        step=1,
+        file="vllm/v1/core/sched/scheduler.py",
+        lines=f"{number * 100}-{number * 100 + 6}",
+        added=1,
+        removed=1,
+        text=(
+            f"@@ -{number * 100},7 +{number * 100},7 @@\n ctx\n-old_{number}\n+new_{number}\n ctx\n"
+        ),
+        carried=True,
+    )
+    return BlameHunk(**{**fields, **overrides})
+
+
+def make_blame(**overrides: Any) -> BlameEvidence:
+    """A search over 4 hunks (#1 outside vllm/): hunks #2 and #3 make the finding on SCENARIO,
+    each needed (try 3 crashes without #2, try 4 passes without #3); #4 left out (try 5: the rest
+    passes)."""
+    finding = BlameFinding(
+        scenario=SCENARIO,
+        tier=TIER,
+        verdict="broken",
+        runs={LABEL: ["stats-lost (a)"]},
+        reason=f"stats-lost: {VIOLATION_DETAIL}",
+        minimal=[2, 3],
+        steps=[1],
+        needed={2: 3, 3: 4},
+        culprit=2,
+        rest=5,
+        asked=[1, 2, 3, 4, 5],
+    )
+
+    def tried(number: int, hunks: list[int], outcome: str, detail: str, branch: str) -> SubsetTry:
+        return SubsetTry(
+            number=number,
+            hunks=hunks,
+            phase="hunks",
+            digest=str(number) * 64,
+            branch=branch,
+            outcomes={SCENARIO: outcome},  # type: ignore[dict-item]
+            details={SCENARIO: detail},
+            probed=True,
+        )
+
+    fields: dict[str, Any] = dict(
+        branch=BLAMED,
+        against=BRANCH,
+        steps=[BlameStep(number=1, label="Apply pr-x.patch", parent="b" * 40, commit="c" * 40)],
+        hunks=[
+            make_blame_hunk(1, file="tests/test_x.py", carried=False),
+            *(make_blame_hunk(n) for n in (2, 3, 4)),
+        ],
+        findings=[finding],
+        tries=[
+            tried(1, [2, 3, 4], "reproduces", "broken in 1/1 runs", f"{BLAMED}-blame-1"),
+            tried(2, [2, 3], "reproduces", "broken in 1/1 runs", CULPRIT),
+            tried(3, [3], "gone", "broken in 1/1 runs: completes-as-on-baseline: crashed", "b3"),
+            tried(4, [2], "gone", "passes all 1 runs", "b4"),
+            tried(5, [4], "gone", "passes all 1 runs", REST),
+        ],
+        config="blame.yaml",
+        probes=4,
+        wall_s=12.5,
+    )
+    return BlameEvidence(**{**fields, **overrides})

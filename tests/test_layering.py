@@ -43,8 +43,8 @@ ALLOWED = {
 
 #: Inside `run`: each part -> the other parts it may import. Processes are the bottom (probes),
 #: the cache stores what they deliver, the context and the suites build on both, the pipeline on
-#: all of those; fuzz and rejudge are on top, and reread (what show and merge read again) reads
-#: only probes.
+#: all of those; fuzz, rejudge and blame are on top, and reread (what show and merge read again)
+#: reads only probes.
 RUN_PARTS = {
     "probes": set(),
     "cache": {"probes"},
@@ -54,6 +54,7 @@ RUN_PARTS = {
     "pipeline": {"probes", "cache", "context", "suites"},
     "fuzz": {"probes", "cache", "context", "pipeline"},
     "rejudge": {"probes", "reread", "pipeline"},
+    "blame": {"probes", "cache", "context", "pipeline"},
 }
 #: Inside `tiers`: the shared parts, and the tiers that build on them. A tier's folder imports the
 #: shared parts only: no tier depends on another, so adding or removing one touches nothing else.

@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from difftest import __version__
 from difftest.cli.base import Command
+from difftest.cli.blame import BlameCommand
 from difftest.cli.envs import EnvsCommand
 from difftest.cli.fuzz import FuzzCommand
 from difftest.cli.gate import GateCommand
@@ -53,6 +54,7 @@ COMMANDS: dict[str, Command] = {
         EnvsCommand(),
         FuzzCommand(),
         MergeCommand(),
+        BlameCommand(),
     )
 }
 
@@ -64,12 +66,15 @@ SpecDecodingStats counter with an oracle of correct accounting and with the
 other branches, and says which branch is right, and why."""
 
 EPILOG = f"""\
-exit codes (run, gate, verify, fuzz):
+exit codes (run, gate, verify, fuzz, blame):
   {EXIT_OK}  everything passes (gate: head not worse; verify: all identical)
+     (blame: every finding blamed on a set of hunks)
   {EXIT_FAILED}  a result diverges or is broken (gate: head worse; verify: differs)
      (fuzz: it found a scenario that diverges or is broken)
   {EXIT_USAGE}  usage or configuration error: nothing was run
+     (blame: also a branch without a finding to blame)
   {EXIT_UNMEASURED}  something could not be measured (and nothing exits 1)
+     (blame: a finding it could not blame)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM): every probe stopped, no report written
 
 `difftest COMMAND --help` describes each command's options."""

@@ -44,13 +44,14 @@ def add_config(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_compare_options(parser: argparse.ArgumentParser, out: str = "out") -> None:
-    """--out, --tier, --reading, --fetch, --no-fork, -k: what every measuring command accepts."""
-    parser.add_argument(
-        "--out",
-        default=out,
-        help=f"folder for report.md, report.html, junit.xml, evidence.json (default: {out})",
-    )
+def add_compare_options(
+    parser: argparse.ArgumentParser,
+    out: str = "out",
+    holds: str = "report.md, report.html, junit.xml, evidence.json",
+) -> None:
+    """--out (a folder for `holds`), --tier, --reading, --fetch, --no-fork, -k: what every measuring
+    command accepts."""
+    parser.add_argument("--out", default=out, help=f"folder for {holds} (default: {out})")
     parser.add_argument(
         "--tier",
         choices=[*tiers.names(), ALL_TIERS],

@@ -44,3 +44,10 @@ class EnvironmentBuildError(DifftestError):
 
 class NativeCodeChanged(EnvironmentBuildError):
     """The branch changes compiled code, so the base's binaries would not match it."""
+
+
+class NotMeasured(DifftestError):
+    """What a command needs measured could not be (a branch without an environment, runs that
+    errored): exit 3, as for a result that could not be measured."""
+
+    exit_code = EXIT_UNMEASURED

@@ -20,7 +20,9 @@ tests tier: `tests` holds every (test source, code branch, test, outcome,
 message) and `test_sources` where each source's tests came from); 7 (a probe whose
 runs came from the result cache says so in `probes[].reused`: its key, when it
 was measured and how long that took; a run of one shard of the work says which in
-`shard`).
+`shard`); 8 (how each probe started: `launch`); 9 (each probe's process outcome, and the
+`reference_branches`); 10 (`blame`: the search of `difftest blame` - the change's hunks, every set
+of them tried, and each finding's minimal set; None for every other command).
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from difftest import __version__
+from difftest.core.blame import BlameEvidence
 from difftest.core.errors import DifftestError
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION: Final = "9"
+SCHEMA_VERSION: Final = "10"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -182,7 +185,7 @@ class ShardEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["9"] = SCHEMA_VERSION
+    schema_version: Literal["10"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -212,6 +215,8 @@ class Evidence(BaseModel):
     test_sources: dict[str, TestSourceEvidence] = Field(default_factory=dict)
     #: Set on a shard's partial evidence (`run --shard`); None for a whole run and for a merge.
     shard: ShardEvidence | None = None
+    #: Set by `difftest blame`: the hunks searched, every set tried, each finding's minimal set.
+    blame: BlameEvidence | None = None
 
 
 def evidence_json(evidence: Evidence) -> str:
@@ -377,6 +382,11 @@ def upgrade_from_8(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": "9", "reference_branches": []}
 
 
+def upgrade_from_9(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 9 -> 10: no `difftest blame` yet, so no search recorded."""
+    return {**raw, "schema_version": "10", "blame": None}
+
+
 #: schema version -> the step that brings a file of that version one version up.
 UPGRADES = {
     "1": upgrade_from_1,
@@ -387,6 +397,7 @@ UPGRADES = {
     "6": upgrade_from_6,
     "7": upgrade_from_7,
     "8": upgrade_from_8,
+    "9": upgrade_from_9,
 }
 
 

@@ -114,6 +114,9 @@ class FuzzReport(BaseModel):
     reading: Reading
     #: The branch compared with instead of the oracle, if any.
     against: str | None = None
+    #: The baseline of the config written beside the findings (`found/branches.yaml`); None before
+    #: any finding is written.
+    baseline: str | None = None
     branches: list[str]
     #: The output folder as the command named it; finding paths are relative to it.
     out: str = "out"

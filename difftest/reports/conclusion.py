@@ -18,7 +18,9 @@ its standing (the most severe verdict it got) and its most severe finding -
 - pass.
 Then one sentence ranking the branches that measured something (a branch that
 could not measure any run is right about nothing): nothing broken first, then
-fewest runs that could not be measured, then fewest that diverge.
+fewest runs that could not be measured, then fewest that diverge. Last, for each
+branch broken or worse than the baseline, the `difftest blame` command that finds
+which of its hunks make it (`blame_offer`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from difftest import tiers
 from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun, Reading, Result, Verdict
 from difftest.core.verdicts import MAL, first_reason
+from difftest.reports.blame_offer import blame_offers
 from difftest.reports.views import (
     SEVERITY,
     branch_names,
@@ -71,6 +74,8 @@ class Conclusion:
     standings: list[Standing]
     #: Which branch is right (or closest), in one sentence.
     verdict: str
+    #: The `difftest blame` command of each branch with a finding of its own (`blame_offer`).
+    blame: list[str] = field(default_factory=list)
 
 
 #: (branch, scenario, run label): the key of a recorded run.
@@ -160,7 +165,7 @@ def conclude(
         standings.append(
             Standing(branch, top, {v: counts[v] for v in SEVERITY}, len(results), headline, also)
         )
-    return Conclusion(evidence.reading, standings, _ranking(standings))
+    return Conclusion(evidence.reading, standings, _ranking(standings), blame_offers(evidence))
 
 
 def _names(names: list[str]) -> str:

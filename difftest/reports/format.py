@@ -29,13 +29,23 @@ def md_escape(text: object) -> str:
     return _NEWLINES.sub("<br>", s)
 
 
-def fenced(text: str) -> str:
+def md_code(text: object) -> str:
+    """Inline code showing `text` as it is, on one line (outside a table: a `|` there would end the
+    cell): its fence is longer than any backtick run inside."""
+    s = _NEWLINES.sub(" ", printable(str(text)))
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def fenced(text: str, language: str = "text") -> str:
     """A code block whose fence is longer than any backtick run inside,
     so it cannot be closed early."""
     text = printable(text)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text.rstrip()}\n{fence}"
+    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
 def xml_text(text: object) -> str:

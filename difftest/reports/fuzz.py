@@ -3,6 +3,7 @@ scenario file and a one-line reason (terminal and Markdown, `fuzz.md`)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich import box
@@ -11,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from difftest.core.fuzz import FuzzReport
-from difftest.reports.format import md_escape, printable
+from difftest.reports.format import md_code, md_escape, printable
 from difftest.reports.terminal import VERDICT_STYLES
 
 NOTHING = "nothing found"
@@ -92,10 +93,31 @@ def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
             )
     if report.findings:
         console.print(Text(f"Reproduce: {reproduce_command(report)} (add -k NAME for one finding)"))
+    for command in blame_commands(report):
+        console.print(Text(f"Which hunks make it: {command}"))
 
 
 def reproduce_command(report: FuzzReport) -> str:
     return f"difftest run -c {Path(report.out) / 'found' / 'branches.yaml'}"
+
+
+def blame_commands(report: FuzzReport) -> list[str]:
+    """The `difftest blame` command of each (branch, finding) that diverges or is broken: which of
+    the branch's hunks make that minimal scenario fail, on the config written beside it."""
+    config = str(Path(report.out) / "found" / "branches.yaml")
+    commands: list[str] = []
+    for finding in report.findings:
+        for obs in finding.observations:
+            branch = obs.kind.branch
+            if obs.kind.verdict not in ("broken", "diverge") or branch == report.baseline:
+                continue
+            words = ["difftest", "blame", branch, "--finding", str(Path(report.out) / finding.file)]
+            words += ["-c", config, "--reading", report.reading]
+            words += ["--against", report.against] if report.against else []
+            command = shlex.join(words)
+            if command not in commands:
+                commands.append(command)
+    return commands
 
 
 def render_fuzz_markdown(report: FuzzReport) -> str:
@@ -115,4 +137,7 @@ def render_fuzz_markdown(report: FuzzReport) -> str:
             f"`{reproduce_command(report)}` re-runs every finding (`-k NAME` one of them).",
             "",
         ]
+    blames = blame_commands(report)
+    if blames:
+        lines += ["Which hunks make each finding:", "", *(f"- {md_code(c)}" for c in blames), ""]
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from difftest.core.records import ProbeRun, Result, Violation
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
 from difftest.reports.conclusion import RunKey, conclude
-from difftest.reports.format import fenced, md_escape
+from difftest.reports.format import fenced, md_code, md_escape
 from difftest.reports.tests_matrix import markdown_lines
 from difftest.reports.views import (
     VERDICT_WORDS,
@@ -140,6 +140,11 @@ def _conclusion(
         )
         lines += [f"  - {md_escape(also)}" for also in standing.also]
     lines += ["", f"**→ {md_escape(conclusion.verdict)}**", ""]
+    if conclusion.blame:
+        lines += [
+            "Which hunks make it: " + ", ".join(md_code(command) for command in conclusion.blame),
+            "",
+        ]
     return lines
 
 

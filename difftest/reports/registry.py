@@ -18,6 +18,8 @@ from typing import Any, Generic, TypeVar
 
 from difftest.core.fuzz import FuzzReport
 from difftest.reports.outputs import (
+    blame_summary,
+    blame_text,
     differences,
     evidence,
     fuzz_summary,
@@ -28,7 +30,7 @@ from difftest.reports.outputs import (
     markdown,
     terminal,
 )
-from difftest.reports.sources import GateReport, RunReport, VerifyReport
+from difftest.reports.sources import BlameReport, GateReport, RunReport, VerifyReport
 
 S = TypeVar("S")
 
@@ -64,6 +66,7 @@ OUTPUTS: tuple[Output[Any], ...] = (
     Output("terminal", RunReport, format="text", commands=("run",), show=terminal.show),
     Output("gate-text", GateReport, format="text", commands=("gate",), show=gate_text.show),
     Output("differences", VerifyReport, format="text", commands=("verify",), show=differences.show),
+    Output("blame-text", BlameReport, format="text", commands=("blame",), show=blame_text.show),
     Output("markdown", RunReport, file="report.md", render=markdown.render),
     Output("html", RunReport, file="report.html", render=html.render),
     Output("junit", RunReport, file="junit.xml", render=junit.render),
@@ -77,12 +80,21 @@ OUTPUTS: tuple[Output[Any], ...] = (
         show=gate_summary.show,
     ),
     Output(
+        "blame",
+        BlameReport,
+        file="blame.md",
+        render=blame_summary.render,
+        format="md",
+        commands=("blame",),
+        show=blame_summary.show,
+    ),
+    Output(
         "evidence",
         RunReport,
         file="evidence.json",
         render=evidence.render,
         format="json",
-        commands=("run", "gate", "verify"),
+        commands=("run", "gate", "verify", "blame"),
         show=evidence.show,
         last=True,
     ),

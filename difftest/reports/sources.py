@@ -99,3 +99,17 @@ class VerifyReport(RunReport):
             "differences": self.differences,
             "evidence_file": self.evidence_file,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlameReport(RunReport):
+    """`difftest blame`'s report: the evidence of the base, the branch and the sets of hunks it
+    reports, with the search itself (`evidence.blame`), and the runs with their steps (the first
+    step where each parts from the oracle)."""
+
+    #: The output folder as the command line named it (the reproduce commands name its config).
+    out: str
+
+    def json_fields(self) -> dict[str, Any]:
+        blame = self.evidence.blame
+        return {"blame": blame.model_dump(mode="json") if blame is not None else None}

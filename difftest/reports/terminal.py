@@ -308,4 +308,8 @@ def print_conclusion(console: Console, conclusion: Conclusion) -> None:
             text.append("\n" + also, style="dim")
         lines.add_row(Text(ICONS[standing.verdict], style=VERDICT_STYLES[standing.verdict]), text)
     lines.add_row(Text("→", style="bold"), Text(conclusion.verdict, style="bold"))
+    for command in conclusion.blame:
+        text = Text("which hunks make it: ")
+        text.append(command, style="bold")
+        lines.add_row(Text("?", style="dim"), text)
     console.print(lines)

@@ -50,7 +50,7 @@ from difftest.run.context import (
 )
 from difftest.run.probes.capacity import available_memory_mb, probes_at_once
 from difftest.run.probes.environ import passed_environ
-from difftest.run.probes.runner import BranchRun, Progress, run_branches
+from difftest.run.probes.runner import BranchRun, Progress, SharedServer, run_branches
 from difftest.run.suites.measure import measure_suites
 from difftest.tiers.base import Tier, TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
@@ -379,10 +379,12 @@ def measure_tier(
     scenarios: Sequence[ScenarioBase],
     progress: Progress | None = None,
     jobs: int | None = None,
+    shared: SharedServer | None = None,
 ) -> dict[str, BranchRun]:
     """Run one tier's probe in every branch that has an environment, concurrently (forked from one
-    warm interpreter with `context.fork`, `run.probes.forking`); a branch whose output for this very
-    job is in the result cache is read from there instead (`run.cache.results`)."""
+    warm interpreter with `context.fork`, `run.probes.forking`, or from a `shared` one kept by the
+    caller); a branch whose output for this very job is in the result cache is read from there
+    instead (`run.cache.results`)."""
     workspace, cache, work_dir = context.workspace, context.cache, context.probe_dir
     branches = [(b.name, b.env) for b in workspace.branches if b.env is not None]
     job = make_job(tier, scenarios, context.timeouts.run_s)
@@ -423,6 +425,7 @@ def measure_tier(
             fork=context.fork and len(targets) > 1,
             log=context.log,
             exit_s=context.timeouts.exit_s,
+            shared=shared,
         )
         if targets
         else {}

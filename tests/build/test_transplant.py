@@ -274,3 +274,26 @@ def test_cli_exits_2_on_a_transplant_conflict_before_building_anything(
     assert main(["envs", "--build", "-c", str(config)]) == 2
     err = capsys.readouterr().err
     assert needy[:12] in err and CORE in err and "fix:" in err
+
+
+def test_blame_splits_a_transplanted_stack_by_its_replayed_commits_then_hunks(
+    clone: git.Repo,
+) -> None:
+    """What `difftest blame` searches: one step per replayed commit, in order, each its hunks."""
+    from difftest.build.refs.hunks import split_change, step_commits
+
+    members = [transplanted("a", "pr-a"), transplanted("b", "pr-b")]
+    both = BranchSpec(name="a-plus-b", stack=["a", "b"])
+    branch = resolve_branch(clone, both, stack_context(members))
+    steps = split_change(clone, step_commits(clone, branch.ref_sha, branch.sha))
+    assert [s.label for s in steps] == [
+        "pr-a: count committed tokens",
+        "pr-a: a helper",
+        "pr-b: skip flag",
+    ]
+    assert [[(h.number, h.path) for h in s.hunks] for s in steps] == [
+        [(1, METRICS)],
+        [(2, "vllm/v1/new.py")],
+        [(3, "vllm/v1/core/sched/scheduler.py")],
+    ]
+    assert steps[0].parent == branch.ref_sha and steps[-1].commit == branch.sha

@@ -51,6 +51,7 @@ def test_every_option_of_every_command_has_help():
         "envs",
         "fuzz",
         "merge",
+        "blame",
     }
 
 

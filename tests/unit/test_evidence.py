@@ -79,9 +79,17 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_9(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-9 file: no `difftest blame` (no search recorded)."""
+    raw = json.loads(evidence_json(evidence))
+    assert raw.pop("blame") is None, "version 9 had no blame"
+    raw["schema_version"] = "9"
+    return raw
+
+
 def as_version_7(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-7 file: no fork server (probes do not say how they started)."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_9(evidence)
     for probe in raw["probes"]:
         assert (
             probe.pop("launch") == (None if probe["reused"] else "fresh")
@@ -179,7 +187,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "9" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "10" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in (
         "branch",
@@ -320,6 +328,12 @@ def test_version_1_without_runs_upgrades(tmp_path: Path) -> None:
     assert read_evidence(write_raw(tmp_path, as_version_1(evidence))) == evidence
 
 
+def test_version_9_upgrades_to_no_blame(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    upgraded = read_evidence(write_raw(tmp_path, as_version_9(evidence)))
+    assert upgraded == evidence and upgraded.blame is None
+
+
 def test_every_older_version_has_an_upgrade_step() -> None:
     assert set(UPGRADES) == {str(v) for v in range(1, int(SCHEMA_VERSION))}
 
@@ -338,7 +352,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "10"}', "schema version '10'"),
+        ('{"schema_version": "11"}', "schema version '11'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
@@ -346,6 +360,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
         ('{"schema_version": "6"}', "invalid evidence file"),
         ('{"schema_version": "8"}', "invalid evidence file"),
         ('{"schema_version": "9"}', "invalid evidence file"),
+        ('{"schema_version": "10"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -109,12 +109,14 @@ def test_the_shipped_outputs_are_one_entry_each() -> None:
         "report.html",
         "junit.xml",
         "gate.md",
+        "blame.md",
         "evidence.json",
     }
     assert registry.format_choices("run") == ("text", "json")
     assert registry.format_choices("gate") == ("text", "md", "json")
     assert registry.format_choices("verify") == ("text", "json")
     assert registry.format_choices("fuzz") == ("text",)
+    assert registry.format_choices("blame") == ("text", "md", "json")
 
 
 def test_the_gate_writes_its_summary_between_the_reports_and_the_evidence(tmp_path: Path) -> None:

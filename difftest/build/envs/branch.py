@@ -54,6 +54,14 @@ from difftest.core.errors import EnvironmentBuildError, NativeCodeChanged
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 PTH_NAME = "difftest_overlay.pth"
+#: The repository folder a branch environment overlays on the base: nothing else of a branch reaches
+#: a probe.
+OVERLAID = "vllm/"
+
+
+def overlaid(path: str) -> bool:
+    """Whether a branch environment carries a change to `path` (repository-relative)."""
+    return path.startswith(OVERLAID)
 
 
 @dataclass(frozen=True)
@@ -131,7 +139,7 @@ def _build(
             "`base.requirement` at a wheel built from that code (GPU: the per-commit wheel of its "
             "merge-base)",
         )
-    python_changes = [c for c in changes if c.path.startswith("vllm/")]
+    python_changes = [c for c in changes if overlaid(c.path)]
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         run_uv(

@@ -402,7 +402,7 @@ def _write_findings(
     found_dir = request.out / FOUND
     scenario_dir = found_dir / tier.folder
     scenario_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(config, outcome.workspace, found_dir)
+    outcome.report.baseline = _write_config(config, outcome.workspace, found_dir)
     for index, found in enumerate(result.found, 1):
         name = _finding_name(index, found)
         path = scenario_dir / f"{name}.yaml"
@@ -478,8 +478,9 @@ def _comments(name: str, found: Found[Kind], request: FuzzRequest) -> list[str]:
     return lines
 
 
-def _write_config(config: Config, workspace: Workspace, found_dir: Path) -> None:
-    """The config with these branches and `scenarios_dir` pointing here, all paths absolute."""
+def _write_config(config: Config, workspace: Workspace, found_dir: Path) -> str:
+    """The config with these branches and `scenarios_dir` pointing here, all paths absolute; its
+    baseline."""
     raw = json.loads(config.model_dump_json(exclude={"root"}))
     # Each branch pinned to the commit it was fuzzed at (its ref may move), with its patch series.
     raw["branches"] = [
@@ -501,6 +502,7 @@ def _write_config(config: Config, workspace: Workspace, found_dir: Path) -> None
         "`difftest run -c THIS_FILE` re-runs them.\n"
     )
     (found_dir / "branches.yaml").write_text(text + yaml.safe_dump(raw, sort_keys=False))
+    return str(raw["baseline"])
 
 
 def _clear_previous(out: Path) -> None:

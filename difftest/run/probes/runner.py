@@ -22,8 +22,9 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -611,29 +612,28 @@ def run_branches(
     fork: bool = False,
     log: Callable[[str], None] = lambda _m: None,
     exit_s: float = EXIT_S,
+    shared: SharedServer | None = None,
 ) -> dict[str, BranchRun]:
     """Probe every (branch, interpreter) concurrently; results keyed by branch name.
 
     With `fork`, one warm fork server imports the shared libraries once and
     every probe is forked from it (`run.probes.forking`); where it cannot, every probe
-    starts fresh and says why. Interrupted (Ctrl-C, SIGTERM, any exception
-    here), it kills every probe at once and does not wait for the ones not
-    started: the caller exits in moments, not after `probe_s`.
+    starts fresh and says why. A `shared` server (`shared_fork_server`: one
+    caller probing batch after batch) is used instead, and left running.
+    Interrupted (Ctrl-C, SIGTERM, any exception here), it kills every probe at
+    once and does not wait for the ones not started: the caller exits in
+    moments, not after `probe_s`.
     """
-    parallel = min(jobs, len(targets))
-    server, note = (
-        warm_fork_server(targets[0][1], tier, work_dir, timeout_s, parallel)
-        if fork and targets
-        else (None, "")
-    )
-    if note:
-        log(f"{tier} tier: probes start in fresh interpreters: {note}")
-    elif server is not None:
-        log(
-            f"{tier} tier: fork server ready, "
-            f"{len(server.state.modules)} shared libraries imported once in "
-            f"{server.state.import_s:.1f} s; "
-            "each probe is forked from it (--no-fork: fresh interpreters)"
+    if shared is not None:
+        (server, note), parallel = shared.get(), shared.parallel
+    else:
+        parallel = min(jobs, len(targets))
+        server, note = _announced(
+            warm_fork_server(targets[0][1], tier, work_dir, timeout_s, parallel)
+            if fork and targets
+            else (None, ""),
+            tier,
+            log,
         )
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
@@ -660,11 +660,90 @@ def run_branches(
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     finally:
-        if server is not None:
+        if server is not None and shared is None:
             server.close()
             _LIVE.ended(server.process)
     pool.shutdown()
     return delivered
+
+
+class SharedServer:
+    """A tier's fork server kept for several `run_branches` calls (`difftest blame`: batch after
+    batch), started when the first of them has a probe to start, and the probes-at-once it was
+    started for: every probe forked from it gets that same environment, which its shared libraries
+    were imported under. Where probes must start fresh it holds None and why."""
+
+    def __init__(
+        self,
+        python: Path,
+        tier: str,
+        work_dir: Path,
+        timeout_s: float,
+        parallel: int,
+        fork: bool,
+        log: Callable[[str], None],
+    ) -> None:
+        self.parallel = parallel
+        self._start = (python, tier, work_dir, timeout_s, fork, log)
+        self._lock = threading.Lock()
+        self._started: tuple[ForkServer | None, str] | None = None
+
+    def get(self) -> tuple[ForkServer | None, str]:
+        """The server (started now if it was not), or None and why probes start fresh."""
+        with self._lock:
+            if self._started is None:
+                python, tier, work_dir, timeout_s, fork, log = self._start
+                self._started = _announced(
+                    warm_fork_server(python, tier, work_dir, timeout_s, self.parallel)
+                    if fork
+                    else (None, ""),
+                    tier,
+                    log,
+                )
+            return self._started
+
+    def close(self) -> None:
+        with self._lock:
+            server = self._started[0] if self._started is not None else None
+            if server is not None:
+                server.close()
+                _LIVE.ended(server.process)
+
+
+@contextmanager
+def shared_fork_server(
+    python: Path,
+    tier: str,
+    work_dir: Path,
+    timeout_s: float,
+    parallel: int,
+    fork: bool = True,
+    log: Callable[[str], None] = lambda _m: None,
+) -> Iterator[SharedServer]:
+    """One tier's fork server for a caller that probes batch after batch: its warm-up is paid once,
+    by the first batch with a probe to start; it ends with the block, whatever way it is left."""
+    shared = SharedServer(python, tier, work_dir, timeout_s, parallel, fork, log)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+def _announced(
+    started: tuple[ForkServer | None, str], tier: str, log: Callable[[str], None]
+) -> tuple[ForkServer | None, str]:
+    """The fork server (or why probes start fresh), said in the log."""
+    server, note = started
+    if note:
+        log(f"{tier} tier: probes start in fresh interpreters: {note}")
+    elif server is not None:
+        log(
+            f"{tier} tier: fork server ready, "
+            f"{len(server.state.modules)} shared libraries imported once in "
+            f"{server.state.import_s:.1f} s; "
+            "each probe is forked from it (--no-fork: fresh interpreters)"
+        )
+    return server, note
 
 
 def warm_fork_server(

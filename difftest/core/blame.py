@@ -1,0 +1,191 @@
+"""What `difftest blame` decides and records, as data: a finding, whether a set of hunks makes it,
+and the record of the search (the evidence's `blame`).
+
+A *finding* is what a branch shows on one scenario that its base does not: the
+runs with its most severe verdict (broken, else diverge) and, for each, what
+makes that verdict - the invariants broken (with the requests they name), or the
+counters that differ with their measured values. A set of hunks applied alone on
+the base *makes the finding* when it gives the same verdict on the same runs, for
+the same reasons: nothing less (a crash where the branch lost stats is another
+finding) and nothing more (one more run broken is another finding too).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from difftest.core.records import Result, Verdict
+from difftest.core.values import format_value
+from difftest.core.verdicts import first_reason
+
+#: What a set of hunks did, for one finding: made it, made something else (or nothing), or could
+#: not be measured - its hunks do not apply, its code does not import, or its runs could not be
+#: measured.
+Outcome = Literal["reproduces", "gone", "does-not-apply", "does-not-import", "unmeasured"]
+#: Outcomes that measured nothing: never a finding, never the end of the search.
+UNMEASURED: frozenset[Outcome] = frozenset({"does-not-apply", "does-not-import", "unmeasured"})
+#: The verdicts a finding can have, most severe first (a run that could not be measured is none).
+FINDING_VERDICTS: tuple[Verdict, ...] = ("broken", "diverge")
+#: What a set of hunks was tried for: the whole change, its steps, its hunks, or the rest of the
+#: change without the culprits.
+Phase = Literal["whole", "steps", "hunks", "rest"]
+
+#: Run label -> what makes the verdict in that run.
+Signature = dict[str, list[str]]
+
+
+def what(result: Result) -> list[str]:
+    """What makes `result`'s verdict: each invariant broken (and the requests or counter it names),
+    or each counter that differs with the value measured; nothing for a pass or an error."""
+    if result.verdict == "broken":
+        found = {
+            v.invariant
+            + (f" [{v.counter}]" if v.counter else "")
+            + (f" ({', '.join(v.requests)})" if v.requests else "")
+            for v in result.violations
+        }
+        return sorted(found)
+    if result.verdict == "diverge":
+        return [f"{d.counter} {format_value(d.measured)}" for d in result.differences]
+    return []
+
+
+def signature(results: list[Result], verdict: Verdict) -> Signature:
+    """The runs of `results` with `verdict`, each with what makes it."""
+    return {r.label: what(r) for r in results if r.verdict == verdict}
+
+
+def finding_of(branch: list[Result], base: list[Result]) -> tuple[Verdict, Signature] | None:
+    """What `branch` shows on one scenario that `base` does not: its most severe verdict whose runs
+    and reasons differ from the base's; None when it shows nothing the base does not."""
+    for verdict in FINDING_VERDICTS:
+        mine = signature(branch, verdict)
+        if mine and mine != signature(base, verdict):
+            return verdict, mine
+    return None
+
+
+def makes(finding: BlameFinding, results: list[Result]) -> bool:
+    """Whether `results` (one scenario, every run) show exactly this finding."""
+    return signature(results, finding.verdict) == finding.runs
+
+
+def listed(numbers: list[int]) -> str:
+    """Hunk numbers as ranges, for a person: `#3-#8, #11`."""
+    runs: list[list[int]] = []
+    for number in sorted(numbers):
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(f"#{r[0]}" if len(r) == 1 else f"#{r[0]}-#{r[-1]}" for r in runs) or "none"
+
+
+def describe(results: list[Result]) -> str:
+    """One line on what a set of hunks did on one scenario: the verdict counts and the most severe
+    result's first reason."""
+    if not results:
+        return "no result"
+    counts: Counter[str] = Counter(r.verdict for r in results)
+    worst = next((v for v in ("broken", "error", "diverge") if counts[v]), "pass")
+    if worst == "pass":
+        return f"passes all {len(results)} runs"
+    words = {"broken": "broken", "error": "could not be measured", "diverge": "diverges"}
+    example = next(r for r in results if r.verdict == worst)
+    return f"{words[worst]} in {counts[worst]}/{len(results)} runs: {first_reason(example)}"
+
+
+class BlameHunk(BaseModel):
+    """One hunk of the blamed change, as `git diff` gave it."""
+
+    number: int
+    #: Its step in the change (1-based: the patch, or the replayed commit).
+    step: int
+    file: str
+    #: Where it lands in the file after its step ("2110-2118").
+    lines: str
+    added: int
+    removed: int
+    #: Its `@@` line and body (a file header alone for a change without text lines).
+    text: str
+    #: It lies under `vllm/`: a branch environment carries it (others never reach a probe).
+    carried: bool
+
+
+class BlameStep(BaseModel):
+    """One step of the blamed change: a patch file or a replayed commit (or the whole diff)."""
+
+    number: int
+    label: str
+    parent: str
+    commit: str
+
+
+class SubsetTry(BaseModel):
+    """One set of hunks, applied alone on the base and measured (or not)."""
+
+    number: int
+    hunks: list[int]
+    phase: Phase
+    #: sha256 of its patch series: tries are cached by it.
+    digest: str
+    #: The branch it was measured as; None when its hunks did not apply.
+    branch: str | None = None
+    #: Scenario -> what it did there, and that in one line.
+    outcomes: dict[str, Outcome] = Field(default_factory=dict)
+    details: dict[str, str] = Field(default_factory=dict)
+    #: A probe measured it now; False: its runs came from the result cache, or nothing could run.
+    probed: bool = False
+    reused: bool = False
+    seconds: float = 0.0
+
+
+class BlameFinding(BaseModel):
+    """One finding and the hunks that make it."""
+
+    scenario: str
+    tier: str
+    verdict: Verdict
+    #: The finding: run label -> what makes the verdict there.
+    runs: Signature
+    #: The first run's reason, in one line.
+    reason: str
+    #: The hunks that make it, by number (empty when the search could not say: `problem`).
+    minimal: list[int] = Field(default_factory=list)
+    problem: str = ""
+    #: The steps kept before the hunks were searched (all of them for a change of one step).
+    steps: list[int] = Field(default_factory=list)
+    #: Hunk number -> the try that shows the finding goes without it.
+    needed: dict[int, int] = Field(default_factory=dict)
+    #: The try of the minimal set, and of the rest of the change without it (None: nothing left).
+    culprit: int | None = None
+    rest: int | None = None
+    #: Every try the search asked about, in order (a try asked twice is measured once).
+    asked: list[int] = Field(default_factory=list)
+
+
+class BlameEvidence(BaseModel):
+    """The search of `difftest blame`: the change, every set of hunks tried, and each finding's
+    minimal set (schema 10 of the evidence file)."""
+
+    branch: str
+    #: The base the hunks were applied on.
+    against: str
+    steps: list[BlameStep]
+    hunks: list[BlameHunk]
+    findings: list[BlameFinding]
+    tries: list[SubsetTry]
+    #: The config pinning every measured set as a patch series, relative to the evidence's folder.
+    config: str
+    #: Probes started, and the search's wall time.
+    probes: int = 0
+    wall_s: float = 0.0
+
+    def tried(self, number: int) -> SubsetTry:
+        return next(t for t in self.tries if t.number == number)
+
+    def hunk(self, number: int) -> BlameHunk:
+        return next(h for h in self.hunks if h.number == number)
