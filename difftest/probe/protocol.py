@@ -454,15 +454,22 @@ def code_origin() -> dict[str, Any]:
     other (a fresh interpreter and a forked one alike): the package folder, any vLLM module loaded
     from outside it, and the interpreter."""
     vllm_file = getattr(sys.modules.get("vllm"), "__file__", None)
-    folder = os.path.dirname(os.path.realpath(vllm_file)) if vllm_file else ""
+    folder = os.path.dirname(_real_path(vllm_file)) if vllm_file else ""
     elsewhere = sorted(
         name
         for name, module in list(sys.modules.items())
         if (name == "vllm" or name.startswith("vllm."))
         and (module_file := getattr(module, "__file__", None))
-        and not os.path.realpath(module_file).startswith(folder + os.sep)
+        and not _real_path(module_file).startswith(folder + os.sep)
     )
     return {"vllm_dir": folder, "vllm_elsewhere": elsewhere[:5], "executable": sys.executable}
+
+
+@functools.cache
+def _real_path(path: str) -> str:
+    """`os.path.realpath`, once per file: a serving probe names its origin in every answer, and
+    resolving every loaded vLLM module's path each time cost more than playing a scenario."""
+    return os.path.realpath(path)
 
 
 def read_job(path: Path) -> Job:

@@ -35,7 +35,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 from vllm.v1.structured_output.utils import choice_as_grammar
 
-from . import connector, script
+from . import script
 from .model_dir import MAX_MODEL_LEN
 
 BLOCK_SIZE = script.BLOCK_SIZE
@@ -96,6 +96,9 @@ class SchedulerFactory:
             budget = shape.budget or MAX_MODEL_LEN
             transfer = None
             if shape.kv_connector == "decode-node":
+                # Imported here: vLLM's KV-transfer modules load only for a scenario that uses one.
+                from . import connector
+
                 transfer = KVTransferConfig(
                     kv_connector=connector.register(), kv_role="kv_consumer"
                 )
