@@ -20,7 +20,9 @@ tests tier: `tests` holds every (test source, code branch, test, outcome,
 message) and `test_sources` where each source's tests came from); 7 (a probe whose
 runs came from the result cache says so in `probes[].reused`: its key, when it
 was measured and how long that took; a run of one shard of the work says which in
-`shard`).
+`shard`); 8 (how each probe started: `launch`, `launch_note`); 9 (each probe's process
+`outcome`, the `reference_branches`); 10 (a probe run on a Ray cluster names its `node`, and the
+attempts that node replaced).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from difftest.core.errors import DifftestError
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION: Final = "9"
+SCHEMA_VERSION: Final = "10"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -115,6 +117,22 @@ class ReusedProbe(BaseModel):
     duration_s: float = 0.0
 
 
+class ProbeNode(BaseModel):
+    """The Ray cluster node a probe ran on (`--executor ray`): where its records were measured."""
+
+    #: Ray's node id (hex).
+    id: str
+    #: The node's address (its IP).
+    address: str
+    #: Earlier attempts of this probe that ended without its output, each naming its node and why
+    #: (a node that died mid-probe, a node refused for another base).
+    retried: list[str] = Field(default_factory=list)
+
+    def name(self) -> str:
+        """How logs and reports name the node: its address and the start of its id."""
+        return f"{self.address} (node {self.id[:12]})"
+
+
 class ProbeFiles(BaseModel):
     """One probe's files (one branch, one tier), so the step records can be re-read and trusted
     later.
@@ -148,6 +166,8 @@ class ProbeFiles(BaseModel):
     #: How the probe process ended, as the judging door weighed it (`core.outcome`); None in files
     #: written before schema 9 (then `exited_cleanly` is all that is known).
     outcome: ProcessOutcome | None = None
+    #: The cluster node that ran the probe (`--executor ray`); None for a probe of this machine.
+    node: ProbeNode | None = None
 
 
 class TestSourceEvidence(BaseModel):
@@ -182,7 +202,7 @@ class ShardEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["9"] = SCHEMA_VERSION
+    schema_version: Literal["10"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -377,6 +397,16 @@ def upgrade_from_8(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": "9", "reference_branches": []}
 
 
+def upgrade_from_9(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 9 -> 10: no Ray executor yet, so every probe ran on the machine that wrote the
+    file."""
+    probes = [
+        {**probe, "node": None} if isinstance(probe, dict) else probe
+        for probe in raw.get("probes") or []
+    ]
+    return {**raw, "schema_version": "10", "probes": probes}
+
+
 #: schema version -> the step that brings a file of that version one version up.
 UPGRADES = {
     "1": upgrade_from_1,
@@ -387,6 +417,7 @@ UPGRADES = {
     "6": upgrade_from_6,
     "7": upgrade_from_7,
     "8": upgrade_from_8,
+    "9": upgrade_from_9,
 }
 
 

@@ -79,9 +79,18 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_9(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-9 file: no Ray executor (probes do not name a node)."""
+    raw = json.loads(evidence_json(evidence))
+    for probe in raw["probes"]:
+        assert probe.pop("node") is None
+    raw["schema_version"] = "9"
+    return raw
+
+
 def as_version_7(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-7 file: no fork server (probes do not say how they started)."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_9(evidence)
     for probe in raw["probes"]:
         assert (
             probe.pop("launch") == (None if probe["reused"] else "fresh")
@@ -179,7 +188,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "9" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "10" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in (
         "branch",
@@ -236,6 +245,11 @@ def test_version_6_file_reads_as_measured_probes(tmp_path: Path) -> None:
     assert raw["probes"] and "reused" not in raw["probes"][0]
     upgraded = read_evidence(write_raw(tmp_path, raw))
     assert upgraded == evidence and upgraded.probes[0].reused is None
+
+
+def test_version_9_file_reads_as_probes_of_this_machine(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    assert read_evidence(write_raw(tmp_path, as_version_9(evidence))) == evidence
 
 
 def test_version_7_file_reads_as_probes_started_fresh(tmp_path: Path) -> None:
@@ -338,7 +352,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "10"}', "schema version '10'"),
+        ('{"schema_version": "11"}', "schema version '11'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
@@ -346,6 +360,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
         ('{"schema_version": "6"}', "invalid evidence file"),
         ('{"schema_version": "8"}', "invalid evidence file"),
         ('{"schema_version": "9"}', "invalid evidence file"),
+        ('{"schema_version": "10"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )
