@@ -1,0 +1,30 @@
+"""The keeper: ends a Ray worker's probes when Ray kills the worker.
+
+On Ctrl-C the host cancels every task with `ray.cancel(force=True)`, which kills the worker
+process outright (no `finally` of difftest's runs there). The probe dies with it
+(`protocol.die_with_host`), but a process the branch started and that left the probe's group would
+not. So the first probe a worker runs starts this keeper (`node.ensure_keeper`), in a session of
+its own so that the kill does not reach it, reading a pipe whose other end only the worker holds.
+End of input means the worker is gone (or is exiting): the keeper then ends every process that
+carries a token of that worker's probes (`descendants.end_probes_of`) and exits.
+
+    python -m difftest.run.cluster.keeper WORKER_PID
+"""
+
+from __future__ import annotations
+
+import sys
+
+from difftest.run.probes.descendants import end_probes_of
+
+
+def main(argv: list[str]) -> int:
+    worker = int(argv[0])
+    while sys.stdin.buffer.read(1 << 16):  # nothing is ever written: only the end counts
+        pass
+    end_probes_of(worker)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
