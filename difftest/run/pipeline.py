@@ -248,6 +248,11 @@ class BranchMeasurer:
         self, tier: SuiteTier[Any], scenario: ScenarioIdentity
     ) -> TierOutcome[BranchRun]:
         names = [b.name for b in self.context.workspace.branches if b.env is not None]
+        if self.context.cluster is not None:
+            self.context.log(
+                f"{tier.name} tier: its test sessions run on this machine "
+                "(--executor ray runs the probes of probe tiers)"
+            )
         with self.context.progress(tier.name, names) as callback:
             return measure_suites(self.context, tier, scenario, callback)
 

@@ -50,11 +50,15 @@ class LoopbackCluster:
 
     def __init__(self, head_resources: dict[str, float], cpus: int = 2) -> None:
         self.temp = Path(tempfile.mkdtemp(prefix="dtray-", dir="/tmp"))
-        self.cluster = Cluster(
-            initialize_head=True,
-            connect=False,
-            head_node_args=node_args(cpus, head_resources, temp_dir=str(self.temp)),
-        )
+        try:
+            self.cluster = Cluster(
+                initialize_head=True,
+                connect=False,
+                head_node_args=node_args(cpus, head_resources, temp_dir=str(self.temp)),
+            )
+        except BaseException:
+            shutil.rmtree(self.temp, ignore_errors=True)
+            raise
         self.pids: set[int] = set(_pids_of(self.cluster.head_node))
         loopback_only(self.pids)
         #: Set by the fixture: the second node, and its own DIFFTEST_HOME.
@@ -81,11 +85,9 @@ class LoopbackCluster:
 
     def wait_dead(self, node: Any, limit_s: float = 60) -> None:
         """Until Ray marks a removed node dead (it keeps it alive for seconds after its end)."""
-        import ray
-
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
-            states = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+            states = {n["NodeID"]: n["Alive"] for n in self.cluster.global_state.node_table()}
             if not states.get(node.node_id, False):
                 return
             time.sleep(0.5)
@@ -152,7 +154,16 @@ def loopback_only(pids: set[int]) -> None:
 def home_with(base: Path, root: Path, wheel_hash: str | None = None) -> Path:
     """A DIFFTEST_HOME of its own for a node: the base reached through links (another cache path
     for the same base, made in milliseconds), its fingerprint a copy, with the wheel identity
-    replaced by `wheel_hash` if given (a node whose base is another wheel's)."""
+    replaced by `wheel_hash` if given (a node whose base is another wheel's). Its environments are
+    its own; the model folders and vLLM's model-inspection cache are the machine's (built the same
+    way on every node, keyed by content: sharing them only saves each node their first build)."""
+    from difftest.core import paths
+
+    shared = paths.difftest_home()
+    root.mkdir(parents=True)
+    for name in ("models", "vllm-cache"):
+        (shared / name).mkdir(exist_ok=True)
+        (root / name).symlink_to(shared / name)
     folder = root / "envs" / base.name
     folder.mkdir(parents=True)
     for entry in base.iterdir():

@@ -181,7 +181,7 @@ def test_a_node_that_dies_mid_probe_costs_one_retry_then_could_not_measure(
         "import os as _os, time as _time\n"
         f"with open({str(marker)!r}, 'a') as _m:\n"
         "    _m.write(f\"{_os.environ.get('VLLM_CACHE_ROOT')} {_os.getpid()}\\n\")\n"
-        "_time.sleep(20)\n"
+        "_time.sleep(8)\n"
     )
     patch = prepend(tmp_path / "slow.patch", fixture_repo, SCHEDULER, slow)
     config = write_config(

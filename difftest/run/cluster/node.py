@@ -162,7 +162,8 @@ def _delivered(run: Any, ended: Any, env_path: Path) -> dict[str, Any]:
     }
 
 
-_KEEPER: subprocess.Popen[bytes] | None = None
+#: This worker's keeper: its pid, and the pipe whose end tells it the worker is gone.
+_KEEPER: tuple[int, Any] | None = None
 _KEEPER_LOCK = threading.Lock()
 
 
@@ -171,13 +172,26 @@ def ensure_keeper() -> None:
     worker (Ctrl-C on the host cancels with `force=True`)."""
     global _KEEPER
     with _KEEPER_LOCK:
-        if _KEEPER is not None and _KEEPER.poll() is None:
+        if _KEEPER is not None and _alive(_KEEPER[0]):
             return
-        _KEEPER = subprocess.Popen(
+        starter = subprocess.Popen(
             [sys.executable, "-m", "difftest.run.cluster.keeper", str(os.getpid())],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             cwd=tempfile.gettempdir(),
         )
+        assert starter.stdout is not None
+        pid = int(starter.stdout.readline() or 0)
+        starter.stdout.close()
+        starter.wait()  # the starter exits at once; the keeper lives on, holding the pipe
+        _KEEPER = (pid, starter.stdin)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True

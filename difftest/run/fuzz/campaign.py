@@ -171,7 +171,7 @@ def _fuzz(
                     len(ready),
                     process=None
                     if cluster is None or request.cluster is None
-                    else _actors(cluster, request, workspace, env, tier, limits, log),
+                    else _actors(cluster, request, workspace, env, tier, limits, len(ready), log),
                 )
             )
             for name, env in ready.items()
@@ -215,6 +215,7 @@ def _actors(
     env: BranchEnv,
     tier: ProbeTier[Any],
     limits: WarmProbeLimits,
+    branches: int,
     log: Log,
 ) -> RayWarmProcess:
     """A branch's warm probes as actors on the cluster (`run.fuzz.ray_warm`)."""
@@ -225,8 +226,13 @@ def _actors(
         tier.probe_memory_mb,
         request.cluster.place.get(env.name),
     )
-    largest = max((n.resources.get("CPU", 0) for n in cluster.nodes()), default=1)
-    resources = replace(resources, cpus=max(min(resources.cpus, largest), 0.001))
+    # An actor holds its cores for the whole search: every branch's actors must fit at once, or
+    # the last ones would wait for a core forever (a warm probe works only while an example plays).
+    nodes = cluster.nodes()
+    largest = max((n.resources.get("CPU", 0) for n in nodes), default=1)
+    total = sum(n.resources.get("CPU", 0) for n in nodes)
+    share = total / max(1, branches * request.actors)
+    resources = replace(resources, cpus=max(min(resources.cpus, largest, share), 0.001))
     return RayWarmProcess(
         cluster,
         workspace.config.base,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -37,6 +38,8 @@ from difftest.run.probes.environ import switches
 from difftest.run.probes.runner import ProbesStopped, hold_remote_probe, remote_probe_ended
 
 Log = Callable[[str], None]
+#: Seconds an actor may wait for a node to take it.
+PLACE_S = 120.0
 
 
 class WarmActor:
@@ -231,9 +234,17 @@ class RayWarmProcess:
                 _kill(ray, handle)
                 raise
             try:
-                ready = ray.get(handle.prepare.remote())
+                ready = self._placed(handle, excluded) and ray.get(handle.prepare.remote())
             except ray.exceptions.RayActorError as exc:
                 ready = {"node": None, "why": f"lost ({exc})"}
+            if not ready:
+                _kill(ray, handle)
+                remote_probe_ended(handle)
+                self.failure = (
+                    f"no node took the actor within {PLACE_S:.0f} s (it asks for "
+                    f"{self.resources.describe()}; the cluster's cores may all be held)"
+                )
+                return None
             node = (
                 NodeInfo(ready["node"]["id"], ready["node"]["address"]) if ready["node"] else None
             )
@@ -247,6 +258,22 @@ class RayWarmProcess:
             if node is not None:
                 excluded = excluded | {node.id}
         return None
+
+    def _placed(self, handle: Any, excluded: set[str]) -> bool:
+        """The actor started on a node within `PLACE_S` (False: none took it; it would wait for
+        ever, as an actor holds its cores for its whole life)."""
+        ray = self.cluster.ray
+        deadline = time.monotonic() + PLACE_S
+        ref = handle.starts.remote()
+        while time.monotonic() < deadline:
+            ready, _ = ray.wait([ref], timeout=5.0)
+            if ready:
+                return True
+            if not any(
+                self.resources.fits(n) for n in self.cluster.nodes() if n.id not in excluded
+            ):
+                return False
+        return False
 
     def _interrupted(self, handle: Any) -> None:
         self._killed.add(id(handle))
