@@ -258,6 +258,8 @@ class RayExecutor:
                     return node, None, f"could not build the environment: {event['why']}"
         except ray.exceptions.TaskCancelledError:
             raise ProbesStopped("difftest was interrupted: the probe was cancelled") from None
+        except ray.exceptions.RayTaskError as exc:  # difftest's own code failed there
+            return node, None, f"the task failed on the node ({_first_line(exc)})"
         except ray.exceptions.RayError as exc:
             return node, None, f"lost mid-probe ({type(exc).__name__}: {_first_line(exc)})"
         finally:

@@ -29,6 +29,7 @@ from difftest.build.envs.shipped import BaseMismatch, ShippedEnv, ensure_shipped
 from difftest.core import paths
 from difftest.core.errors import DifftestError
 from difftest.probe.protocol import Job
+from difftest.run.cluster.keeper import scratch_dir
 from difftest.run.probes.environ import machine_environ, probe_environ
 from difftest.run.probes.files import MAX_PROBE_FILE_BYTES, read_probe_file
 from difftest.run.probes.runner import play_probe
@@ -86,7 +87,7 @@ def probe_on_node(request: ProbeRequest) -> Iterator[dict[str, Any]]:
         yield {"event": "failed", "why": getattr(exc, "problem", None) or f"{exc}"}
         return
     job: Job = {**request.job, "work_dir": str(paths.models_dir())}
-    scratch = Path(tempfile.mkdtemp(prefix=f"difftest-{request.branch}-"))
+    scratch = scratch_dir(request.branch)
     events: queue.Queue[tuple[int, int, str, str]] = queue.Queue()
     played: dict[str, Any] = {}
 

@@ -15,12 +15,11 @@ its probe (`protocol.die_with_host`) and what the probe started (the worker's ke
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from difftest.build.envs.base import BaseEnv
@@ -32,6 +31,7 @@ from difftest.core.evidence import ProbeNode
 from difftest.probe.protocol import Job
 from difftest.run.cluster.connect import NODE_ID_LABEL, Cluster, NodeInfo
 from difftest.run.cluster.executor import Resources
+from difftest.run.cluster.keeper import scratch_dir
 from difftest.run.cluster.node import ensure_keeper, node_environ, this_node
 from difftest.run.fuzz.warm_probe import Answer, WarmProbeLimits, WarmProcess
 from difftest.run.probes.environ import switches
@@ -68,7 +68,7 @@ class WarmActor:
         except (DifftestError, OSError) as exc:
             why = getattr(exc, "problem", None) or str(exc)
             return {"node": node, "why": f"could not build the environment: {why}"}
-        work = Path(tempfile.mkdtemp(prefix=f"difftest-fuzz-{self.shipped.name}-"))
+        work = scratch_dir(f"fuzz-{self.shipped.name}")
         self.process = WarmProcess(
             self.shipped.name,
             env.python,
@@ -89,6 +89,7 @@ class WarmActor:
     def close(self) -> None:
         if self.process is not None:
             self.process.close()
+            shutil.rmtree(self.process.work_dir, ignore_errors=True)
 
 
 class _Actor:
