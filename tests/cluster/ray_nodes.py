@@ -29,6 +29,8 @@ from ray.cluster_utils import Cluster  # noqa: E402 - the variables above must c
 from tests.processes import alive  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
+#: Tries to start a node: Ray gives one 30 s to register, which a busy machine can miss.
+STARTS = 3
 #: Small object stores: probes send back records and logs of a few MB at most.
 OBJECT_STORE = 80 * 1024 * 1024
 
@@ -49,16 +51,22 @@ class LoopbackCluster:
     """A `Cluster` whose every node is on loopback, and the pids it started."""
 
     def __init__(self, head_resources: dict[str, float], cpus: int = 2) -> None:
-        self.temp = Path(tempfile.mkdtemp(prefix="dtray-", dir="/tmp"))
-        try:
-            self.cluster = Cluster(
-                initialize_head=True,
-                connect=False,
-                head_node_args=node_args(cpus, head_resources, temp_dir=str(self.temp)),
-            )
-        except BaseException:
-            shutil.rmtree(self.temp, ignore_errors=True)
-            raise
+        for attempt in range(1, STARTS + 1):
+            self.temp = Path(tempfile.mkdtemp(prefix="dtray-", dir="/tmp"))
+            try:
+                self.cluster = Cluster(
+                    initialize_head=True,
+                    connect=False,
+                    head_node_args=node_args(cpus, head_resources, temp_dir=str(self.temp)),
+                )
+                break
+            except Exception:
+                # Ray gives a node 30 s to register: a busy machine can miss it. What the attempt
+                # started (this process's children under its folder) is ended; then again.
+                _end_started_under(self.temp)
+                shutil.rmtree(self.temp, ignore_errors=True)
+                if attempt == STARTS:
+                    raise
         self.pids: set[int] = set(_pids_of(self.cluster.head_node))
         loopback_only(self.pids)
         #: Set by the fixture: the second node, and its own DIFFTEST_HOME.
@@ -71,9 +79,21 @@ class LoopbackCluster:
 
     def add(self, cpus: int, resources: dict[str, float], env: dict[str, str] | None = None) -> Any:
         """A node of its own (`env`: its raylet's and so its workers' environment)."""
-        node = self.cluster.add_node(
-            **node_args(cpus, resources, temp_dir=str(self.temp), env_vars=env or {})
-        )
+        for attempt in range(1, STARTS + 1):
+            before = _children_of(os.getpid())
+            try:
+                node = self.cluster.add_node(
+                    **node_args(cpus, resources, temp_dir=str(self.temp), env_vars=env or {})
+                )
+                break
+            except Exception:  # as for the head: a busy machine, ended and tried again
+                for pid in _children_of(os.getpid()) - before:
+                    try:
+                        os.kill(pid, 9)
+                    except OSError:
+                        pass
+                if attempt == STARTS:
+                    raise
         started = _pids_of(node)
         self.pids |= started
         loopback_only(started)
@@ -126,6 +146,47 @@ class LoopbackCluster:
             found.add(pid)
             todo += children.get(pid, [])
         return found
+
+
+def _end_started_under(temp: Path) -> None:
+    """SIGKILL this process's descendants whose command line names `temp` (a failed start's)."""
+    mine = str(temp).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if mine in cmdline and _descends_from(int(name), os.getpid()):
+            try:
+                os.kill(int(name), 9)
+            except OSError:
+                pass
+
+
+def _children_of(parent: int) -> set[int]:
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.add(int(name))
+    return found
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
 
 
 def _pids_of(node: Any) -> set[int]:

