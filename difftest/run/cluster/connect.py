@@ -1,4 +1,5 @@
-"""The connection to a Ray cluster: the only module that imports Ray (an optional extra).
+"""The connection to a Ray cluster. Ray is an optional extra: it is imported here, when a command
+asks for `--executor ray`, and only after that by the executor and on the nodes.
 
 `--ray-address HOST:PORT` (or `RAY_ADDRESS`) names the cluster's head, as `ray start --head`
 prints it. A wrong address, a cluster that does not answer, or Ray not installed is a usage error
