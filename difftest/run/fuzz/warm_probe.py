@@ -114,6 +114,15 @@ class WarmProbe:
         """Processes started so far (1 + restarts after a crash or hang)."""
         return self.process.starts
 
+    @property
+    def limits(self) -> WarmProbeLimits:
+        """The time limits and restarts its process keeps to."""
+        return self.process.limits
+
+    @limits.setter
+    def limits(self, limits: WarmProbeLimits) -> None:
+        self.process.limits = limits
+
     def __enter__(self) -> WarmProbe:
         return self
 
@@ -177,6 +186,8 @@ class WarmProbe:
 
 class Answerer(Protocol):
     """What gives a warm probe's answers: a process here, or an actor on a cluster node."""
+
+    limits: WarmProbeLimits
 
     @property
     def starts(self) -> int: ...
