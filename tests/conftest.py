@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -155,3 +156,27 @@ def probe_runs(workspace, shipped_scenarios) -> Callable[[str, str], list[ProbeR
         return memo[key]
 
     return runs
+
+
+#: The xdist group of every test that uses the Ray cluster: one worker, so one cluster per session
+#: (the fault kit's tests are in it, since the kit runs through Ray too).
+RAY_GROUP = "fault-kit"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(base_env, tmp_path_factory) -> Iterator[Any]:
+    """A real two-node Ray cluster on loopback (`tests/cluster/ray_nodes.py`): the head offers the
+    custom resource `node_a` and uses the machine's DIFFTEST_HOME (it reuses the environments the
+    tests built); node B offers `node_b` and has a DIFFTEST_HOME of its own whose base is the same
+    one reached through links, so it builds every branch environment from what the host ships.
+    Every socket is checked to be on 127.0.0.1; the nodes, and only they, are ended afterwards."""
+    from tests.cluster.ray_nodes import LoopbackCluster, home_with
+
+    cluster = LoopbackCluster({"node_a": 1}, cpus=2)
+    try:
+        cluster.home_b = home_with(base_env.path, tmp_path_factory.mktemp("node-b") / "home")
+        cluster.node_b = cluster.add(2, {"node_b": 1}, {"DIFFTEST_HOME": str(cluster.home_b)})
+        yield cluster
+    finally:
+        left = cluster.shutdown()
+    assert not left, f"processes of the cluster left running: {left}"

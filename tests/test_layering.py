@@ -42,17 +42,19 @@ ALLOWED = {
 
 
 #: Inside `run`: each part -> the other parts it may import. Processes are the bottom (probes),
-#: the cache stores what they deliver, the context and the suites build on both, the pipeline on
-#: all of those; fuzz, rejudge and blame are on top, and reread (what show and merge read again)
-#: reads only probes.
+#: the cluster runs them on other machines, the cache stores what they deliver, the context and
+#: the suites build on those, the pipeline on all of them; fuzz, rejudge and blame are on top, and
+#: reread (what show and merge read again) reads only probes.
 RUN_PARTS = {
     "probes": set(),
     "cache": {"probes"},
     "reread": {"probes"},
-    "context": {"probes", "cache"},
+    # The Ray executor runs probes elsewhere and reads them back as `probes` reads local ones.
+    "cluster": {"probes"},
+    "context": {"probes", "cache", "cluster"},
     "suites": {"probes", "cache", "context"},
-    "pipeline": {"probes", "cache", "context", "suites"},
-    "fuzz": {"probes", "cache", "context", "pipeline"},
+    "pipeline": {"probes", "cache", "context", "suites", "cluster"},
+    "fuzz": {"probes", "cache", "context", "pipeline", "cluster"},
     "rejudge": {"probes", "reread", "pipeline"},
     "blame": {"probes", "cache", "context", "pipeline"},
 }

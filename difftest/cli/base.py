@@ -9,10 +9,12 @@ from typing import Any, TypeVar
 
 from difftest import tiers
 from difftest.core.config import DEFAULT_CONFIG, Config
+from difftest.core.errors import ConfigError
 from difftest.core.records import ProbeRun
 from difftest.reports.outputs.console import stdout_console  # noqa: F401 - list, show, merge use it
 from difftest.reports.registry import format_choices
 from difftest.reports.sources import RunReport
+from difftest.run.cluster.connect import ClusterRequest
 from difftest.run.pipeline import CompareRequest, Comparison
 from difftest.run.rejudge import recorded_scenarios  # noqa: F401 - show and verify import it from here
 from difftest.tiers.common.scenario import ScenarioBase
@@ -81,6 +83,53 @@ def add_compare_options(
     )
 
 
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """--executor, --ray-address, --ray-place: where the probes run (run, gate, verify, fuzz)."""
+    group = parser.add_argument_group("where the probes run")
+    group.add_argument(
+        "--executor",
+        choices=["local", "ray"],
+        default="local",
+        help="local: on this machine (default); ray: each probe a task on a Ray cluster (needs "
+        "difftest[ray] here and on every node; results are judged here, as local ones)",
+    )
+    group.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="the Ray cluster's head, as `ray start --head` prints it (default: $RAY_ADDRESS)",
+    )
+    group.add_argument(
+        "--ray-place",
+        action="append",
+        default=[],
+        metavar="BRANCH=RESOURCE",
+        help="run BRANCH's probes only on nodes that offer the custom resource RESOURCE "
+        "(`ray start --resources '{\"RESOURCE\": 1}'`); repeatable",
+    )
+
+
+def cluster_request(args: argparse.Namespace) -> ClusterRequest | None:
+    """The `--executor ray` request, or None for this machine; the Ray options without it are a
+    usage error (they would be silently ignored)."""
+    if args.executor != "ray":
+        if args.ray_address or args.ray_place:
+            raise ConfigError(
+                "--ray-address and --ray-place apply to --executor ray only",
+                "add --executor ray, or leave them out",
+            )
+        return None
+    place: dict[str, str] = {}
+    for item in args.ray_place:
+        branch, _, resource = item.partition("=")
+        if not branch.strip() or not resource.strip():
+            raise ConfigError(
+                f"--ray-place {item!r} is not BRANCH=RESOURCE", "e.g. --ray-place main=gpu_node"
+            )
+        place[branch.strip()] = resource.strip()
+    return ClusterRequest(address=args.ray_address, place=place)
+
+
 def add_cache_option(parser: argparse.ArgumentParser) -> None:
     """--no-cache, for the commands that may reuse probe runs from the result cache (run, gate)."""
     parser.add_argument(
@@ -118,6 +167,7 @@ def compare_request(
         jobs=jobs,
         shard=shard,
         baseline=baseline,
+        cluster=cluster_request(args),
     )
 
 

@@ -7,7 +7,14 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from difftest.cli.base import Command, Log, add_config, add_format
+from difftest.cli.base import (
+    Command,
+    Log,
+    add_config,
+    add_executor_options,
+    add_format,
+    cluster_request,
+)
 from difftest.cli.progress import fuzz_progress
 from difftest.core.config import Config
 from difftest.core.fuzz import fuzz_exit_code
@@ -87,6 +94,15 @@ class FuzzCommand(Command):
             help="git fetch the configured repo first (pull heads too)",
         )
         add_format(parser, self.name, "text", "text: each kind of failure found, for a person")
+        add_executor_options(parser)
+        parser.add_argument(
+            "--ray-actors",
+            type=EXAMPLES,
+            default=1,
+            metavar="N",
+            help="with --executor ray: warm probe actors per branch, examples spread over them in "
+            "turn (default: 1)",
+        )
         parser.add_argument(
             "branches",
             nargs="*",
@@ -112,6 +128,8 @@ class FuzzCommand(Command):
             reading=args.reading,
             out=Path(args.out),
             fetch=args.fetch,
+            cluster=cluster_request(args),
+            actors=int(args.ray_actors),
         )
         with locked_out(request.out):  # before fuzz clears what an earlier fuzz wrote there
             with fuzz_progress() as progress:

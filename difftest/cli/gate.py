@@ -21,6 +21,7 @@ from difftest.cli.base import (
     Log,
     add_cache_option,
     add_compare_options,
+    add_executor_options,
     add_format,
     compare_request,
     comparison_report,
@@ -50,6 +51,7 @@ class GateCommand(Command):
             "--always", action="store_true", help="run even when no stats-path file changed"
         )
         add_compare_options(parser)
+        add_executor_options(parser)
         add_cache_option(parser)
         add_format(
             parser,

@@ -12,6 +12,7 @@ from difftest.cli.base import (
     Log,
     add_cache_option,
     add_compare_options,
+    add_executor_options,
     add_format,
     compare_request,
     comparison_report,
@@ -33,6 +34,7 @@ class RunCommand(Command):
     def setup_arguments(self, parser: argparse.ArgumentParser) -> None:
         super().setup_arguments(parser)
         add_compare_options(parser)
+        add_executor_options(parser)
         add_cache_option(parser)
         parser.add_argument(
             "--jobs",

@@ -17,7 +17,15 @@ import argparse
 from pathlib import Path
 
 from difftest.build.reproducible import check_reproducible
-from difftest.cli.base import Command, Log, add_format, comparison_report, recorded_scenarios
+from difftest.cli.base import (
+    Command,
+    Log,
+    add_executor_options,
+    add_format,
+    cluster_request,
+    comparison_report,
+    recorded_scenarios,
+)
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, ConfigError
@@ -47,6 +55,7 @@ class VerifyCommand(Command):
             action="store_true",
             help="start every probe in an interpreter of its own (default: forked from a warm one)",
         )
+        add_executor_options(parser)
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
@@ -77,6 +86,7 @@ class VerifyCommand(Command):
                 # A re-run that reads its results from a cache verifies nothing.
                 store_results=False,
                 fork=not args.no_fork,
+                cluster=cluster_request(args),
             )
             comparison = compare(config, request, log, probe_progress)
             found = evidence_differences(

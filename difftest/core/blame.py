@@ -169,7 +169,7 @@ class BlameFinding(BaseModel):
 
 class BlameEvidence(BaseModel):
     """The search of `difftest blame`: the change, every set of hunks tried, and each finding's
-    minimal set (schema 10 of the evidence file)."""
+    minimal set (schema 11 of the evidence file)."""
 
     branch: str
     #: The base the hunks were applied on.

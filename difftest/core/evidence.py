@@ -20,9 +20,10 @@ tests tier: `tests` holds every (test source, code branch, test, outcome,
 message) and `test_sources` where each source's tests came from); 7 (a probe whose
 runs came from the result cache says so in `probes[].reused`: its key, when it
 was measured and how long that took; a run of one shard of the work says which in
-`shard`); 8 (how each probe started: `launch`); 9 (each probe's process outcome, and the
-`reference_branches`); 10 (`blame`: the search of `difftest blame` - the change's hunks, every set
-of them tried, and each finding's minimal set; None for every other command).
+`shard`); 8 (how each probe started: `launch`, `launch_note`); 9 (each probe's process
+`outcome`, the `reference_branches`); 10 (a probe run on a Ray cluster names its `node`, and the
+attempts that node replaced); 11 (`blame`: the search of `difftest blame` - the change's hunks,
+every set of them tried, and each finding's minimal set; None for every other command).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from difftest.core.errors import DifftestError
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION: Final = "10"
+SCHEMA_VERSION: Final = "11"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -118,6 +119,22 @@ class ReusedProbe(BaseModel):
     duration_s: float = 0.0
 
 
+class ProbeNode(BaseModel):
+    """The Ray cluster node a probe ran on (`--executor ray`): where its records were measured."""
+
+    #: Ray's node id (hex).
+    id: str
+    #: The node's address (its IP).
+    address: str
+    #: Earlier attempts of this probe that ended without its output, each naming its node and why
+    #: (a node that died mid-probe, a node refused for another base).
+    retried: list[str] = Field(default_factory=list)
+
+    def name(self) -> str:
+        """How logs and reports name the node: its address and the start of its id."""
+        return f"{self.address} (node {self.id[:12]})"
+
+
 class ProbeFiles(BaseModel):
     """One probe's files (one branch, one tier), so the step records can be re-read and trusted
     later.
@@ -151,6 +168,8 @@ class ProbeFiles(BaseModel):
     #: How the probe process ended, as the judging door weighed it (`core.outcome`); None in files
     #: written before schema 9 (then `exited_cleanly` is all that is known).
     outcome: ProcessOutcome | None = None
+    #: The cluster node that ran the probe (`--executor ray`); None for a probe of this machine.
+    node: ProbeNode | None = None
 
 
 class TestSourceEvidence(BaseModel):
@@ -185,7 +204,7 @@ class ShardEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["10"] = SCHEMA_VERSION
+    schema_version: Literal["11"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -383,8 +402,18 @@ def upgrade_from_8(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_from_9(raw: dict[str, Any]) -> dict[str, Any]:
-    """Version 9 -> 10: no `difftest blame` yet, so no search recorded."""
-    return {**raw, "schema_version": "10", "blame": None}
+    """Version 9 -> 10: no Ray executor yet, so every probe ran on the machine that wrote the
+    file."""
+    probes = [
+        {**probe, "node": None} if isinstance(probe, dict) else probe
+        for probe in raw.get("probes") or []
+    ]
+    return {**raw, "schema_version": "10", "probes": probes}
+
+
+def upgrade_from_10(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 10 -> 11: no `difftest blame` yet, so no search recorded."""
+    return {**raw, "schema_version": "11", "blame": None}
 
 
 #: schema version -> the step that brings a file of that version one version up.
@@ -398,6 +427,7 @@ UPGRADES = {
     "7": upgrade_from_7,
     "8": upgrade_from_8,
     "9": upgrade_from_9,
+    "10": upgrade_from_10,
 }
 
 

@@ -17,6 +17,7 @@ from difftest.build.workspace import Workspace
 from difftest.core.config import Timeouts
 from difftest.core.records import Reading
 from difftest.run.cache.results import ResultCache
+from difftest.run.cluster.executor import RayExecutor
 from difftest.run.probes.runner import Progress
 
 Log = Callable[[str], None]
@@ -51,6 +52,8 @@ class RunContext:
     jobs: int | None = None
     #: Fork probes from one warm interpreter per tier (`run.probes.forking`).
     fork: bool = False
+    #: Run the probes on a Ray cluster instead of this machine (`run.cluster`, `--executor ray`).
+    cluster: RayExecutor | None = None
     #: For difftest's own tests of the tests tier only (see `run.suites.measure.run_session`).
     suite_args: tuple[str, ...] = field(default=())
     inherit_controller_path: bool = False

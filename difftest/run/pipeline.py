@@ -22,7 +22,7 @@ from typing import Any
 from difftest import tiers
 from difftest.build.envs.fingerprint import canonical_hash, sha256_file
 from difftest.build.refs import TransplantInfo
-from difftest.build.workspace import Workspace, branch_spec, prepare
+from difftest.build.workspace import Workspace, branch_spec, branch_specs, prepare
 from difftest.core import paths
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
@@ -40,6 +40,8 @@ from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 from difftest.core.selection import compile_selection
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.cache.results import open_cache, result_key
+from difftest.run.cluster.connect import ClusterRequest, connect
+from difftest.run.cluster.executor import RayExecutor, TierProbes
 from difftest.run.context import (
     Log,
     ProgressFactory,
@@ -95,6 +97,8 @@ class CompareRequest:
     #: Fork each tier's probes from one warm interpreter (`run.probes.forking`); False
     #: (`--no-fork`): every probe starts its own interpreter.
     fork: bool = True
+    #: Run every probe on a Ray cluster (`--executor ray`); None: on this machine.
+    cluster: ClusterRequest | None = None
 
 
 @dataclass
@@ -137,41 +141,54 @@ def compare(
     # A bad DIFFTEST_RESULT_CACHE stops us here.
     cache = open_cache(request.reuse_cached, request.store_results)
     named, reference = with_baseline(config, request.branches, request.baseline)
+    if request.cluster is not None:
+        check_placement(config, named, request.cluster)
     if reference:
         log(
             f"baseline {reference[0]} is measured too (reused from the result cache when "
             "unchanged): crashes and hangs of the named branches are judged against it; its own "
             "results are not reported"
         )
-    workspace = prepare(config, named, do_fetch=request.fetch, log=log)
-    for chosen in selected:
-        _mark_unavailable(chosen, workspace.base.fingerprint, log)
-    context = RunContext(
-        workspace,
-        default_baseline(workspace, request.baseline),
-        reading=request.reading or config.oracle.reading,
-        out=request.out,
-        log=log,
-        progress=progress,
-        cache=cache,
-        jobs=request.jobs,
-        fork=request.fork,
-    )
-    measurer = BranchMeasurer(context)
-    outcomes: dict[str, TierOutcome[BranchRun]] = {}
-    results: list[Result] = []
-    for index, chosen in enumerate(selected):
-        outcome = chosen.tier.measure(chosen.scenarios, chosen.skipped, measurer)
-        outcomes[chosen.tier.name] = outcome
-        judged = [r for r in outcome.results if r.branch not in reference]
-        results += judged
-        if tier_done is not None and judged:
-            more = any(
-                s.name not in later.skipped
-                for later in selected[index + 1 :]
-                for s in later.scenarios
+    # Connected before anything is built: a wrong address costs seconds, not a base build.
+    cluster = connect(request.cluster.address) if request.cluster is not None else None
+    try:
+        workspace = prepare(config, named, do_fetch=request.fetch, log=log)
+        for chosen in selected:
+            _mark_unavailable(chosen, workspace.base.fingerprint, log)
+        context = RunContext(
+            workspace,
+            default_baseline(workspace, request.baseline),
+            reading=request.reading or config.oracle.reading,
+            out=request.out,
+            log=log,
+            progress=progress,
+            cache=cache,
+            jobs=request.jobs,
+            fork=request.fork,
+            cluster=RayExecutor(
+                cluster, config.base, workspace.base, dict(request.cluster.place), log
             )
-            tier_done(chosen.tier.name, judged, more)
+            if cluster is not None and request.cluster is not None
+            else None,
+        )
+        measurer = BranchMeasurer(context)
+        outcomes: dict[str, TierOutcome[BranchRun]] = {}
+        results: list[Result] = []
+        for index, chosen in enumerate(selected):
+            outcome = chosen.tier.measure(chosen.scenarios, chosen.skipped, measurer)
+            outcomes[chosen.tier.name] = outcome
+            judged = [r for r in outcome.results if r.branch not in reference]
+            results += judged
+            if tier_done is not None and judged:
+                more = any(
+                    s.name not in later.skipped
+                    for later in selected[index + 1 :]
+                    for s in later.scenarios
+                )
+                tier_done(chosen.tier.name, judged, more)
+    finally:
+        if cluster is not None:
+            cluster.close()
     evidence = make_evidence(workspace, selected, outcomes, results, context.reading, request.out)
     shard = (
         ShardEvidence(index=request.shard[0], count=request.shard[1], order=order)
@@ -213,8 +230,14 @@ class BranchMeasurer:
     ) -> dict[str, BranchRun]:
         context = self.context
         names = [b.name for b in context.workspace.branches if b.env is not None]
-        jobs, why = probes_at_a_time(tier, len(names), context.jobs)
-        context.log(f"{tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
+        if context.cluster is not None:
+            jobs = context.jobs or len(names)
+            context.log(
+                f"{tier.name} tier: {len(names)} branch probe(s) {context.cluster.describe()}"
+            )
+        else:
+            jobs, why = probes_at_a_time(tier, len(names), context.jobs)
+            context.log(f"{tier.name} tier: {len(names)} branch probe(s), {jobs} at a time ({why})")
         with context.progress(tier.name, names) as callback:
             delivered = measure_tier(context, tier, scenarios, callback, jobs)
         for branch, run in delivered.items():
@@ -225,6 +248,11 @@ class BranchMeasurer:
         self, tier: SuiteTier[Any], scenario: ScenarioIdentity
     ) -> TierOutcome[BranchRun]:
         names = [b.name for b in self.context.workspace.branches if b.env is not None]
+        if self.context.cluster is not None:
+            self.context.log(
+                f"{tier.name} tier: its test sessions run on this machine "
+                "(--executor ray runs the probes of probe tiers)"
+            )
         with self.context.progress(tier.name, names) as callback:
             return measure_suites(self.context, tier, scenario, callback)
 
@@ -410,6 +438,22 @@ def measure_tier(
                     progress(
                         name, len(found.runs), len(found.runs), "reused from the result cache", ""
                     )
+    if context.cluster is not None:
+        probes = TierProbes(
+            tier.name,
+            job,
+            context.timeouts.probe_s,
+            context.timeouts.exit_s,
+            tier.probe_cpus,
+            tier.probe_gpus(workspace.base.fingerprint),
+            tier.probe_memory_mb,
+        )
+        remote = [(name, env) for name, env in branches if name not in reused]
+        measured = (
+            context.cluster.run_branches(remote, probes, work_dir, progress, jobs) if remote else {}
+        )
+        _store(context, measured, keys)
+        return {name: reused.get(name) or measured[name] for name, _env in branches}
     targets = [(name, env.python) for name, env in branches if name not in reused]
     measured = (
         run_branches(
@@ -430,10 +474,26 @@ def measure_tier(
         if targets
         else {}
     )
-    if cache is not None:
-        for name, run in measured.items():
-            cache.store(keys[name], run, context.log)
+    _store(context, measured, keys)
     return {name: reused.get(name) or measured[name] for name, _env in branches}
+
+
+def _store(context: RunContext, measured: Mapping[str, BranchRun], keys: Mapping[str, str]) -> None:
+    """Clean measurements into the result cache (keyed without the machine that measured them)."""
+    if context.cache is not None:
+        for name, run in measured.items():
+            context.cache.store(keys[name], run, context.log)
+
+
+def check_placement(config: Config, named: list[str] | None, cluster: ClusterRequest) -> None:
+    """Every `--ray-place` names a compared branch (a typo would silently place nothing)."""
+    compared = [s.name for s in branch_specs(config, named)]
+    for branch in cluster.place:
+        if branch not in compared:
+            raise ConfigError(
+                f"--ray-place names {branch!r}, which is not compared",
+                f"name one of: {', '.join(compared)}",
+            )
 
 
 def _transplant_evidence(info: TransplantInfo) -> TransplantEvidence:
@@ -536,6 +596,7 @@ def probe_files(delivered: Mapping[str, Mapping[str, BranchRun]], out: Path) -> 
                     launch=None if run.reused else run.launch,
                     launch_note=run.launch_note,
                     outcome=run.outcome,
+                    node=run.node,
                 )
             )
     return found

@@ -48,6 +48,9 @@ class ProbeTier(Tier[S]):
     #: Memory budget of one branch probe, MB: its measured peak plus a margin (`bench/memory.py`);
     #: caps how many probes run at once (`run.probes.capacity`).
     probe_memory_mb: ClassVar[int] = 1024
+    #: Cores one probe wants: a Ray task's `num_cpus` (`--executor ray`), capped at the largest
+    #: node's.
+    probe_cpus: ClassVar[int] = 1
 
     def scenarios(self, config: Config, explicit: bool) -> list[S] | None:
         """The scenario files of `scenarios_dir/folder`; None when that folder does not exist."""
@@ -80,6 +83,11 @@ class ProbeTier(Tier[S]):
     def default_jobs(self, branches: int, cores: int) -> int:
         """Branch probes run at once when `--jobs` is not given."""
         return max(1, branches)
+
+    def probe_gpus(self, base: dict[str, Any]) -> int:
+        """GPUs one probe needs on this base (its fingerprint): a Ray task's `num_gpus`. None
+        unless the tier drives a real engine on a CUDA build."""
+        return 0
 
     @abstractmethod
     def expected(self, scenario: S, run: ProbeRun, reading: Reading) -> Totals:

@@ -5,7 +5,9 @@ One `run -k CONTROL --tier scheduler` of main beside every fault per path:
 - `fresh`: `--no-fork`, each probe an interpreter of its own;
 - `cached`: a result cache of the test's own, written by a first run and read by a second one
   (what was clean is reused; the faults are never stored, so they are measured again);
-- `merged`: `--shard 1/2` and `--shard 2/2` of two scenarios, joined by `difftest merge`.
+- `merged`: `--shard 1/2` and `--shard 2/2` of two scenarios, joined by `difftest merge`;
+- `ray`: `--executor ray` on the two-node loopback cluster (`ray_cluster`), the faults placed on
+  both nodes in turn: each probe runs on a node and comes back to be read and judged here.
 On each path the contract is the same (`check_contract`): every fault's runs read what the kit
 says, main passes, the exit code is the worst verdict's, every report is whole, and no process a
 branch started is left.
@@ -48,7 +50,7 @@ pytestmark = pytest.mark.slow
 TIMEOUTS = {"run_s": 8, "exit_s": 3, "probe_s": 300}
 #: The two scenarios a sharded run splits (one each), both passing on main.
 SHARDED = f"{CONTROL} or grammar-trim-sync"
-PATHS = ("forked", "fresh", "cached", "merged")
+PATHS = ("forked", "fresh", "cached", "merged", "ray")
 
 
 def _config(tmp: Path, fixture_repo) -> Path:
@@ -74,7 +76,10 @@ def path_run(request, tmp_path_factory, fixture_repo, monkeypatch_module):
     reorders)."""
     path = request.param
     if path not in _PATH_RUNS:
-        _PATH_RUNS[path] = _run_path(path, tmp_path_factory, fixture_repo, monkeypatch_module)
+        cluster = request.getfixturevalue("ray_cluster") if path == "ray" else None
+        _PATH_RUNS[path] = _run_path(
+            path, tmp_path_factory, fixture_repo, monkeypatch_module, cluster
+        )
     return _PATH_RUNS[path]
 
 
@@ -83,7 +88,7 @@ _PATH_RUNS: dict[str, tuple[str, int, Path, str, Path]] = {}
 
 
 def _run_path(
-    path: str, tmp_path_factory, fixture_repo, monkeypatch_module
+    path: str, tmp_path_factory, fixture_repo, monkeypatch_module, cluster=None
 ) -> tuple[str, int, Path, str, Path]:
     tmp = tmp_path_factory.mktemp(f"faults-{path}")
     config = _config(tmp, fixture_repo)
@@ -92,6 +97,18 @@ def _run_path(
         code, log = _run(config, out, "--no-fork")
     elif path == "forked":
         code, log = _run(config, out)
+    elif path == "ray":
+        nodes = ("node_a", "node_b")
+        place = [f"{f.name}={nodes[i % 2]}" for i, f in enumerate(FAULTS)]
+        code, log = _run(
+            config,
+            out,
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            *[a for p in ["main=node_a", *place] for a in ("--ray-place", p)],
+        )
     elif path == "cached":
         monkeypatch_module.setenv("DIFFTEST_RESULT_CACHE", str(tmp / "results"))
         first, _ = _run(config, tmp / "first")

@@ -80,8 +80,10 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
 
 
 def as_version_9(evidence: Evidence) -> dict[str, Any]:
-    """The same data as a version-9 file: no `difftest blame` (no search recorded)."""
+    """The same data as a version-9 file: no Ray executor (probes do not name a node)."""
     raw = json.loads(evidence_json(evidence))
+    for probe in raw["probes"]:
+        assert probe.pop("node") is None
     assert raw.pop("blame") is None, "version 9 had no blame"
     raw["schema_version"] = "9"
     return raw
@@ -187,7 +189,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "10" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "11" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in (
         "branch",
@@ -244,6 +246,11 @@ def test_version_6_file_reads_as_measured_probes(tmp_path: Path) -> None:
     assert raw["probes"] and "reused" not in raw["probes"][0]
     upgraded = read_evidence(write_raw(tmp_path, raw))
     assert upgraded == evidence and upgraded.probes[0].reused is None
+
+
+def test_version_9_file_reads_as_probes_of_this_machine(tmp_path: Path) -> None:
+    evidence = rich_evidence()
+    assert read_evidence(write_raw(tmp_path, as_version_9(evidence))) == evidence
 
 
 def test_version_7_file_reads_as_probes_started_fresh(tmp_path: Path) -> None:
@@ -352,7 +359,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "11"}', "schema version '11'"),
+        ('{"schema_version": "12"}', "schema version '12'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
@@ -361,6 +368,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
         ('{"schema_version": "8"}', "invalid evidence file"),
         ('{"schema_version": "9"}', "invalid evidence file"),
         ('{"schema_version": "10"}', "invalid evidence file"),
+        ('{"schema_version": "11"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -96,8 +96,11 @@ def base_key(spec: BaseSpec, python_version: str) -> str:
     return sha256_bytes(json.dumps(ident, sort_keys=True).encode())[:16]
 
 
-def ensure_base(spec: BaseSpec, log: Log = lambda _msg: None) -> BaseEnv:
-    """Reuse the base for this spec if a finished one exists; otherwise build it."""
+def ensure_base(
+    spec: BaseSpec, log: Log = lambda _msg: None, constraints: str | None = None
+) -> BaseEnv:
+    """Reuse the base for this spec if a finished one exists; otherwise build it (`constraints`: a
+    lock to install exactly, as a cluster node builds its host's base: `envs.shipped`)."""
     interpreter, version = resolve_interpreter(spec)
     key = base_key(spec, version)
     path = paths.envs_dir() / f"base-{key}"
@@ -112,7 +115,7 @@ def ensure_base(spec: BaseSpec, log: Log = lambda _msg: None) -> BaseEnv:
             f"building base {spec.requirement} (Python {version}) in {path.name}: a few minutes, "
             "once"
         )
-        return _build(spec, interpreter, key, path, log)
+        return _build(spec, interpreter, key, path, log, constraints)
 
 
 def _trusted(path: Path, key: str, package: str) -> BaseEnv | None:
@@ -139,7 +142,9 @@ def _site_packages(env: Path) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> BaseEnv:
+def _build(
+    spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log, constraints: str | None
+) -> BaseEnv:
     started = time.monotonic()
     run_uv(
         ["venv", "--quiet", "--python", interpreter, str(path)], what="create the base virtualenv"
@@ -151,6 +156,10 @@ def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> 
     overrides.write_text(
         "".join(f'{name} ; python_version < "0"\n' for name in sorted(spec.exclude))
     )
+    pinned: list[str] = []
+    if constraints is not None:
+        (path / "difftest-constraints.txt").write_text(constraints)
+        pinned = ["--constraint", str(path / "difftest-constraints.txt")]
     log(f"installing {spec.requirement} with uv")
     run_uv(
         [
@@ -161,6 +170,7 @@ def _build(spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log) -> 
             "--compile-bytecode",
             "--override",
             str(overrides),
+            *pinned,
         ]
         + wheel_source_args(spec.torch)
         + [spec.requirement],

@@ -101,19 +101,44 @@ def ensure_branch_env(
     (`integrity.py`), or build it. The environment's lock is held throughout, so a concurrent
     build waits and `envs --prune` skips it."""
     key = branch_key(base, branch.sha)
-    final = paths.envs_dir() / f"branch-{branch.sha[:12]}-{key}"
+    final = env_folder(branch.sha, key)
     with env_lock(final.name):
-        fingerprint = read_fingerprint(final)
-        if fingerprint and fingerprint.get("key") == key and (final / "bin" / "python").exists():
-            problem = check_manifest(final, fingerprint.get("manifest"), base.vllm_dir)
-            if problem is None:
-                return BranchEnv(
-                    branch.name, final, final / "bin" / "python", _named(fingerprint, branch)
-                )
-            log(f"{branch.name}: environment {final.name} is corrupt ({problem}): rebuilding it")
-        if final.exists():
-            shutil.rmtree(final, ignore_errors=True)
+        fingerprint = reusable(final, key, base, branch.name, log)
+        if fingerprint is not None:
+            return BranchEnv(
+                branch.name, final, final / "bin" / "python", _named(fingerprint, branch)
+            )
         return _build(base, repo, branch, base_ref, key, final, log)
+
+
+def env_folder(sha: str, key: str) -> Path:
+    """Where the environment of this commit and key lives in this machine's cache."""
+    return paths.envs_dir() / f"branch-{sha[:12]}-{key}"
+
+
+def reusable(final: Path, key: str, base: BaseEnv, name: str, log: Log) -> dict[str, Any] | None:
+    """The fingerprint of the finished environment at `final` if it has this key and still holds
+    what its manifest says; otherwise None, and whatever is there is removed (the caller holds the
+    environment's lock)."""
+    fingerprint = read_fingerprint(final)
+    if fingerprint and fingerprint.get("key") == key and (final / "bin" / "python").exists():
+        problem = check_manifest(final, fingerprint.get("manifest"), base.vllm_dir)
+        if problem is None:
+            return fingerprint
+        log(f"{name}: environment {final.name} is corrupt ({problem}): rebuilding it")
+    if final.exists():
+        shutil.rmtree(final, ignore_errors=True)
+    return None
+
+
+@dataclass(frozen=True)
+class OverlayChange:
+    """One file the branch changes relative to the base release: its status (A, M or D), its
+    repository path, and its new content (None when deleted)."""
+
+    status: str
+    path: str
+    content: bytes | None
 
 
 def _build(
@@ -125,7 +150,6 @@ def _build(
     final: Path,
     log: Log,
 ) -> BranchEnv:
-    started = time.monotonic()
     base_sha = repo.commit(base_ref).hexsha
     changes = changed_files(repo, base_sha, branch.sha)
     native = native_changes(changes, binary_paths(repo, base_sha, branch.sha))
@@ -139,7 +163,53 @@ def _build(
             "`base.requirement` at a wheel built from that code (GPU: the per-commit wheel of its "
             "merge-base)",
         )
-    python_changes = [c for c in changes if overlaid(c.path)]
+    python_changes = [
+        OverlayChange(
+            c.status, c.path, None if c.status == "D" else read_blob(repo, branch.sha, c.path)
+        )
+        for c in changes
+        if overlaid(c.path)
+    ]
+    described = {
+        "kind": "branch",
+        "key": key,
+        "name": branch.name,
+        "ref": branch.ref,
+        "ref_sha": branch.ref_sha,
+        "sha": branch.sha,
+        "patches": {p.path.name: p.sha256 for p in branch.patches},
+        "base_ref": base_ref,
+        "base_ref_sha": base_sha,
+    }
+    built = build_overlay(base, described, python_changes, final, log)
+    return BranchEnv(branch.name, built.path, built.python, _named(built.fingerprint, branch))
+
+
+#: The base's fingerprint keys a branch environment records (what it was overlaid on).
+BASE_KEYS = (
+    "key",
+    "requirement",
+    "python",
+    "platform",
+    "torch",
+    "vllm_version",
+    "wheel_hash",
+    "lock_hash",
+)
+
+
+def build_overlay(
+    base: BaseEnv,
+    described: dict[str, Any],
+    changes: list[OverlayChange],
+    final: Path,
+    log: Log,
+) -> BranchEnv:
+    """Build the environment `described` (kind, key, name, ref, commits, patches) at `final`:
+    the base's `vllm/` linked, `changes` written over it, the probe, the `.pth`, the fingerprint
+    with its manifest last. `prepare` calls it with changes read from git; a cluster node with the
+    changes its host shipped (`envs.shipped`). The caller holds the environment's lock."""
+    started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         run_uv(
@@ -147,8 +217,8 @@ def _build(
             what="create a branch virtualenv",
         )
         _link_tree(base.vllm_dir, tmp / "overlay" / "vllm")
-        for change in python_changes:
-            _apply_change(repo, branch.sha, change.status, change.path, tmp / "overlay")
+        for change in changes:
+            _apply_change(change, tmp / "overlay")
         _copy_probe(tmp / "probe")
         site = _site_packages(tmp)
         (site / PTH_NAME).write_text(
@@ -156,35 +226,15 @@ def _build(
             f"import site; site.addsitedir({str(base.site_packages)!r})\n"
         )
         fingerprint = {
-            "kind": "branch",
-            "key": key,
-            "name": branch.name,
-            "ref": branch.ref,
-            "ref_sha": branch.ref_sha,
-            "sha": branch.sha,
-            "patches": {p.path.name: p.sha256 for p in branch.patches},
-            "base_ref": base_ref,
-            "base_ref_sha": base_sha,
-            "changed_files": [f"{c.status} {c.path}" for c in python_changes],
+            **described,
+            "changed_files": [f"{c.status} {c.path}" for c in changes],
             "probe_digest": probe_digest(),
             "base_path": str(base.path),
-            "base": {
-                k: base.fingerprint.get(k)
-                for k in (
-                    "key",
-                    "requirement",
-                    "python",
-                    "platform",
-                    "torch",
-                    "vllm_version",
-                    "wheel_hash",
-                    "lock_hash",
-                )
-            },
+            "base": {k: base.fingerprint.get(k) for k in BASE_KEYS},
             "build_s": round(time.monotonic() - started, 2),
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        _check_overlay(tmp, python_changes)
+        _check_overlay(tmp)
         fingerprint["manifest"] = make_manifest(tmp, base.vllm_dir, site / PTH_NAME)
         fingerprint["fingerprint_hash"] = canonical_hash(fingerprint)
         write_fingerprint(tmp, fingerprint)
@@ -199,14 +249,11 @@ def _build(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     log(
-        f"{branch.name}: environment {final.name} built in {fingerprint['build_s']} s "
-        f"({len(python_changes)} changed file(s))"
+        f"{described['name']}: environment {final.name} built in {fingerprint['build_s']} s "
+        f"({len(changes)} changed file(s))"
     )
     return BranchEnv(
-        branch.name,
-        final,
-        final / "bin" / "python",
-        _named(read_fingerprint(final) or fingerprint, branch),
+        described["name"], final, final / "bin" / "python", read_fingerprint(final) or fingerprint
     )
 
 
@@ -228,17 +275,17 @@ def _link_tree(src: Path, dest: Path) -> None:
                 shutil.copy2(source, target)
 
 
-def _apply_change(repo: git.Repo, sha: str, status: str, repo_path: str, overlay: Path) -> None:
+def _apply_change(change: OverlayChange, overlay: Path) -> None:
     """Replace one file of the linked tree; never write through a hard link."""
-    target = overlay / repo_path
+    target = overlay / change.path
     stale_pyc = Path(cache_from_source(str(target)))
     for path in (target, stale_pyc):
         if path.exists() or path.is_symlink():
             path.unlink()
-    if status == "D":
+    if change.content is None:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(read_blob(repo, sha, repo_path))
+    target.write_bytes(change.content)
     if target.suffix == ".py":
         try:
             py_compile.compile(str(target), doraise=True)
@@ -262,7 +309,7 @@ def _site_packages(env: Path) -> Path:
     return site
 
 
-def _check_overlay(env: Path, changes: list) -> None:
+def _check_overlay(env: Path) -> None:
     """Ask the new interpreter where `vllm` comes from (cheap: nothing is imported)."""
     code = (
         "import importlib.util as u; print(u.find_spec('vllm').origin); "

@@ -23,13 +23,14 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from difftest import tiers
+from difftest.build.envs.branch import BranchEnv
 from difftest.build.workspace import Workspace, branch_spec, branch_specs, prepare
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
@@ -37,9 +38,12 @@ from difftest.core.evidence import Evidence, atomic_write_text, write_evidence
 from difftest.core.fuzz import Finding, FuzzReport, Kind, Observation, observations
 from difftest.core.records import ProbeRun, Reading, Result, Totals
 from difftest.probe.protocol import Job
+from difftest.run.cluster.connect import Cluster, ClusterRequest, connect
+from difftest.run.cluster.executor import Resources
+from difftest.run.fuzz.ray_warm import RayWarmProcess
 from difftest.run.fuzz.search import Found, SearchResult, search
 from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
-from difftest.run.pipeline import TierScenarios, make_evidence, make_job
+from difftest.run.pipeline import TierScenarios, check_placement, make_evidence, make_job
 from difftest.run.probes.runner import BranchRun, stop_all_probes
 from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
@@ -73,6 +77,10 @@ class FuzzRequest:
     reading: Reading | None = None
     out: Path = Path("out")
     fetch: bool = False
+    #: Warm probes as actors on a Ray cluster (`--executor ray`); None: on this machine.
+    cluster: ClusterRequest | None = None
+    #: Actors per branch on the cluster; examples are spread over them in turn.
+    actors: int = 1
 
 
 @dataclass
@@ -106,6 +114,27 @@ def fuzz(
             "name a folder (it is created if it does not exist)",
         )
     fuzzed, against = _branch_names(config, request)
+    if request.cluster is not None:
+        check_placement(config, fuzzed + ([against] if against else []), request.cluster)
+    # Connected before anything is built: a wrong address costs seconds, not a base build.
+    cluster = connect(request.cluster.address) if request.cluster is not None else None
+    try:
+        return _fuzz(config, request, tier, fuzzed, against, cluster, log, progress)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _fuzz(
+    config: Config,
+    request: FuzzRequest,
+    tier: ProbeTier[Any],
+    fuzzed: list[str],
+    against: str | None,
+    cluster: Cluster | None,
+    log: Log,
+    progress: FuzzProgress | None,
+) -> FuzzOutcome:
     workspace = prepare(
         config, fuzzed + ([against] if against else []), do_fetch=request.fetch, log=log
     )
@@ -124,16 +153,28 @@ def fuzz(
     outcome = FuzzOutcome(report, workspace)
     _clear_previous(request.out)
     limits = WarmProbeLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
-    ready = {b.name: b.env.python for b in workspace.branches if b.env is not None}
+    ready = {b.name: b.env for b in workspace.branches if b.env is not None}
     report.unmeasured.update(
         {b.name: b.error or "no environment" for b in workspace.branches if b.env is None}
     )
     with ExitStack() as stack:
+        if cluster is not None:
+            log(f"{tier.name} tier: warm probes as actors on the Ray cluster at {cluster.address}")
         servers = {
             name: stack.enter_context(
-                WarmProbe(name, python, tier.name, request.out / "probe", limits, len(ready))
+                WarmProbe(
+                    name,
+                    env.python,
+                    tier.name,
+                    request.out / "probe",
+                    limits,
+                    len(ready),
+                    process=None
+                    if cluster is None or request.cluster is None
+                    else _actors(cluster, request, workspace, env, tier, limits, len(ready), log),
+                )
             )
-            for name, python in ready.items()
+            for name, env in ready.items()
         }
         prober = Prober(
             servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers))))
@@ -165,6 +206,44 @@ def fuzz(
     request.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(request.out / SUMMARY, report.model_dump_json(indent=1))
     return outcome
+
+
+def _actors(
+    cluster: Cluster,
+    request: FuzzRequest,
+    workspace: Workspace,
+    env: BranchEnv,
+    tier: ProbeTier[Any],
+    limits: WarmProbeLimits,
+    branches: int,
+    log: Log,
+) -> RayWarmProcess:
+    """A branch's warm probes as actors on the cluster (`run.fuzz.ray_warm`)."""
+    assert request.cluster is not None
+    resources = Resources(
+        float(tier.probe_cpus),
+        tier.probe_gpus(workspace.base.fingerprint),
+        tier.probe_memory_mb,
+        request.cluster.place.get(env.name),
+    )
+    # An actor holds its cores for the whole search: every branch's actors must fit at once, or
+    # the last ones would wait for a core forever (a warm probe works only while an example plays).
+    nodes = cluster.nodes()
+    largest = max((n.resources.get("CPU", 0) for n in nodes), default=1)
+    total = sum(n.resources.get("CPU", 0) for n in nodes)
+    share = total / max(1, branches * request.actors)
+    resources = replace(resources, cpus=max(min(resources.cpus, largest, share), 0.001))
+    return RayWarmProcess(
+        cluster,
+        workspace.config.base,
+        workspace.base,
+        env,
+        tier.name,
+        limits,
+        resources,
+        actors=request.actors,
+        log=log,
+    )
 
 
 def _search(

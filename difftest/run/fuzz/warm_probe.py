@@ -18,8 +18,9 @@ shrinking search tries hundreds): after `max_starts` processes the server stops
 starting them, and every later job reads `error` at once, saying why.
 
 The interface is deliberately small (`play`, `close`, `starts`): how a process
-is started is this module's business alone. `play` is safe to call from
-several threads; they take turns.
+is started is this module's business alone (`WarmProcess`; a cluster node's actor holds one,
+`run.cluster.warm`), and every answer is checked here, on the host, wherever it came from.
+`play` is safe to call from several threads; they take turns.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from difftest.core.verdicts import one_line
 from difftest.probe.protocol import Job
@@ -66,8 +67,30 @@ class WarmProbeLimits:
     max_starts: int = 20
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A warm probe's answer to one job as its process gave it, before anything of it is checked."""
+
+    #: The lines it wrote up to and including its trailer.
+    lines: list[str]
+    #: `trailer` (it answered), `eof` (it exited), `timeout` (killed), or `refused` (no process was
+    #: started: it died `max_starts` times).
+    ending: str
+    #: The process's exit status when it ended with this job (0 while it keeps serving).
+    code: int | None
+    #: Why the job failed as a whole (None when it was answered).
+    error: str | None
+    nonce: str
+    log_tail: str = ""
+    started_at: float = 0.0
+    duration_s: float = 0.0
+    ended_at: float = 0.0
+
+
 class WarmProbe:
-    """One branch's warm probe for one tier. Not thread-safe: one job at a time per server."""
+    """One branch's warm probe for one tier, as the fuzz search sees it: each job's answer checked
+    here, by the reader `run` uses, wherever the process that gave it runs (`WarmProcess` on this
+    machine; a Ray actor on a cluster node, `run.cluster.warm`)."""
 
     def __init__(
         self,
@@ -77,6 +100,116 @@ class WarmProbe:
         work_dir: Path,
         limits: WarmProbeLimits,
         parallel: int = 1,
+        process: Answerer | None = None,
+    ) -> None:
+        self.branch = branch
+        self.tier = tier
+        self.process: Answerer = process or WarmProcess(
+            branch, python, tier, work_dir, limits, parallel
+        )
+        self.log_path = work_dir / f"{branch}-{tier}-server.log"
+
+    @property
+    def starts(self) -> int:
+        """Processes started so far (1 + restarts after a crash or hang)."""
+        return self.process.starts
+
+    @property
+    def limits(self) -> WarmProbeLimits:
+        """The time limits and restarts its process keeps to."""
+        return self.process.limits
+
+    @limits.setter
+    def limits(self, limits: WarmProbeLimits) -> None:
+        self.process.limits = limits
+
+    def __enter__(self) -> WarmProbe:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.process.close()
+
+    def play(self, job: Job, keep: Path | None = None) -> BranchRun:
+        """One job: exactly one ProbeRun per planned run, measured or an `error` with its reason.
+
+        With `keep`, the job and the probe's answer are also written there, as `run` writes a
+        probe's job and RUNS.jsonl (named in the result with the nonce), so the evidence can cite
+        them.
+        """
+        answer = self.process.answer(job)
+        result = self._check(job, answer)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            job_path = keep / f"{self.branch}-{self.tier}-job.json"
+            records_path = keep / f"{self.branch}-{self.tier}-runs.jsonl"
+            job_path.write_text(json.dumps(job, indent=1))
+            records_path.write_text("".join(line + "\n" for line in answer.lines), encoding="utf-8")
+            result = replace(result, job_path=job_path, records_path=records_path)
+        return result
+
+    def _check(self, job: Job, answer: Answer) -> BranchRun:
+        result = BranchRun(
+            branch=self.branch,
+            tier=self.tier,
+            log_path=self.log_path,
+            started_at=answer.started_at,
+            node=getattr(self.process, "node", None),
+        )
+        if answer.ending == "refused":
+            runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(answer.error)
+            return replace(result, error=answer.error, runs=runs)
+        exited_cleanly = answer.ending == "trailer"
+        delivery = check_lines(
+            answer.lines, answer.nonce, job, self.tier, exited_cleanly=exited_cleanly
+        )
+        timed_out = answer.ending == "timeout"
+        return replace(
+            result,
+            error=answer.error,
+            log_tail=answer.log_tail,
+            timed_out=timed_out,
+            nonce=answer.nonce,
+            exited_cleanly=exited_cleanly,
+            header=delivery.header,
+            runs=delivery.runs(answer.error),
+            duration_s=answer.duration_s,
+            # A warm probe's "process" for one job is its answer: a trailer is a clean end of it.
+            outcome=delivery.outcome(
+                exit_code=answer.code, timed_out=timed_out, duration_s=answer.duration_s
+            ),
+            ended_at=answer.ended_at,
+        )
+
+
+class Answerer(Protocol):
+    """What gives a warm probe's answers: a process here, or an actor on a cluster node."""
+
+    limits: WarmProbeLimits
+
+    @property
+    def starts(self) -> int: ...
+
+    def answer(self, job: Job) -> Answer: ...
+
+    def close(self) -> None: ...
+
+
+class WarmProcess:
+    """The probe process behind a warm probe, on this machine (a cluster node's actor holds one
+    too). Safe to call from several threads: they take turns."""
+
+    def __init__(
+        self,
+        branch: str,
+        python: Path,
+        tier: str,
+        work_dir: Path,
+        limits: WarmProbeLimits,
+        parallel: int = 1,
+        environ: dict[str, str] | None = None,
     ) -> None:
         self.branch = branch
         self.python = python
@@ -84,6 +217,7 @@ class WarmProbe:
         self.work_dir = work_dir
         self.limits = limits
         self.parallel = parallel
+        self.environ = environ
         self.log_path = work_dir / f"{branch}-{tier}-server.log"
         #: Processes started so far (1 + restarts after a crash or hang).
         self.starts = 0
@@ -96,42 +230,19 @@ class WarmProbe:
         self._last_death = ""
         self._lock = threading.Lock()
 
-    def __enter__(self) -> WarmProbe:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-    def play(self, job: Job, keep: Path | None = None) -> BranchRun:
-        """One job: exactly one ProbeRun per planned run, measured or an `error` with its reason.
-
-        With `keep`, the job and the probe's answer are also written there, as `run` writes a
-        probe's job and RUNS.jsonl (named in the result with the nonce), so the evidence can cite
-        them.
-        """
+    def answer(self, job: Job) -> Answer:
         with self._lock:
-            result, lines = self._play(job)
-        if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            job_path = keep / f"{self.branch}-{self.tier}-job.json"
-            records_path = keep / f"{self.branch}-{self.tier}-runs.jsonl"
-            job_path.write_text(json.dumps(job, indent=1))
-            records_path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-            result = replace(result, job_path=job_path, records_path=records_path)
-        return result
+            return self._answer(job)
 
-    def _play(self, job: Job) -> tuple[BranchRun, list[str]]:
-        result = BranchRun(
-            branch=self.branch, tier=self.tier, log_path=self.log_path, started_at=time.time()
-        )
+    def _answer(self, job: Job) -> Answer:
+        started_at = time.time()
         started = time.monotonic()
         if self._proc is None and self.starts >= self.limits.max_starts:
             refused = (
                 f"not started again: the probe stopped {self.starts} times "
                 f"(last: {self._last_death})"
             )
-            runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(refused)
-            return replace(result, error=refused, runs=runs), []
+            return Answer([], "refused", None, refused, "", started_at=started_at)
         if self._proc is None:
             self._spawn()
         assert self._proc is not None and self._proc.stdin is not None
@@ -147,6 +258,7 @@ class WarmProbe:
         error: str | None = None
         log_tail = ""
         code: int | None = 0
+        nonce = self._nonce
         if ending == "timeout":
             self._stop()
             error = (
@@ -162,25 +274,17 @@ class WarmProbe:
             self._last_death = error
         else:
             self._answered += 1
-        exited_cleanly = ending == "trailer"
-        delivery = check_lines(lines, self._nonce, job, self.tier, exited_cleanly=exited_cleanly)
-        duration_s = round(time.monotonic() - started, 4)
-        timed_out = ending == "timeout"
-        result = replace(
-            result,
-            error=error,
+        return Answer(
+            lines,
+            ending,
+            code,
+            error,
+            nonce,
             log_tail=log_tail,
-            timed_out=timed_out,
-            nonce=self._nonce,
-            exited_cleanly=exited_cleanly,
-            header=delivery.header,
-            runs=delivery.runs(error),
-            duration_s=duration_s,
-            # A warm probe's "process" for one job is its answer: a trailer is a clean end of it.
-            outcome=delivery.outcome(exit_code=code, timed_out=timed_out, duration_s=duration_s),
+            started_at=started_at,
+            duration_s=round(time.monotonic() - started, 4),
             ended_at=time.time(),
         )
-        return result, lines
 
     def close(self) -> None:
         """Let the probe exit at the end of its input; stop it if it does not. A probe still busy
@@ -232,7 +336,10 @@ class WarmProbe:
                 # As in `runner.run_probe`: not the caller's folder, whose difftest would shadow the
                 # env's probe.
                 cwd=self.work_dir,
-                env={**probe_environ(self.parallel), descendants.TOKEN_ENV: self._token},
+                env={
+                    **(self.environ or probe_environ(self.parallel)),
+                    descendants.TOKEN_ENV: self._token,
+                },
                 nonce=self._nonce,
                 start_new_session=True,
             )

@@ -112,6 +112,30 @@ def end_descendants(token: str, passes: int = 3) -> list[int]:
     return ended
 
 
+def end_probes_of(host_pid: int, passes: int = 3) -> list[int]:
+    """SIGKILL every process carrying a token that host `host_pid` made (`new_token`): all its
+    probes and their descendants, whoever their parent is now. A cluster node's keeper calls it
+    once the worker that ran probes is gone (`run.cluster.keeper`). Their pids."""
+    prefix = f"{TOKEN_ENV}={host_pid}-".encode()
+    ended: list[int] = []
+    me = os.getpid()
+    for _ in range(passes):
+        found = [
+            pid
+            for pid in _pids()
+            if pid != me
+            and pid not in ended
+            and _running(pid)
+            and any(entry.startswith(prefix) for entry in _environ(pid))
+        ]
+        if not found:
+            break
+        for pid in found:
+            _kill(pid)
+        ended += found
+    return ended
+
+
 def _running(pid: int) -> bool:
     """Not a zombie (a killed process waiting for its parent to reap it)."""
     try:

@@ -79,15 +79,27 @@ def passed_environ() -> dict[str, str]:
     }
 
 
-def probe_environ(parallel: int = 1) -> dict[str, str]:
-    """The probe's environment: the allow-listed caller's, offline, in-process, caches inside
-    difftest's home.
+def switches() -> dict[str, str]:
+    """The caller's variables that change what a probe does (`VLLM_*`, `TORCH*`, ... and
+    `DIFFTEST_PASS_ENV`'s): what a cluster node's probe takes from the host (`run.cluster`)."""
+    return {k: v for k, v in passed_environ().items() if k not in PASS_THROUGH}
+
+
+def machine_environ() -> dict[str, str]:
+    """This machine's own basics of the allow-list (`PASS_THROUGH`: its PATH, home, locale, temp
+    folder, library path, visible devices): a cluster node's probe takes them from the node."""
+    return {k: v for k, v in os.environ.items() if k in PASS_THROUGH and k not in _NEVER}
+
+
+def probe_environ(parallel: int = 1, passed: dict[str, str] | None = None) -> dict[str, str]:
+    """The probe's environment: the allow-listed caller's (or `passed`: a node's basics with the
+    host's switches), offline, in-process, caches inside difftest's home.
 
     Probes running side by side share the cores instead of each starting one
     torch thread per core (oversubscribed, three engines took longer together
     than one after another). Fresh and forked probes get the same environment.
     """
-    env = passed_environ()
+    env = dict(passed_environ() if passed is None else passed)
     threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
     env.setdefault("OMP_NUM_THREADS", threads)
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind" if parallel > 1 else "auto")

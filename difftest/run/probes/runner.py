@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from difftest.core.evidence import ReusedProbe
+from difftest.core.evidence import ProbeNode, ReusedProbe
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeHeader, ProbeRun
 from difftest.core.text import clean
@@ -80,6 +80,9 @@ class _LiveProbes:
         self._killed: set[int] = set()
         #: Processes killed with the probes but not counted as probes (fork servers).
         self._helpers: set[int] = set()
+        #: Probes running elsewhere (a Ray task on a cluster node), each with its way to stop it.
+        self._remote: dict[object, Callable[[], None]] = {}
+        self._remote_stopped = 0
         self._stopped = False
         #: How many times every probe was stopped; never reset, so a probe can tell it was stopped
         #: (rather than dying on its own) even after the stop was handled.
@@ -113,17 +116,34 @@ class _LiveProbes:
         with self._lock:
             self._procs.discard(proc)
 
+    def add_remote(self, key: object, stop: Callable[[], None]) -> None:
+        """Hold a probe that runs on another machine (`run.cluster`): `stop` ends it there."""
+        with self._lock:
+            if self._stopped:
+                raise ProbesStopped("difftest was interrupted: no new probe is started")
+            self._remote[key] = stop
+
+    def ended_remote(self, key: object) -> None:
+        with self._lock:
+            self._remote.pop(key, None)
+
     def stop_all(self) -> int:
-        """Kill every live probe's process group and start no more; how many were killed since the
-        stop began (calling it again, say from the command line's handler, counts them once)."""
+        """Kill every live probe's process group (and stop every remote probe) and start no more;
+        how many were killed since the stop began (calling it again, say from the command line's
+        handler, counts them once)."""
         with self._lock:
             self._stopped = True
             self.stops += 1
             procs = [p for p in self._procs if p.pid not in self._killed]
             self._killed.update(p.pid for p in procs)
+            remote = list(self._remote.values())
+            self._remote.clear()
+            self._remote_stopped += len(remote)
         for proc in procs:
             kill_group(proc, wait=False)
-        return len(self._killed - self._helpers)
+        for stop in remote:
+            stop()
+        return len(self._killed - self._helpers) + self._remote_stopped
 
     def allow_again(self) -> None:
         """After an interrupt was handled (tests call `main` again in one process)."""
@@ -131,6 +151,7 @@ class _LiveProbes:
             self._stopped = False
             self._killed.clear()
             self._helpers.clear()
+            self._remote_stopped = 0
 
 
 _LIVE = _LiveProbes()
@@ -143,6 +164,16 @@ def stop_all_probes() -> int:
 
 def allow_probes() -> None:
     _LIVE.allow_again()
+
+
+def hold_remote_probe(key: object, stop: Callable[[], None]) -> None:
+    """Register a probe running elsewhere (a Ray task): an interrupt calls `stop` with the local
+    probes' kill; raises ProbesStopped once difftest was interrupted."""
+    _LIVE.add_remote(key, stop)
+
+
+def remote_probe_ended(key: object) -> None:
+    _LIVE.ended_remote(key)
 
 
 def start_probe_process(
@@ -215,6 +246,8 @@ class BranchRun:
     launch_note: str = ""
     #: How the process ended (what the judging door weighs beside the records); None: never started.
     outcome: ProcessOutcome | None = None
+    #: The cluster node that ran it (`run.cluster`, `--executor ray`); None: this machine.
+    node: ProbeNode | None = None
 
 
 class _Building:
@@ -240,6 +273,18 @@ def probe_file_paths(work_dir: Path, branch: str, tier: str) -> tuple[Path, Path
     )
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How a probe process ended, as its watcher saw it (before anything it wrote is read)."""
+
+    #: Its exit status (negative: killed by that signal).
+    returncode: int | None
+    #: Killed at `probe_s` while still reporting runs.
+    timed_out: bool = False
+    #: Killed for not exiting within `exit_s` of its trailer.
+    exit_overdue: bool = False
+
+
 def run_probe(
     branch: str,
     python: Path,
@@ -256,6 +301,41 @@ def run_probe(
     """Run `python -m difftest.probe` on one job, forked from `server` if one is given (a fresh
     interpreter otherwise, or if forking this branch is refused); never raises for the branch's own
     failures, nor for anything of its output the host cannot read (that is this branch's error)."""
+    run, ended = play_probe(
+        branch,
+        python,
+        job,
+        tier,
+        work_dir,
+        timeout_s,
+        progress,
+        parallel,
+        server,
+        launch_note,
+        exit_s,
+    )
+    return read_delivered(run, ended, python, job, timeout_s, exit_s)
+
+
+def play_probe(
+    branch: str,
+    python: Path,
+    job: Job,
+    tier: str,
+    work_dir: Path,
+    timeout_s: float,
+    progress: Progress | None = None,
+    parallel: int = 1,
+    server: ForkServer | None = None,
+    launch_note: str = "",
+    exit_s: float = EXIT_S,
+    nonce: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> tuple[BranchRun, Ended]:
+    """Start the probe and watch it to its end, under the time limits; what it wrote is left in
+    `work_dir` for `read_delivered`. A cluster node calls this (`run.cluster.node`) with its host's
+    `nonce` and the variables that reach its probes (`environ`); by default a fresh nonce and this
+    process's (`environ.probe_environ`)."""
     work_dir = (
         work_dir.resolve()
     )  # the probe runs in `work_dir`: paths it is given must not be relative
@@ -263,7 +343,7 @@ def run_probe(
     job_path, out_path, log_path = probe_file_paths(work_dir, branch, tier)
     job_path.write_text(json.dumps(job, indent=1))
     out_path.unlink(missing_ok=True)
-    nonce = secrets.token_hex(16)
+    nonce = nonce or secrets.token_hex(16)
     result = _Building(
         BranchRun(
             branch=branch,
@@ -282,7 +362,11 @@ def run_probe(
         progress(branch, 0, expected, "", "")
     argv = ["-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)]
     token = descendants.new_token()
-    env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid()), descendants.TOKEN_ENV: token}
+    env = {
+        **(environ if environ is not None else probe_environ(parallel)),
+        HOST_PID_ENV: str(os.getpid()),
+        descendants.TOKEN_ENV: token,
+    }
     stops = _LIVE.stops
     proc: ProbeProcess | None = None
     watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
@@ -329,60 +413,77 @@ def run_probe(
         descendants.end_descendants(token)
     assert proc is not None
     result.set(duration_s=round(time.monotonic() - started, 2), ended_at=time.time())
+    return result.run, Ended(proc.returncode, watch.timed_out, watch.exit_overdue)
+
+
+def read_delivered(
+    run: BranchRun,
+    ended: Ended,
+    python: Path,
+    job: Job,
+    timeout_s: float,
+    exit_s: float,
+    unreadable: str | None = None,
+) -> BranchRun:
+    """`run` completed from the records and log files it names and how its process ended: the
+    records checked line by line (`read_records`), the process outcome the door judges.
+
+    Every probe's output comes through here, wherever the probe ran: a local one's files as it
+    left them, a cluster node's as the node sent them back (`run.cluster`; `unreadable`: why the
+    node could not read them). Never raises for anything of the branch's."""
+    result = _Building(run)
+    if unreadable is not None:
+        _unreadable(result, job, run.tier, unreadable, ended.returncode)
+        return result.run
     try:
-        _read_output(result, proc, watch, python, job, tier, timeout_s, exit_s)
+        _read_output(result, ended, python, job, timeout_s, exit_s)
     except Exception as exc:  # noqa: BLE001 - whatever the branch left behind costs this branch only
-        _unreadable(result, job, tier, f"{type(exc).__name__}: {exc}", proc.returncode)
+        _unreadable(result, job, run.tier, f"{type(exc).__name__}: {exc}", ended.returncode)
     return result.run
 
 
 def _read_output(
-    result: _Building,
-    proc: ProbeProcess,
-    watch: _Watch,
-    python: Path,
-    job: Job,
-    tier: str,
-    timeout_s: float,
-    exit_s: float,
+    result: _Building, ended: Ended, python: Path, job: Job, timeout_s: float, exit_s: float
 ) -> None:
     """The probe's records, checked, and the outcome of its process."""
+    returncode, timed_out, exit_overdue = ended.returncode, ended.timed_out, ended.exit_overdue
     run = result.run
+    tier = run.tier
     assert run.records_path is not None and run.log_path is not None
     log = _log_lines(run.log_path)
     log_tail = clean("\n".join(log[-_CAPTURE_TAIL:]))
     result.set(log_tail=log_tail)  # kept whatever goes wrong below
     # What it said it waited for counts only when it was killed for it (a pool thread that ends is
     # no hang).
-    stuck = _stuck(log) if watch.exit_overdue or watch.timed_out else ""
+    stuck = _stuck(log) if exit_overdue or timed_out else ""
     error: str | None = None
-    if watch.exit_overdue:
+    if exit_overdue:
         error = f"the probe did not exit within {exit_s:g} s after its last run" + (
             f": {stuck}" if stuck else ""
         )
-    elif watch.timed_out:
+    elif timed_out:
         error = (
             f"probe timed out after {timeout_s:.0f} s "
             "(raise `timeouts.probe_s` if the branch is just slow)"
         )
-    elif proc.returncode != 0:
-        error = f"probe exited with code {proc.returncode}: {one_line(log_tail or 'no output')}"
-    exited_cleanly = proc.returncode == 0 and not watch.timed_out and not watch.exit_overdue
+    elif returncode != 0:
+        error = f"probe exited with code {returncode}: {one_line(log_tail or 'no output')}"
+    exited_cleanly = returncode == 0 and not timed_out and not exit_overdue
     # Kept even when the records below cannot be read (`_unreadable` then sets the rest).
-    result.set(timed_out=watch.timed_out, error=error, exited_cleanly=exited_cleanly)
+    result.set(timed_out=timed_out, error=error, exited_cleanly=exited_cleanly)
     delivery = read_delivery(run.records_path, run.nonce, job, tier, exited_cleanly=exited_cleanly)
     foreign = foreign_code(delivery.header, python)
     if foreign:
         delivery.untrusted.append(foreign)
     result.set(
         header=delivery.header,
-        runs=delivery.runs(None if watch.exit_overdue else error),
+        runs=delivery.runs(None if exit_overdue else error),
         outcome=delivery.outcome(
-            exit_code=proc.returncode,
-            timed_out=watch.timed_out,
-            exit_overdue=watch.exit_overdue,
+            exit_code=returncode,
+            timed_out=timed_out,
+            exit_overdue=exit_overdue,
             stuck=stuck,
-            last_line=one_line(log_tail) if proc.returncode != 0 and log_tail else "",
+            last_line=one_line(log_tail) if returncode != 0 and log_tail else "",
             duration_s=run.duration_s,
         ),
     )

