@@ -30,7 +30,7 @@ from tests.factories import (
 )
 
 ORDER = ["a", "b", "c"]
-SCHEMA = "10"
+SCHEMA = "11"
 
 
 def shard(index: int, count: int = 2, schema: str = SCHEMA, **overrides: Any) -> Shard:
