@@ -11,7 +11,7 @@ A row's fields are the counters of `COUNTER_TABLE`, under their `trace` keys.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from difftest import tiers
@@ -52,6 +52,15 @@ class RequestStep:
     sampled: list[int]
     emitted: list[int]
     finished: str = ""
+    #: What the step was for the request where a serving condition shaped it ("padded new decode":
+    #: -1 placeholders, "prefill chunk of 8" tokens, "preempted", "recomputed" after a preemption,
+    #: "aborted in flight", ...); "" otherwise.
+    note: str = ""
+
+    @property
+    def notes(self) -> str:
+        """The finish reason and the note, as a trace prints them after the request's id."""
+        return ", ".join(n for n in (self.note, self.finished) if n)
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,18 @@ class Elided:
     last: int
     count: int
     agree: bool
+
+    @property
+    def steps(self) -> str:
+        """`step 4` or `steps 4-9 (6)`."""
+        if self.count == 1:
+            return f"step {self.first}"
+        return f"steps {self.first}-{self.last} ({self.count})"
+
+    @property
+    def verb(self) -> str:
+        """The verb that agrees with `steps`."""
+        return "agrees" if self.count == 1 else "agree"
 
 
 @dataclass(frozen=True)
@@ -166,13 +187,14 @@ def build_trace(
     k = int(getattr(scenario, "k", 0) or 0)
     expected = tier.expected_steps(scenario, run, reading)
     steps = []
+    shape = _Shaping()
     for record, want in zip(run.steps, expected, strict=False):
         recorded = _recorded(record.stats, source, k)
         oracle = _expected(want, k) if want is not None else None
         steps.append(
             TraceStep(
                 step=record.step,
-                requests=_requests(record),
+                requests=_requests(record, shape),
                 recorded=recorded,
                 expected=oracle,
                 differs=_differs(recorded, oracle),
@@ -203,9 +225,47 @@ def traces_for(
     return out
 
 
-def _requests(record: StepRecord) -> list[RequestStep]:
-    ids = list(dict.fromkeys([*record.scheduled, *record.drafts, *record.sampled, *record.emitted]))
-    return [
+@dataclass
+class _Shaping:
+    """What earlier steps of the run left behind: requests that finished, and requests preempted
+    but not yet run again."""
+
+    ended: set[str] = field(default_factory=set)
+    preempted: set[str] = field(default_factory=set)
+
+    def note(self, record: StepRecord, rid: str) -> str:
+        """What this step was for the request, where a serving condition made it unusual."""
+        if rid in record.preempted:
+            return "preempted"
+        if rid not in record.scheduled:
+            return ""
+        if rid in record.aborted:
+            return "aborted in flight"
+        if not record.sampled.get(rid):
+            return f"prefill chunk of {record.tokens.get(rid, '?')}"
+        if rid in self.ended:
+            return "in flight after its end: discarded"
+        notes = ["recomputed"] if rid in self.preempted else []
+        drafts = record.drafts.get(rid, [])
+        if rid in record.skipped:
+            notes.append("drafter skipped")
+        elif drafts and drafts[0] < 0 and not record.invalid.get(rid):
+            notes.append("padded new decode")
+        return ", ".join(notes)
+
+    def after(self, record: StepRecord) -> None:
+        self.preempted -= {rid for rid in record.scheduled if record.sampled.get(rid)}
+        self.preempted |= set(record.preempted)
+        self.ended |= set(record.finished) | set(record.aborted)
+
+
+def _requests(record: StepRecord, shape: _Shaping) -> list[RequestStep]:
+    ids = list(
+        dict.fromkeys(
+            [*record.scheduled, *record.drafts, *record.sampled, *record.emitted, *record.preempted]
+        )
+    )
+    out = [
         RequestStep(
             request=rid,
             drafts=list(record.drafts.get(rid, [])),
@@ -213,9 +273,12 @@ def _requests(record: StepRecord) -> list[RequestStep]:
             sampled=list(record.sampled.get(rid, [])),
             emitted=list(record.emitted.get(rid, [])),
             finished=record.finished.get(rid, ""),
+            note=shape.note(record, rid),
         )
         for rid in ids
     ]
+    shape.after(record)
+    return out
 
 
 def _padded(values: list[int], k: int) -> list[int]:

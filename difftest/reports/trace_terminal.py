@@ -61,10 +61,8 @@ def render_trace(
     for item in items:
         console.print()
         if isinstance(item, Elided):
-            agree = "agree with the oracle" if item.agree else "left out"
-            console.print(
-                Text(f"steps {item.first}-{item.last} ({item.count}) {agree}", style="dim")
-            )
+            agree = f"{item.verb} with the oracle" if item.agree else "left out"
+            console.print(Text(f"{item.steps} {agree}", style="dim"))
             continue
         _step(console, item, first is not None and item is trace.steps[first])
 
@@ -100,8 +98,8 @@ def _step(console: Console, step: TraceStep, is_first: bool) -> None:
             requests.add_column(column, justify="left" if column == "request" else "right")
         for q in step.requests:
             name = Text(q.request)
-            if q.finished:
-                name.append(f" ({q.finished})", style="dim")
+            if q.notes:
+                name.append(f" ({q.notes})", style="dim")
             requests.add_row(
                 name,
                 _tokens(q.drafts),

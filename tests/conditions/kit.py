@@ -39,6 +39,15 @@ _STATS_GUARD = """\
                 generated_token_ids or self.num_sampled_tokens_per_step == 0
             ):
 """
+#: Where `update_draft_token_ids` drops the drafts of a request that is still prefilling.
+_PREFILL_CHUNK_DRAFTS = """\
+            if request.is_prefill_chunk:
+                # Ignore draft tokens for prefill chunks.
+                if request.spec_token_ids:
+                    request.spec_token_ids = []
+                continue
+
+"""
 #: Where `update_from_output` skips a request that is gone or finished.
 _GONE = """\
             if request is None or request.is_finished():
@@ -96,6 +105,20 @@ def _counting_gone(which: str) -> str:
         "                        num_invalid_spec_tokens=None,\n"
         "                        request_id=req_id,\n"
         "                    )\n" + _GONE_REST
+    )
+
+
+def _stats_call_if(condition: str) -> str:
+    """The statistics call made only where `condition` holds (the step's accumulator kept as it is
+    elsewhere): nothing but the stats changes, the rollback above it is untouched."""
+    call = "".join("    " + line if line else line for line in _STATS_CALL.splitlines(True)[1:])
+    return (
+        "                spec_decoding_stats = (\n"
+        "                    self.make_spec_decoding_stats(\n"
+        + call
+        + f"                    if {condition}\n"
+        "                    else spec_decoding_stats\n"
+        "                )\n"
     )
 
 
@@ -161,21 +184,15 @@ CONDITIONS: tuple[Condition, ...] = (
         "1-token prompts",
         "one-token-prompt",
         "drops every draft round of a request whose prompt is one token",
+        Edit(SCHEDULER, _STATS_CALL, _stats_call_if("request.num_prompt_tokens > 1")),
         Edit(
             SCHEDULER,
-            _STATS_GUARD,
-            _STATS_GUARD.replace(
-                "            if scheduled_spec_token_ids and (",
-                "            if scheduled_spec_token_ids and request.num_prompt_tokens > 1 and (",
+            _STATS_CALL,
+            "                invalid = scheduler_output.num_invalid_spec_tokens\n"
+            + _STATS_CALL.replace(
+                "num_invalid_spec_tokens=scheduler_output.num_invalid_spec_tokens,",
+                "num_invalid_spec_tokens=invalid,",
             ),
-        ),
-        Edit(
-            SCHEDULER,
-            _STATS_GUARD,
-            "            verified = bool(generated_token_ids) or (\n"
-            "                self.num_sampled_tokens_per_step == 0\n"
-            "            )\n"
-            "            if scheduled_spec_token_ids and verified:\n",
         ),
         present=lambda raw: any(len(r["prompt"]) == 1 for r in raw["requests"]),
     ),
@@ -217,37 +234,22 @@ CONDITIONS: tuple[Condition, ...] = (
         "preemption",
         "preemption-sync",
         "drops every draft round of a request once it has been preempted",
-        Edit(
-            SCHEDULER,
-            _STATS_GUARD,
-            _STATS_GUARD.replace(
-                "            if scheduled_spec_token_ids and (",
-                "            if scheduled_spec_token_ids and not request.num_preemptions and (",
-            ),
-        ),
-        Edit(
-            SCHEDULER,
-            _STATS_GUARD,
-            "            if (\n"
-            "                scheduled_spec_token_ids\n"
-            "                and (generated_token_ids or self.num_sampled_tokens_per_step == 0)\n"
-            "            ):\n",
-        ),
+        Edit(SCHEDULER, _STATS_CALL, _stats_call_if("not request.num_preemptions")),
+        Edit(SCHEDULER, _STATS_CALL, _stats_call_if("request is not None")),
         present=lambda raw: raw.get("kv_blocks") is not None,
     ),
     Condition(
         "chunked prefill",
         "chunked-prefill",
-        "pads a new decode even beside a running prefill chunk (counted as a draft round by main)",
+        "keeps the drafts the runner hands over for a request still prefilling",
+        Edit(SCHEDULER, _PREFILL_CHUNK_DRAFTS, ""),
         Edit(
             SCHEDULER,
-            "            prefill_scheduled |= request.is_prefill_chunk\n",
-            "            prefill_scheduled = False\n",
-        ),
-        Edit(
-            SCHEDULER,
-            "            prefill_scheduled |= request.is_prefill_chunk\n",
-            "            if request.is_prefill_chunk:\n                prefill_scheduled = True\n",
+            _PREFILL_CHUNK_DRAFTS,
+            "            if request.is_prefill_chunk:\n"
+            "                # Ignore draft tokens for prefill chunks.\n"
+            "                request.spec_token_ids = []\n"
+            "                continue\n\n",
         ),
         present=lambda raw: raw.get("max_num_batched_tokens") is not None,
     ),

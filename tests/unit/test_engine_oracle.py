@@ -587,20 +587,12 @@ def test_an_aborted_requests_rows_end_at_its_abort() -> None:
     assert [v.request for v in verifications(in_flight)] == ["stays"]
 
 
-@pytest.mark.parametrize(
-    "change, words",
-    [
-        ({"applied": False}, "ended as length first"),
-        ({"after_step": 0}, "scheduled after its abort"),
-    ],
-    ids=["finished-first", "scheduled-after"],
-)
-def test_an_abort_must_land_where_it_was_asked(change: dict[str, Any], words: str) -> None:
-    run = aborted_run(**change)
-    if change.get("applied") is False:
-        run = run.model_copy(update={"finish_reasons": {"gone": "length", "stays": "length"}})
+def test_an_aborted_request_must_not_be_scheduled_again() -> None:
+    """(An abort that never lands fails the run in the probe: the scenario's to fix.)"""
+    run = aborted_run(after_step=0)
     found = check([run])[run.label]
-    assert [v.invariant for v in found] == ["abort-applied"] and words in found[0].detail
+    assert [v.invariant for v in found] == ["abort-applied"]
+    assert "scheduled after its abort" in found[0].detail
 
 
 def test_the_aborted_batch_adds_up_to_its_requests_alone() -> None:

@@ -152,6 +152,9 @@ def test_schema_errors_name_key_value_and_fix(
     assert "s.yaml" in text and "fix:" in text
     for word in words:
         assert word in text
+    # A check across keys names its key and gives that key's fix, not the whole mapping.
+    assert "(top level)" not in text and "'statement'" not in text
+    assert "compare with" not in text
 
 
 @pytest.mark.parametrize(
@@ -294,3 +297,19 @@ def test_serving_conditions_load_and_read_in_words(tmp_path: Path) -> None:
         "1-token prompts",
     ]
     assert load_scenario(_write(tmp_path, GOOD, "plain.yaml")).conditions == []
+
+
+def test_an_abort_that_never_lands_is_refused(tmp_path: Path) -> None:
+    """Alone the request ends after 3 steps (x; abc+d; efg+h): an abort at step 3 or later would
+    never land in any batch (a batch only adds steps), so the run would not test an abort."""
+    request = {
+        **GOOD["requests"][0],
+        "max_tokens": 8,
+        "target": "xabcdefghijk",
+        "drafter": {"kind": "scripted", "steps": [], "then": "perfect"},
+    }
+    load_scenario(_write(tmp_path, {**GOOD, "k": 3, "requests": [{**request, "abort": 2}]}))
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_write(tmp_path, {**GOOD, "k": 3, "requests": [{**request, "abort": 3}]}))
+    text = str(err.value)
+    assert "requests.r.abort: 3 never lands" in text and "from 0 to 2" in text

@@ -194,3 +194,49 @@ def test_traces_are_built_only_for_recorded_runs_with_steps() -> None:
         )
         == {}
     )
+
+
+def test_each_request_step_says_what_a_serving_condition_made_of_it() -> None:
+    """Padding, a prefill chunk, a preemption and the recompute after it, an abort in flight and a
+    step still in flight after its request finished read as such, beside the finish reason."""
+    steps = [
+        make_step(
+            step=0,
+            scheduled=["a", "b", "c"],
+            drafts={"b": [-1, -1, -1]},
+            sampled={"a": [5], "b": [6], "c": []},
+            emitted={"a": [5], "b": [6]},
+            finished={"a": "stop"},
+            tokens={"a": 2, "b": 4, "c": 8},
+            stats=None,
+        ),
+        make_step(
+            step=1,
+            scheduled=["a", "b"],
+            drafts={"a": [-1, -1, -1], "b": [1, 2, 3]},
+            sampled={"a": [9], "b": [1, 2, 3, 4]},
+            emitted={},
+            preempted=["c"],
+            aborted=["b"],
+            stats=None,
+        ),
+        make_step(step=2, scheduled=["c"], drafts={}, sampled={"c": [7]}, emitted={"c": [7]}),
+    ]
+    run = make_run("order:a,b,c", steps=steps)
+    trace = build_trace(RowsTier([None, None, None]), Scenario(), run, "strict", "x")
+    notes = [{q.request: q.notes for q in s.requests} for s in trace.steps]
+    assert notes == [
+        {"a": "stop", "b": "padded new decode", "c": "prefill chunk of 8"},
+        {"a": "in flight after its end: discarded", "b": "aborted in flight", "c": "preempted"},
+        {"c": "recomputed"},
+    ]
+
+
+def test_one_folded_step_reads_as_one() -> None:
+    one, many = Elided(0, 0, 1, True), Elided(2, 5, 4, True)
+    assert (one.steps, one.verb, many.steps, many.verb) == (
+        "step 0",
+        "agrees",
+        "steps 2-5 (4)",
+        "agree",
+    )

@@ -134,7 +134,7 @@ def run_one(
     )
     if aborts:
         # Where each abort landed: after the request's n-th sampling step, after step record
-        # `after_step`; not applied when the request finished first.
+        # `after_step`.
         notes["abort"] = {
             rid: {
                 "after_steps": n,
@@ -143,6 +143,18 @@ def run_one(
             }
             for rid, n in aborts.items()
         }
+        missed = {rid: n for rid, n in aborts.items() if rid not in played["aborted"]}
+        if missed:
+            # The scenario's, not the branch's: it reads "could not measure" (unless the baseline
+            # lands it), never a verdict on counters of a run that did not test an abort.
+            raise ValueError(
+                "abort_after_steps never landed: "
+                + ", ".join(
+                    f"request {rid} finished ({finish.get(rid)}) before its {n}th sampling step"
+                    for rid, n in missed.items()
+                )
+                + "; lower abort_after_steps"
+            )
     if used_cuts:
         notes["truncation"] = {
             rid: _with_outcome(c, finish.get(rid), stop_reasons.get(rid))

@@ -285,10 +285,15 @@ class _Play:
             self.stats_objects.append(step_stats)
         self.skipped_next = set()
         if self.shape.path == "sync" and self.shape.spec_decoding:
+            # Drafts for every request of the batch still running, as the engine's runner hands
+            # them over; a request still prefilling gets the drafter's proposal too, which the
+            # scheduler must ignore (`update_draft_token_ids` drops drafts of a prefill chunk).
             live = [
                 rid
-                for rid in sampled_now
-                if not self.reqs[rid].finished and rid in self.scheduler.requests
+                for rid in step.scheduled
+                if (rid in sampled_now or rid in step.chunked)
+                and not self.reqs[rid].finished
+                and rid in self.scheduler.requests
             ]
             proposals = {rid: self._proposal(rid) for rid in live}
             self.skipped_next = {rid for rid, (_d, skip) in proposals.items() if skip}
@@ -318,8 +323,12 @@ class _Play:
     # -- the model runner's drafter ---------------------------------------------------
 
     def _proposal(self, rid: str) -> tuple[list[int], bool]:
-        """The drafts the runner proposes for the request's next step: (draft ids, skipped)."""
+        """The drafts the runner proposes for the request's next step: (draft ids, skipped). A
+        request that has not sampled yet (still prefilling) gets its first decode's proposal."""
         req = self.reqs[rid]
+        if not req.delivered:
+            first = script.propose(req.spec, self.seed, self.k, req.target, len(req.output), 0)
+            return first, False
         return script.runner_drafts(
             req.spec, self.seed, self.k, req.target, len(req.output), req.delivered - 1
         )

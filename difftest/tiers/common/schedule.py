@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from difftest.core.records import ProbeRun, StepRecord
+from difftest.core.records import ProbeRun
+from difftest.tiers.common.steps import computed_drafts
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def request_schedules(run: ProbeRun, budget: int | None) -> dict[str, RequestSch
                 samplings[rid].append(
                     Sampling(
                         step=step.step,
-                        slots=_slots(step, rid),
+                        slots=len(computed_drafts(step, rid)),
                         budget_cut=cut,
                         restart=rid in preempted,
                         aborted=rid in step.aborted,
@@ -70,15 +71,6 @@ def request_schedules(run: ProbeRun, budget: int | None) -> dict[str, RequestSch
                 preempted.discard(rid)
         preempted.update(step.preempted)
     return {rid: RequestSchedule(tuple(s)) for rid, s in samplings.items()}
-
-
-def _slots(step: StepRecord, rid: str) -> int:
-    """Draft slots the step really computed for the request: its listed drafts, but no more than
-    its scheduled tokens hold after the sampled position (older records list no tokens)."""
-    listed = len(step.drafts.get(rid, []))
-    if rid not in step.tokens:
-        return listed
-    return min(listed, max(0, step.tokens[rid] - 1))
 
 
 def shapes(run: ProbeRun, budget: int | None) -> dict[str, Hashable]:

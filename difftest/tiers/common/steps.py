@@ -6,6 +6,15 @@ from __future__ import annotations
 from difftest.core.records import StepRecord
 
 
+def computed_drafts(step: StepRecord, rid: str) -> list[int]:
+    """The request's scheduled drafts that the step really computed: no more than its scheduled
+    tokens hold after the sampled position (older records list no tokens: all of them)."""
+    drafts = step.drafts.get(rid, [])
+    if rid not in step.tokens:
+        return list(drafts)
+    return drafts[: max(0, step.tokens[rid] - 1)]
+
+
 def real_drafts(step: StepRecord, rid: str) -> int:
     """Draft tokens of the request this step really verified: the scheduled drafts before the
     first `-1` (grammar-invalid padding, or the scheduler's padding of a new decode, #50518) and
@@ -13,9 +22,7 @@ def real_drafts(step: StepRecord, rid: str) -> int:
     sampled position, none where the runner skipped drafting (its zero-fill, #34734)."""
     if rid in step.skipped:
         return 0
-    drafts = step.drafts.get(rid, [])
-    if rid in step.tokens:
-        drafts = drafts[: max(0, step.tokens[rid] - 1)]
+    drafts = computed_drafts(step, rid)
     valid = next((i for i, d in enumerate(drafts) if d < 0), len(drafts))
     return max(0, min(valid, len(step.drafts.get(rid, [])) - step.invalid.get(rid, 0)))
 

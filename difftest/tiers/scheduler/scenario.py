@@ -49,7 +49,8 @@ _HINTS = {
     "loads every prompt but its last token",
     "kv_blocks": "the KV pool in blocks of 16 tokens (small: requests get preempted)",
     "max_num_batched_tokens": "the token budget of one step (small: chunked prefill, cut decodes)",
-    "arrive": "the scheduler step before which the request is added (0: at the start)",
+    "arrive": "the engine step (a turn of the engine core's loop) before which the request is "
+    "added (0: at the start)",
     "abort": "the request's step after its first token (0: its first) during which it is "
     "aborted, between schedule() and update_from_output()",
 }
@@ -104,7 +105,8 @@ class RequestSpec(_Strict):
     id: str
     prompt: str
     max_tokens: int = Field(gt=0)
-    #: The scheduler step before which the request is added (0: before the first).
+    #: The engine step (a turn of the engine core's loop, scheduled or not) before which the
+    #: request is added (0: before the first).
     arrive: int = Field(0, ge=0, le=1000)
     #: Abort the request while this step of its own is in flight (0: the step sampling its first
     #: token; n: its n-th step after that), between `schedule()` and `update_from_output()`, its
@@ -224,8 +226,9 @@ class Scenario(ScenarioBase):
                 need = blocks_needed(len(_tokens(r.prompt)), r.max_tokens, self.k)
                 if need > self.kv_blocks:
                     raise ValueError(
-                        f"kv_blocks: {self.kv_blocks} blocks cannot hold request {r.id} alone "
-                        f"(it needs {need} at its longest); it would never be scheduled"
+                        f"kv_blocks: a pool of {self.kv_blocks} cannot hold request {r.id} alone "
+                        f"(it needs {need} blocks at its longest, the pool's null block "
+                        "included); it would never be scheduled"
                     )
 
     @property
@@ -316,6 +319,14 @@ def _check_playable(scenario: Scenario, path: Path | str) -> None:
                 "and keep it inside its grammar",
             ) from None
         _check_fits(scenario, req, len(played.output), path)
+        if req.abort is not None and req.abort >= len(played.steps):
+            # A batch can only add steps to a request (a cut draft block, a recompute), never take
+            # one away: an abort that misses it alone misses it everywhere.
+            raise ConfigError(
+                f"{path}: requests.{req.id}.abort: {req.abort} never lands: the request ends "
+                f"after {len(played.steps)} step(s) of its own (0 to {len(played.steps) - 1})",
+                f"give `abort` a step from 0 to {len(played.steps) - 1}, or raise `max_tokens`",
+            )
 
 
 def _check_fits(scenario: Scenario, req: RequestSpec, output: int, path: Path | str) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from difftest.probe.scheduler.script import tokens
+from difftest.tiers.scheduler.play import play_request
 from difftest.tiers.scheduler.scenario import blocks_needed
 
 MAX_REQUESTS = 6
@@ -110,6 +111,16 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
         raw["kv_blocks"] = draw(_pool(k, bodies))
     raw["orders"] = draw(orders(ids))
     raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies, strict=True)]
+    return _aborts_that_land(raw)
+
+
+def _aborts_that_land(raw: dict[str, Any]) -> dict[str, Any]:
+    """Each abort moved to the request's last step if it came later (it would never land; the
+    loader refuses such a file)."""
+    for request in raw["requests"]:
+        if request.get("abort") is not None:
+            steps = len(play_request(raw, request["id"]).steps)
+            request["abort"] = min(request["abort"], steps - 1)
     return raw
 
 
