@@ -61,17 +61,23 @@ def render_markdown(
     """The report; `scenarios` and `recorded` (runs with steps) let the conclusion name the oracle's
     reading as a row count's reason (`conclusion.conclude`)."""
     views = scenario_views(evidence)
-    conclusion = _conclusion(evidence, scenarios, recorded)
-    text = "\n".join(
-        [
-            *_header(evidence),
-            *conclusion,
-            *_branches(evidence),
-            *_grid(views),
-            *markdown_lines(evidence),
-        ]
-    )
     blocks = _details(evidence)
+    # Every broken run must be in the comment: where the rest would crowd one out, the
+    # conclusion keeps each branch's headline and leaves its further differences to report.html.
+    mandatory = sum(len(b.render()) + 1 for b in blocks if b.first.verdict == "broken")
+    text = ""
+    for also in (True, False):
+        text = "\n".join(
+            [
+                *_header(evidence),
+                *_conclusion(evidence, scenarios, recorded, also=also),
+                *_branches(evidence),
+                *_grid(views),
+                *markdown_lines(evidence),
+            ]
+        )
+        if len(text) + mandatory + RESERVE <= MAX_CHARS:
+            break
     left_out: list[_Block] = []
     for i, block in enumerate(blocks):
         rendered = ("### Details\n\n" if i == 0 else "") + block.render()
@@ -130,7 +136,9 @@ def _conclusion(
     evidence: Evidence,
     scenarios: Mapping[str, ScenarioBase] | None,
     recorded: Mapping[RunKey, ProbeRun] | None,
+    also: bool = True,
 ) -> list[str]:
+    """Each branch's standing; with `also`, its further differences too (else counted)."""
     conclusion = conclude(evidence, scenarios, recorded)
     lines = ["### Conclusion", ""]
     for standing in conclusion.standings:
@@ -138,7 +146,10 @@ def _conclusion(
             f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** "
             f"{md_escape(standing.headline)}"
         )
-        lines += [f"  - {md_escape(also)}" for also in standing.also]
+        if also:
+            lines += [f"  - {md_escape(line)}" for line in standing.also]
+        elif standing.also:
+            lines.append(f"  - {len(standing.also)} more difference(s): see report.html")
     lines += ["", f"**→ {md_escape(conclusion.verdict)}**", ""]
     if conclusion.blame:
         lines += [
@@ -178,12 +189,18 @@ def _grid(views: list[ScenarioView]) -> list[str]:
         "| scenario | tier | " + " | ".join(md_escape(b) for b in branches) + " |",
         "|---|---|" + "---|" * len(branches),
     ]
+    passing = [v for v in measured if all((c.verdict or "pass") == "pass" for c in v.verdicts)]
     for view in measured:
+        if view in passing:
+            continue
         cells = [f"{ICONS[c.verdict or 'pass']} {md_escape(c.text)}" for c in view.verdicts]
         lines.append(
             f"| {md_escape(view.name)} | {md_escape(view.tier)} | " + " | ".join(cells) + " |"
         )
     lines.append("")
+    if passing:
+        names = ", ".join(md_escape(v.name) for v in passing)
+        lines += [f"{ICONS['pass']} Every branch passes {len(passing)} scenario(s): {names}.", ""]
     for view in views:
         if view.skipped:
             lines.append(
