@@ -55,7 +55,7 @@ def test_an_unknown_branch_exits_2_and_lists_the_configured_ones(tmp_path, fixtu
     err = " ".join(capsys.readouterr().err.split())
     assert (
         "'pr-99999-style' is neither a branch of the config (main, pr-56137-style, pr-56195-style, "
-        "pr-54054-style, pr-56137-plus-54054) nor a git ref"
+        "pr-54054-style, pr-50518-style, pr-56137-plus-54054) nor a git ref"
     ) in err
     assert "fix:" in err
     assert not (tmp_path / "probe").exists()
