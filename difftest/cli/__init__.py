@@ -128,9 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.exit_code
         except KeyboardInterrupt:
             stopped = stop_all_probes()
-            console.print(
-                f"difftest: interrupted; {stopped} running probe(s) stopped, no report written"
-            )
+            console.print(f"difftest: interrupted; {stopped}, no report written")
             allow_probes()
             return EXIT_INTERRUPTED
 

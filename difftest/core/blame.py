@@ -3,15 +3,18 @@ and the record of the search (the evidence's `blame`).
 
 A *finding* is what a branch shows on one scenario that its base does not: the
 runs with its most severe verdict (broken, else diverge) and, for each, what
-makes that verdict - the invariants broken (with the requests they name), or the
-counters that differ with their measured values. A set of hunks applied alone on
-the base *makes the finding* when it gives the same verdict on the same runs, for
-the same reasons: nothing less (a crash where the branch lost stats is another
-finding) and nothing more (one more run broken is another finding too).
+makes that verdict - the invariants broken (with the requests they name; a crash
+or a hang with what broke and where, line numbers aside), or the counters that
+differ with their measured values. A set of hunks applied alone on the base
+*makes the finding* when it gives the same verdict on the same runs, for the
+same reasons: nothing less (a crash where the branch lost stats, or a probe that
+dies where the branch raised, is another finding) and nothing more (one more run
+broken is another finding too).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Literal
 
@@ -45,12 +48,19 @@ def what(result: Result) -> list[str]:
             v.invariant
             + (f" [{v.counter}]" if v.counter else "")
             + (f" ({', '.join(v.requests)})" if v.requests else "")
+            + (f": {_without_line_numbers(v.cause)}" if v.cause else "")
             for v in result.violations
         }
         return sorted(found)
     if result.verdict == "diverge":
         return [f"{d.counter} {format_value(d.measured)}" for d in result.differences]
     return []
+
+
+def _without_line_numbers(cause: str) -> str:
+    """A crash's cause without its frames' line numbers (`file:123 in f` -> `file in f`): a
+    harmless hunk above the crash site moves it, and must not read as another crash."""
+    return re.sub(r":\d+ in ", " in ", cause)
 
 
 def signature(results: list[Result], verdict: Verdict) -> Signature:

@@ -92,6 +92,7 @@ def judge_against_baseline(
                 invariant=COMPLETES,
                 label=result.label,
                 detail=f"{why} ({baseline} completes this run{took})",
+                cause=why,
             )
             out.append(
                 result.model_copy(
@@ -108,7 +109,9 @@ def judge_against_baseline(
                 f"its probe {fault} ({baseline}'s probe reports the same runs and exits cleanly, "
                 f"in {base_outcome.duration_s:.1f} s)"
             )
-            violation = Violation(invariant=EXITS, label=result.label, detail=detail)
+            violation = Violation(
+                invariant=EXITS, label=result.label, detail=detail, cause=f"its probe {fault}"
+            )
             out.append(
                 result.model_copy(
                     update={"verdict": "broken", "violations": [*result.violations, violation]}

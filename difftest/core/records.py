@@ -302,6 +302,10 @@ class Violation(BaseModel):
     #: The requests the violation is about where they can be named (e.g. those whose stats were
     #: lost).
     requests: list[str] = Field(default_factory=list)
+    #: For a crash or hang where the baseline completes: what broke, without the baseline's part
+    #: (the exception and where it was raised, or how the probe ended). Two crashes are two
+    #: findings: blame compares this.
+    cause: str = ""
 
 
 class Result(BaseModel):

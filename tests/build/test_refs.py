@@ -437,6 +437,15 @@ def test_empty_patch(user: git.Repo, tmp_path: Path, content: str) -> None:
         resolve_branch(user, spec("empty", patches=[empty]))
 
 
+def test_a_patch_file_without_a_diff_says_so(user: git.Repo, tmp_path: Path) -> None:
+    words = tmp_path / "words.patch"
+    words.write_text("Exclude scheduler padding from draft metrics (the approach of #50518).\n")
+    with pytest.raises(RefError) as exc:
+        resolve_branch(user, spec("words", patches=[words]))
+    assert "words.patch holds no diff" in str(exc.value)
+    assert "git diff" in exc.value.hint and "rebase" not in exc.value.hint
+
+
 def test_checked_out_difftest_branch_is_not_moved(user: git.Repo) -> None:
     user.git.checkout("-q", "-b", "difftest/mine")
     with pytest.raises(RefError, match="checked out"):

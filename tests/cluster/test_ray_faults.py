@@ -104,6 +104,7 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_probe_on_any_node(
         raise AssertionError("difftest did not exit after Ctrl-C") from None
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
+    assert "cancelled on the cluster (running or queued)" in " ".join(stderr.split()), stderr
     assert not (out / "evidence.json").exists()
     deadline = time.monotonic() + 10  # the keeper ends them once Ray has killed the worker
     while (alive(probe) or alive(child)) and time.monotonic() < deadline:

@@ -239,6 +239,40 @@ def test_a_finding_that_needs_two_hunks_is_blamed_on_both(
         assert search.tried(finding.needed[hunk]).outcomes[MIXED] == "gone"
 
 
+def test_a_crash_is_blamed_on_the_hunks_making_that_crash_not_on_a_probe_dying(
+    tmp_path: Path, scheduler_source: str
+) -> None:
+    """The stats call raises IndexError where a module flag is set and ends the probe silently
+    where it is not; a comment above moves the raise's line. Alone, the raising hunk kills the
+    probe: another finding, so the flag is needed; the comment is not (line numbers aside)."""
+    flag = (SPEC_IMPORT, SPEC_IMPORT + "_STATS_PATH_CHECKED = True\n")
+    raises = (
+        GUARD,
+        '        if not globals().get("_STATS_PATH_CHECKED"):\n'
+        '            __import__("os")._exit(0)\n'
+        '        raise IndexError("draft position out of range")\n' + GUARD,
+    )
+    new = edited(scheduler_source, COMMENT, flag, raises)
+    patch = make_patch(tmp_path / "crash.patch", SCHEDULER, scheduler_source, new)
+    out = blame(tmp_path, [{"name": "crash", "ref": "main", "patches": [str(patch)]}], "crash")
+    search = searched(out)
+    (finding,) = search.findings
+    assert finding.verdict == "broken"
+    assert all(
+        any(
+            "IndexError: draft position out of range" in why and ":" not in why.split(" at ")[-1]
+            for why in whys
+        )
+        for whys in finding.runs.values()
+    ), finding.runs
+    texts = {n: search.hunk(n).text for n in finding.minimal}
+    assert len(texts) == 2 and not any("A comment only" in text for text in texts.values())
+    (flag_hunk,) = [n for n, text in texts.items() if "_STATS_PATH_CHECKED = True" in text]
+    without_flag = search.tried(finding.needed[flag_hunk])
+    assert without_flag.outcomes[MIXED] == "gone"
+    assert "without its trailer" in without_flag.details[MIXED]
+
+
 def test_a_hunk_that_does_not_apply_alone_and_a_set_that_cannot_import_read_as_such(
     tmp_path: Path, scheduler_source: str
 ) -> None:

@@ -79,6 +79,28 @@ def test_a_set_makes_the_finding_only_with_the_same_verdict_on_the_same_runs_for
     assert signature([lost], "diverge") == {}
 
 
+def test_two_crashes_are_two_findings_but_a_moved_line_is_the_same_crash():
+    def crash(cause: str):
+        violation = make_violation(invariant="completes-as-on-baseline", counter=None, cause=cause)
+        return make_result("broken", violations=[violation])
+
+    raised = "crashed in vLLM: IndexError: list index out of range at vllm/metrics.py:49 in observe"
+    finding = (
+        make_blame().findings[0].model_copy(update={"runs": signature([crash(raised)], "broken")})
+    )
+    assert finding.runs == {
+        LABEL: [
+            "completes-as-on-baseline: crashed in vLLM: IndexError: list index out of range at "
+            "vllm/metrics.py in observe"
+        ]
+    }
+    assert makes(finding, [crash(raised.replace(":49 in", ":52 in"))])  # a hunk above moved it
+    died = "its probe exited without its trailer before reporting this run"
+    assert not makes(finding, [crash(died)])  # the probe died instead: another finding
+    assert not makes(finding, [crash(raised.replace("IndexError", "TypeError"))])
+    assert not makes(finding, [crash(raised.replace("in observe", "in queue"))])
+
+
 def test_describe_says_the_worst_verdict_its_count_and_first_reason():
     assert describe([make_result("pass"), make_result("pass")]) == "passes all 2 runs"
     text = describe([make_result("pass"), make_result("broken", violations=[LOST])])

@@ -41,7 +41,25 @@ def patch_info(branch: str, patch: Path, ref: str) -> PatchInfo:
             f"regenerate it with `git diff {ref} > {patch.name}` in a checkout with your change, "
             "or remove it",
         )
+    if not _holds_a_diff(data):
+        raise RefError(
+            f"branch {branch!r}: patch file {patch} holds no diff (no `diff --git` or `---`/`+++` "
+            "file header): a description or a commit message alone changes nothing",
+            f"write the change into it with `git diff {ref} > {patch.name}` (or `git "
+            "format-patch`) in a checkout with your change, or remove it",
+        )
     return PatchInfo(path=patch, sha256=hashlib.sha256(data).hexdigest())
+
+
+def _holds_a_diff(data: bytes) -> bool:
+    """Whether a patch file has at least one file's diff header (what `git apply` needs)."""
+    lines = data.splitlines()
+    if any(line.startswith(b"diff --git ") for line in lines):
+        return True
+    return any(
+        old.startswith(b"--- ") and new.startswith(b"+++ ")
+        for old, new in zip(lines, lines[1:], strict=False)
+    )
 
 
 def apply_patch(repo: git.Repo, info: PatchInfo, env: dict[str, str]) -> str | None:

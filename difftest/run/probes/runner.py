@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from difftest.core.evidence import ProbeNode, ReusedProbe
 from difftest.core.outcome import ProcessOutcome
@@ -127,9 +127,9 @@ class _LiveProbes:
         with self._lock:
             self._remote.pop(key, None)
 
-    def stop_all(self) -> int:
+    def stop_all(self) -> StoppedProbes:
         """Kill every live probe's process group (and stop every remote probe) and start no more;
-        how many were killed since the stop began (calling it again, say from the command line's
+        how many were stopped since the stop began (calling it again, say from the command line's
         handler, counts them once)."""
         with self._lock:
             self._stopped = True
@@ -143,7 +143,7 @@ class _LiveProbes:
             kill_group(proc, wait=False)
         for stop in remote:
             stop()
-        return len(self._killed - self._helpers) + self._remote_stopped
+        return StoppedProbes(len(self._killed - self._helpers), self._remote_stopped)
 
     def allow_again(self) -> None:
         """After an interrupt was handled (tests call `main` again in one process)."""
@@ -154,10 +154,25 @@ class _LiveProbes:
             self._remote_stopped = 0
 
 
+class StoppedProbes(NamedTuple):
+    """What an interrupt stopped: probe processes here, and probes on cluster nodes (a Ray task is
+    cancelled whether it ran or still waited for a node, which this machine cannot tell apart)."""
+
+    local: int
+    remote: int
+
+    def __str__(self) -> str:
+        parts = [f"{self.local} running probe(s) stopped"] if self.local or not self.remote else []
+        if self.remote:
+            cancelled = "probe task(s) cancelled on the cluster (running or queued)"
+            parts.append(f"{self.remote} {cancelled}")
+        return ", ".join(parts)
+
+
 _LIVE = _LiveProbes()
 
 
-def stop_all_probes() -> int:
+def stop_all_probes() -> StoppedProbes:
     """Kill every probe process group still running; later probes are not started."""
     return _LIVE.stop_all()
 
