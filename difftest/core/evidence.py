@@ -23,7 +23,9 @@ was measured and how long that took; a run of one shard of the work says which i
 `shard`); 8 (how each probe started: `launch`, `launch_note`); 9 (each probe's process
 `outcome`, the `reference_branches`); 10 (a probe run on a Ray cluster names its `node`, and the
 attempts that node replaced); 11 (`blame`: the search of `difftest blame` - the change's hunks,
-every set of them tried, and each finding's minimal set; None for every other command).
+every set of them tried, and each finding's minimal set; None for every other command); 12 (each
+scenario's serving `conditions` in words; a crash's or hang's violation holds its `cause`, what
+broke without the baseline's part).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from difftest.core.errors import DifftestError
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION: Final = "11"
+SCHEMA_VERSION: Final = "12"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -104,6 +106,9 @@ class ScenarioEvidence(BaseModel):
     seed: int
     tier: str
     statement: str = ""
+    #: The serving conditions it runs under, in words (`prefix caching`, `two steps in flight`);
+    #: none: the plain case.
+    conditions: list[str] = Field(default_factory=list)
     #: Why the scenario was not run on this base (e.g. it needs CUDA), if it was not.
     skipped: str | None = None
 
@@ -204,7 +209,7 @@ class ShardEvidence(BaseModel):
 
 
 class Evidence(BaseModel):
-    schema_version: Literal["11"] = SCHEMA_VERSION
+    schema_version: Literal["12"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -416,6 +421,16 @@ def upgrade_from_10(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": "11", "blame": None}
 
 
+def upgrade_from_11(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 11 -> 12: conditions were not recorded (a listing of the scenario file has them),
+    and a crash's cause was only in its violation's detail."""
+    scenarios = {
+        name: {**info, "conditions": []} if isinstance(info, dict) else info
+        for name, info in (raw.get("scenarios") or {}).items()
+    }
+    return {**raw, "schema_version": "12", "scenarios": scenarios}
+
+
 #: schema version -> the step that brings a file of that version one version up.
 UPGRADES = {
     "1": upgrade_from_1,
@@ -428,6 +443,7 @@ UPGRADES = {
     "8": upgrade_from_8,
     "9": upgrade_from_9,
     "10": upgrade_from_10,
+    "11": upgrade_from_11,
 }
 
 

@@ -218,6 +218,8 @@ class _Block:
 
     first: Result
     others: list[Result] = field(default_factory=list)
+    #: The serving conditions of its scenario, in words (empty: the plain case).
+    conditions: list[str] = field(default_factory=list)
 
     def render(self) -> str:
         r = self.first
@@ -230,6 +232,8 @@ class _Block:
         ]
         if r.statement:
             lines += [f"> {md_escape(r.statement)}", ""]
+        if self.conditions:
+            lines += [f"Under: {md_escape(', '.join(self.conditions))}.", ""]
         if self.others:
             lines += [f"The same on {len(self.others)} more run(s): {_named(self.others)}.", ""]
         if r.verdict == "error":
@@ -328,7 +332,8 @@ def _details(evidence: Evidence) -> list[_Block]:
         if key in blocks:
             blocks[key].others.append(result)
         else:
-            blocks[key] = _Block(result)
+            info = evidence.scenarios.get(result.scenario)
+            blocks[key] = _Block(result, conditions=list(info.conditions) if info else [])
     return list(blocks.values())
 
 

@@ -141,6 +141,8 @@ def _print_scenario(console: Console, view: ScenarioView) -> None:
     console.print(title)
     if view.statement:
         console.print(Text(view.statement, style="italic"))
+    if view.conditions:
+        console.print(Text("under: " + ", ".join(view.conditions), style="dim"))
     rows = [row for row in view.rows if row.key != EMITTED_SOURCE]
     if (
         not rows

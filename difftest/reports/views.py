@@ -104,6 +104,8 @@ class ScenarioView:
     short: list[Cell] = field(default_factory=list)
     #: Why the scenario was not run on this base, if it was not.
     skipped: str | None = None
+    #: The serving conditions it runs under, in words (empty: the plain case).
+    conditions: list[str] = field(default_factory=list)
     #: Per branch (same order as `branches`), every result on this scenario.
     results: dict[str, list[Result]] = field(default_factory=dict)
 
@@ -335,6 +337,7 @@ def views_from(
                 shown_why=why,
                 short=[short_cell(per_branch[b]) for b in branches],
                 skipped=info.skipped if info else None,
+                conditions=list(info.conditions) if info else [],
                 results=per_branch,
             )
         )

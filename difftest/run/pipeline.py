@@ -537,6 +537,7 @@ def make_evidence(
             seed=s.seed,
             tier=chosen.tier.name,
             statement=s.statement,
+            conditions=s.conditions,
             skipped=chosen.skipped.get(s.name),
         )
         for chosen in selected

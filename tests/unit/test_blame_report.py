@@ -183,4 +183,4 @@ def test_the_evidence_keeps_the_search(tmp_path: Path):
     assert again == evidence and again.blame is not None
     assert again.blame.findings[0].needed == {2: 3, 3: 4}
     assert again.blame.tried(2).branch == CULPRIT and again.blame.tried(5).branch == REST
-    assert json.loads(path.read_text())["schema_version"] == "11"
+    assert json.loads(path.read_text())["schema_version"] == "12"

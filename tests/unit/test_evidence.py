@@ -79,9 +79,22 @@ def write_raw(tmp_path: Path, raw: Any) -> Path:
     return path
 
 
+def as_version_11(evidence: Evidence) -> dict[str, Any]:
+    """The same data as a version-11 file: scenarios without their conditions, violations without
+    a cause (the rich evidence has neither: the plain case, no crash)."""
+    raw = json.loads(evidence_json(evidence))
+    for scenario in raw["scenarios"].values():
+        assert scenario.pop("conditions") == []
+    for result in raw["results"]:
+        for violation in result["violations"]:
+            assert violation.pop("cause") == ""
+    raw["schema_version"] = "11"
+    return raw
+
+
 def as_version_9(evidence: Evidence) -> dict[str, Any]:
     """The same data as a version-9 file: no Ray executor (probes do not name a node)."""
-    raw = json.loads(evidence_json(evidence))
+    raw = as_version_11(evidence)
     for probe in raw["probes"]:
         assert probe.pop("node") is None
     assert raw.pop("blame") is None, "version 9 had no blame"
@@ -189,7 +202,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "11" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "12" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in (
         "branch",
@@ -341,6 +354,24 @@ def test_version_9_upgrades_to_no_blame(tmp_path: Path) -> None:
     assert upgraded == evidence and upgraded.blame is None
 
 
+def test_version_11_upgrades_to_the_plain_case_and_a_conditions_list_round_trips(
+    tmp_path: Path,
+) -> None:
+    evidence = rich_evidence()
+    assert read_evidence(write_raw(tmp_path, as_version_11(evidence))) == evidence
+    (name,) = evidence.scenarios
+    scenario = evidence.scenarios[name].model_copy(
+        update={"conditions": ["prefix caching", "two steps in flight"]}
+    )
+    served = evidence.model_copy(update={"scenarios": {name: scenario}})
+    path = tmp_path / "served.json"
+    write_evidence(served, path)
+    assert read_evidence(path).scenarios[name].conditions == [
+        "prefix caching",
+        "two steps in flight",
+    ]
+
+
 def test_every_older_version_has_an_upgrade_step() -> None:
     assert set(UPGRADES) == {str(v) for v in range(1, int(SCHEMA_VERSION))}
 
@@ -359,7 +390,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "12"}', "schema version '12'"),
+        ('{"schema_version": "13"}', "schema version '13'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
@@ -369,6 +400,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
         ('{"schema_version": "9"}', "invalid evidence file"),
         ('{"schema_version": "10"}', "invalid evidence file"),
         ('{"schema_version": "11"}', "invalid evidence file"),
+        ('{"schema_version": "12"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

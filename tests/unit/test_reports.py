@@ -312,6 +312,21 @@ def test_html_is_self_contained_and_escaped() -> None:
     assert "request a lost" in html and "could not measure" in html
 
 
+def test_every_report_names_the_serving_conditions_a_scenario_ran_under() -> None:
+    evidence = report_evidence()
+    grammar = evidence.scenarios[GRAMMAR].model_copy(
+        update={"conditions": ["prefix caching", "two steps in flight", f"<b>{XSS}"]}
+    )
+    served = evidence.model_copy(update={"scenarios": {**evidence.scenarios, GRAMMAR: grammar}})
+    text = " ".join(terminal_text(served).split())
+    assert f"under: prefix caching, two steps in flight, <b>{XSS}" in text
+    assert "under:" not in terminal_text(evidence)  # the plain case says nothing
+    assert "Under: prefix caching, two steps in flight," in render_markdown(served)
+    html = render_html(served)
+    assert "under: prefix caching, two steps in flight, &lt;b&gt;&lt;script&gt;" in html
+    assert "under:" not in render_html(evidence)
+
+
 # -- junit --------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from tests.factories import (
 )
 
 ORDER = ["a", "b", "c"]
-SCHEMA = "11"
+SCHEMA = "12"
 
 
 def shard(index: int, count: int = 2, schema: str = SCHEMA, **overrides: Any) -> Shard:

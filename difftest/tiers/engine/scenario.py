@@ -188,6 +188,23 @@ class EngineScenario(ScenarioBase):
                 )
         return self
 
+    @property
+    def conditions(self) -> list[str]:
+        """The serving conditions this scenario runs under, in words (reports and listings)."""
+        engine = self.engine
+        found = []
+        if engine.async_scheduling:
+            found.append("async scheduling")
+        if engine.prefix_caching:
+            found.append("prefix caching")
+        if engine.kv_blocks is not None:
+            found.append(f"{engine.kv_blocks} KV blocks of {engine.block_size} tokens")
+        if engine.max_num_batched_tokens is not None:
+            found.append(f"token budget {engine.max_num_batched_tokens}")
+        if any(r.abort_after_steps is not None for r in self.requests):
+            found.append("aborts")
+        return found
+
     def engine_key(self) -> dict[str, Any]:
         """What must be equal across a job's scenarios (the probe's ENGINE_KEYS, plus
         method/async)."""
