@@ -54,6 +54,12 @@ class ScenarioIdentity(BaseModel):
         """The planned runs a probe plays (none for tiers that are not measured by probes)."""
         return []
 
+    @property
+    def conditions(self) -> list[str]:
+        """The serving conditions the scenario runs under, in words (none: the plain case, and
+        every tier without serving conditions, such as the tests tier)."""
+        return []
+
 
 class ScenarioBase(ScenarioIdentity):
     """A batch of requests played in several orders. Subclasses add `tier` and `requests`
@@ -73,11 +79,6 @@ class ScenarioBase(ScenarioIdentity):
     @property
     def request_ids(self) -> list[str]:
         return [r.id for r in self.requests]
-
-    @property
-    def conditions(self) -> list[str]:
-        """The serving conditions the scenario runs under, in words (none: the plain case)."""
-        return []
 
     def request(self, rid: str) -> Any:
         return next(r for r in self.requests if r.id == rid)
