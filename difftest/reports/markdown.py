@@ -24,7 +24,7 @@ from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun, Result, Violation
 from difftest.core.values import format_value
 from difftest.core.verdicts import SUMMARY_ORDER, summarize, worst
-from difftest.reports.conclusion import RunKey, conclude
+from difftest.reports.conclusion import Conclusion, RunKey, conclude
 from difftest.reports.format import fenced, md_code, md_escape
 from difftest.reports.tests_matrix import markdown_lines
 from difftest.reports.views import (
@@ -65,17 +65,12 @@ def render_markdown(
     # Every broken run must be in the comment: where the rest would crowd one out, the
     # conclusion keeps each branch's headline and leaves its further differences to report.html.
     mandatory = sum(len(b.render()) + 1 for b in blocks if b.first.verdict == "broken")
+    conclusion = conclude(evidence, scenarios, recorded)
+    header = _header(evidence)
+    rest = [*_branches(evidence), *_grid(views), *markdown_lines(evidence)]
     text = ""
     for also in (True, False):
-        text = "\n".join(
-            [
-                *_header(evidence),
-                *_conclusion(evidence, scenarios, recorded, also=also),
-                *_branches(evidence),
-                *_grid(views),
-                *markdown_lines(evidence),
-            ]
-        )
+        text = "\n".join([*header, *_conclusion(conclusion, also=also), *rest])
         if len(text) + mandatory + RESERVE <= MAX_CHARS:
             break
     left_out: list[_Block] = []
@@ -132,14 +127,8 @@ def _header(evidence: Evidence) -> list[str]:
     ]
 
 
-def _conclusion(
-    evidence: Evidence,
-    scenarios: Mapping[str, ScenarioBase] | None,
-    recorded: Mapping[RunKey, ProbeRun] | None,
-    also: bool = True,
-) -> list[str]:
+def _conclusion(conclusion: Conclusion, also: bool = True) -> list[str]:
     """Each branch's standing; with `also`, its further differences too (else counted)."""
-    conclusion = conclude(evidence, scenarios, recorded)
     lines = ["### Conclusion", ""]
     for standing in conclusion.standings:
         lines.append(
