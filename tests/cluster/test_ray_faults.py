@@ -88,6 +88,7 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_probe_on_any_node(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # its threads' stacks if it hangs
     )
     deadline = time.monotonic() + 600
     while not (marker.exists() and len(marker.read_text().split()) == 2):
@@ -100,8 +101,9 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_probe_on_any_node(
     try:
         _stdout, stderr = process.communicate(timeout=EXIT_WAIT_S)
     except subprocess.TimeoutExpired:
-        process.kill()
-        raise AssertionError("difftest did not exit after Ctrl-C") from None
+        process.send_signal(signal.SIGABRT)  # faulthandler prints where every thread waits
+        _stdout, stderr = process.communicate(timeout=60)
+        raise AssertionError(f"difftest did not exit after Ctrl-C:\n{stderr[-6000:]}") from None
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert "cancelled on the cluster (running or queued)" in " ".join(stderr.split()), stderr

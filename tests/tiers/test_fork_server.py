@@ -155,18 +155,31 @@ def test_a_branch_that_would_import_a_shared_library_from_elsewhere_is_started_f
 def test_a_forked_probe_past_its_time_limit_is_killed_and_reads_timeout(
     workspace, shipped_scenarios, tmp_path
 ) -> None:
+    """A branch whose `schedule()` never returns (a copy of main's environment, its scheduler
+    edited): the forked child is killed at the limit and its run reads `error`, not a run cut
+    short of what it measured. The hang is the branch's, so no machine is fast enough to finish."""
+    env = copy_env(workspace.branch("main").env.path, tmp_path / "env")
+    scheduler = env / "overlay" / "vllm" / "v1" / "core" / "sched" / "scheduler.py"
+    text = scheduler.read_text()
+    marker = "        self.current_step += 1\n"
+    assert marker in text
+    replace(
+        scheduler,
+        text.replace(marker, marker + "        import time\n        time.sleep(3600)\n", 1),
+    )
     control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
     job = make_job(TIER, control, run_timeout_s=120)
-    python = workspace.branch("main").env.python
-    server, why = warm_fork_server(python, TIER.name, tmp_path, 600, 1)
+    server, why = warm_fork_server(workspace.branch("main").env.python, TIER.name, tmp_path, 600, 1)
     assert server is not None, why
     try:
-        # The server's imports are done; the child's own import of vLLM takes longer than 1 s.
-        delivered = run_probe("main", python, job, TIER.name, tmp_path, 1.0, server=server)
+        delivered = run_probe(
+            "hanging", env / "bin" / "python", job, TIER.name, tmp_path, 20.0, server=server
+        )
     finally:
         server.close()
-    assert delivered.launch == "forked" and delivered.timed_out
+    assert delivered.launch == "forked" and delivered.timed_out, delivered.launch_note
     assert delivered.error and "timed out" in delivered.error
+    assert delivered.header is not None  # it got as far as its session: the hang is in its runs
     assert {r.status for r in delivered.runs} == {"error"}
 
 

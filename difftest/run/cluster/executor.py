@@ -16,7 +16,8 @@ environment) costs the probe one more attempt on another node; when that one fai
 node can run it, the branch's runs read `error` ("could not measure"), naming the nodes. Ctrl-C (or
 any exception here) cancels every task with `ray.cancel(force=True)`: Ray kills the workers, their
 probes die with them (`protocol.die_with_host`) and each worker's keeper ends what the probes
-started (`keeper.py`).
+started (`keeper.py`). The host's waiting threads stop waiting at the interrupt itself, not at the
+end of the cancelled task's stream, which Ray does not always mark.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ from difftest.run.probes.runner import (
     Progress,
     hold_remote_probe,
     probe_file_paths,
+    probe_stops,
     read_delivered,
     remote_probe_ended,
     stop_all_probes,
@@ -61,6 +64,10 @@ PLACE_SHARE = 0.001
 ATTEMPTS = 2
 #: Seconds between looks at a task that has not started: is a node that can run it still alive?
 WATCH_S = 5.0
+#: Longest single wait for a task's next event: how soon a waiting thread sees an interrupt.
+TICK_S = 0.5
+#: How long an interrupted run waits for its waiting threads to leave Ray before Ray is shut down.
+LEAVE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -148,15 +155,17 @@ class RayExecutor:
         work_dir = work_dir.resolve()
         work_dir.mkdir(parents=True, exist_ok=True)
         pool = ThreadPoolExecutor(max_workers=max(1, jobs or len(targets)))
+        futures = {}
         try:
-            futures = {
-                name: pool.submit(self._measure, name, env, probes, work_dir, progress)
-                for name, env in targets
-            }
+            for name, env in targets:
+                futures[name] = pool.submit(self._measure, name, env, probes, work_dir, progress)
             delivered = {name: future.result() for name, future in futures.items()}
         except BaseException:
             stop_all_probes()
             pool.shutdown(wait=False, cancel_futures=True)
+            # Each waiting thread sees the stop within `TICK_S` and leaves Ray: none is left
+            # inside Ray when the driver shuts down, nor holds the interpreter's exit.
+            wait_for(list(futures.values()), timeout=LEAVE_S)
             raise
         pool.shutdown()
         return delivered
@@ -223,6 +232,7 @@ class RayExecutor:
             options["scheduling_strategy"] = NodeLabelSchedulingStrategy(
                 hard={NODE_ID_LABEL: NotIn(*sorted(excluded))}
             )
+        stops = probe_stops()
         task = _remote(ray).options(**options).remote(request)
         try:
             hold_remote_probe(task, lambda: _cancel(ray, task))
@@ -230,14 +240,21 @@ class RayExecutor:
             _cancel(ray, task)
             raise
         node: NodeInfo | None = None
+        looked = time.monotonic()
         try:
             while True:
-                ready, _ = ray.wait([task], timeout=WATCH_S)
+                ready, _ = ray.wait([task], timeout=TICK_S)
+                if probe_stops() != stops:
+                    # Cancelled: Ray does not always end a cancelled task's stream, and a thread
+                    # waiting on it for ever would hold difftest's exit.
+                    raise ProbesStopped("difftest was interrupted: the probe was cancelled")
                 if not ready:
-                    if node is None and not self._can_run(resources, excluded):
-                        # Queued for a node that has gone since: it would wait forever.
-                        _cancel(ray, task)
-                        return None, None, _no_node(resources, bool(excluded))
+                    if node is None and time.monotonic() - looked >= WATCH_S:
+                        looked = time.monotonic()
+                        if not self._can_run(resources, excluded):
+                            # Queued for a node that has gone since: it would wait forever.
+                            _cancel(ray, task)
+                            return None, None, _no_node(resources, bool(excluded))
                     continue
                 try:
                     event = ray.get(next(task))

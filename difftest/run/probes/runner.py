@@ -181,6 +181,12 @@ def allow_probes() -> None:
     _LIVE.allow_again()
 
 
+def probe_stops() -> int:
+    """How many times every probe was stopped so far: a wait that began at one count and sees
+    another was interrupted, even if the stop was handled (`allow_probes`) since."""
+    return _LIVE.stops
+
+
 def hold_remote_probe(key: object, stop: Callable[[], None]) -> None:
     """Register a probe running elsewhere (a Ray task): an interrupt calls `stop` with the local
     probes' kill; raises ProbesStopped once difftest was interrupted."""
