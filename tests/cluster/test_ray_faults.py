@@ -102,7 +102,10 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_probe_on_any_node(
         _stdout, stderr = process.communicate(timeout=EXIT_WAIT_S)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)  # faulthandler prints where every thread waits
-        _stdout, stderr = process.communicate(timeout=60)
+        try:
+            _stdout, stderr = process.communicate(timeout=60)
+        finally:
+            process.kill()
         raise AssertionError(f"difftest did not exit after Ctrl-C:\n{stderr[-6000:]}") from None
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr

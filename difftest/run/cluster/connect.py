@@ -6,14 +6,18 @@ prints it. A wrong address, a cluster that does not answer, or Ray not installed
 (exit 2) before anything is built. Ray's usage statistics stay off unless the user turned them on.
 A cluster on this machine's loopback stays there: Ray would otherwise replace `127.0.0.1` with the
 machine's interface address (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` keeps it, set before Ray is
-imported).
+imported). Ray's auto-connect is off (`RAY_ENABLE_AUTO_CONNECT=0`): a task submitted after the
+driver disconnected must fail, never start a new local cluster. Disconnecting is bounded
+(`Cluster.close`): an interrupted difftest exits even if Ray's shutdown does not return.
 """
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -27,6 +31,8 @@ ADDRESS_ENV = "RAY_ADDRESS"
 REACH_S = 5.0
 #: The label Ray gives every node: its id (scheduling away from a node uses it).
 NODE_ID_LABEL = "ray.io/node-id"
+#: How long disconnecting from the cluster may take before difftest goes on without it.
+CLOSE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,14 @@ class Cluster:
         ]
 
     def close(self) -> None:
-        self.ray.shutdown()
+        """Disconnect this driver, waiting at most `CLOSE_S`; a shutdown that does not return by
+        then is left to its daemon thread, and Ray's own shutdown at exit is dropped so that it
+        cannot hold the exit either."""
+        closing = threading.Thread(target=self.ray.shutdown, name="ray-shutdown", daemon=True)
+        closing.start()
+        closing.join(CLOSE_S)
+        if closing.is_alive():
+            atexit.unregister(self.ray.shutdown)
 
 
 def import_ray() -> ModuleType:
@@ -94,6 +107,7 @@ def connect(address: str | None) -> Cluster:
     if _loopback(host):
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
     _reachable(address, host, port)
     ray = import_ray()
     try:

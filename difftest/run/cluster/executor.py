@@ -26,9 +26,8 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from difftest.core.outcome import ProcessOutcome
 from difftest.probe.protocol import Job
 from difftest.run.cluster.connect import NODE_ID_LABEL, Cluster, NodeInfo
 from difftest.run.cluster.node import ProbeRequest, probe_on_node
+from difftest.run.cluster.waiting import in_daemon_threads, wait_out
 from difftest.run.probes.environ import switches
 from difftest.run.probes.read_records import check_lines
 from difftest.run.probes.runner import (
@@ -154,21 +154,23 @@ class RayExecutor:
         and raises."""
         work_dir = work_dir.resolve()
         work_dir.mkdir(parents=True, exist_ok=True)
-        pool = ThreadPoolExecutor(max_workers=max(1, jobs or len(targets)))
-        futures = {}
+        stops = probe_stops()
+        futures = in_daemon_threads(
+            {
+                name: partial(self._measure, name, env, probes, work_dir, progress, stops)
+                for name, env in targets
+            },
+            jobs or len(targets),
+            "ray-probe",
+        )
         try:
-            for name, env in targets:
-                futures[name] = pool.submit(self._measure, name, env, probes, work_dir, progress)
-            delivered = {name: future.result() for name, future in futures.items()}
+            return {name: future.result() for name, future in futures.items()}
         except BaseException:
             stop_all_probes()
-            pool.shutdown(wait=False, cancel_futures=True)
-            # Each waiting thread sees the stop within `TICK_S` and leaves Ray: none is left
-            # inside Ray when the driver shuts down, nor holds the interpreter's exit.
-            wait_for(list(futures.values()), timeout=LEAVE_S)
+            # Each waiting thread sees the stop within `TICK_S` and leaves Ray before the driver
+            # shuts down; one that Ray keeps is a daemon and does not hold difftest's exit.
+            wait_out(futures.values(), LEAVE_S)
             raise
-        pool.shutdown()
-        return delivered
 
     def _measure(
         self,
@@ -177,13 +179,15 @@ class RayExecutor:
         probes: TierProbes,
         work_dir: Path,
         progress: Progress | None,
+        stops: int,
     ) -> BranchRun:
         """One branch's probe: up to `ATTEMPTS` tries, each on a node the ones before did not
-        use."""
+        use; `stops` is the interrupt count when the run began (any other: stop)."""
         shipped = ship(self.spec, self.base, env)
         resources = self.resources(name, probes)
         failed: list[tuple[NodeInfo | None, str]] = []
         for _attempt in range(ATTEMPTS):
+            _unless_stopped(stops)
             excluded = {node.id for node, _why in failed if node is not None}
             if not self._can_run(resources, excluded):
                 failed.append((None, _no_node(resources, bool(failed))))
@@ -199,7 +203,7 @@ class RayExecutor:
                 switches(),
                 cpus=max(1, round(resources.cpus)),
             )
-            node, done, why = self._attempt(request, resources, excluded, progress)
+            node, done, why = self._attempt(request, resources, excluded, progress, stops)
             if done is not None:
                 assert node is not None
                 tried = [_named(n, w) for n, w in failed]
@@ -222,8 +226,10 @@ class RayExecutor:
         resources: Resources,
         excluded: set[str],
         progress: Progress | None,
+        stops: int,
     ) -> tuple[NodeInfo | None, dict[str, Any] | None, str]:
-        """One task: (its node, what it delivered or None, why not)."""
+        """One task: (its node, what it delivered or None, why not); raises ProbesStopped once
+        difftest is interrupted (the interrupt count is no longer `stops`)."""
         ray = self.cluster.ray
         options: dict[str, Any] = {**resources.options(), "max_retries": 0}
         if excluded:
@@ -232,7 +238,6 @@ class RayExecutor:
             options["scheduling_strategy"] = NodeLabelSchedulingStrategy(
                 hard={NODE_ID_LABEL: NotIn(*sorted(excluded))}
             )
-        stops = probe_stops()
         task = _remote(ray).options(**options).remote(request)
         try:
             hold_remote_probe(task, lambda: _cancel(ray, task))
@@ -244,10 +249,8 @@ class RayExecutor:
         try:
             while True:
                 ready, _ = ray.wait([task], timeout=TICK_S)
-                if probe_stops() != stops:
-                    # Cancelled: Ray does not always end a cancelled task's stream, and a thread
-                    # waiting on it for ever would hold difftest's exit.
-                    raise ProbesStopped("difftest was interrupted: the probe was cancelled")
+                # Cancelled: Ray does not always end a cancelled task's stream.
+                _unless_stopped(stops)
                 if not ready:
                     if node is None and time.monotonic() - looked >= WATCH_S:
                         looked = time.monotonic()
@@ -276,8 +279,10 @@ class RayExecutor:
         except ray.exceptions.TaskCancelledError:
             raise ProbesStopped("difftest was interrupted: the probe was cancelled") from None
         except ray.exceptions.RayTaskError as exc:  # difftest's own code failed there
+            _unless_stopped(stops)
             return node, None, f"the task failed on the node ({_first_line(exc)})"
         except ray.exceptions.RayError as exc:
+            _unless_stopped(stops)  # a worker killed by the cancel is not a node lost
             return node, None, f"lost mid-probe ({type(exc).__name__}: {_first_line(exc)})"
         finally:
             remote_probe_ended(task)
@@ -334,6 +339,13 @@ def _remote(ray: Any) -> Any:
 
 
 _REMOTE: Any = None
+
+
+def _unless_stopped(stops: int) -> None:
+    """Raise ProbesStopped when difftest was interrupted since the count was `stops` (even if the
+    interrupt was handled since: `allow_probes` does not reset the count)."""
+    if probe_stops() != stops:
+        raise ProbesStopped("difftest was interrupted: the probe was cancelled")
 
 
 def _cancel(ray: Any, task: Any) -> None:
