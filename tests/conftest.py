@@ -27,12 +27,31 @@ from difftest.core.config import Config, load_config
 from difftest.core.records import ProbeRun
 from difftest.run.cache.results import result_key
 from difftest.run.pipeline import make_job
-from difftest.run.probes.runner import allow_probes, run_probe
+from difftest.run.probes.runner import KEEP_FORK_SERVERS_ENV, allow_probes, run_probe
 from tests.factories import ROOT, link_base_into
+
+#: What `pytest -m quick` runs (the edit loop, seconds): tests/unit and the tests directly under
+#: tests/ (layering, habits, docs, README, packaging). Nothing there builds or probes a branch.
+QUICK_FOLDERS = ("unit",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the edit loop's tests `quick` by where they live, so a new unit test is in it."""
+    tests = Path(__file__).parent
+    for item in items:
+        parts = item.path.relative_to(tests).parts
+        if len(parts) == 1 or parts[0] in QUICK_FOLDERS:
+            item.add_marker(pytest.mark.quick)
+
 
 # Tests measure what they test: a probe run reused from difftest's result cache (shared by every
 # test and session) would hide it. The result cache's own tests point it at a folder of their own.
 os.environ["DIFFTEST_RESULT_CACHE"] = "off"
+# The CLI runs in-process test after test: each fork server (the shared libraries' import, ~7 s of
+# CPU) is kept for the next run that would start the same one, as a long-lived host may
+# (`runner.KEEP_FORK_SERVERS_ENV`). Every probe is still forked fresh from it; the fork server's own
+# start, failures and faults are tested with keeping off (tests/tiers/test_fork_server.py).
+os.environ[KEEP_FORK_SERVERS_ENV] = "1"
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from difftest import tiers
 from difftest.build.envs.fingerprint import canonical_hash, sha256_file
 from difftest.build.refs import TransplantInfo
 from difftest.build.workspace import Workspace, branch_spec, branch_specs, prepare
-from difftest.core import paths
+from difftest.core import paths, tally
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
 from difftest.core.evidence import (
@@ -136,6 +136,12 @@ def compare(
     """Validate, prepare environments, measure every tier in every branch, judge each as it ends."""
     selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
     order = [s.name for chosen in selected for s in chosen.scenarios]
+    tally.count(
+        "run",
+        tiers=[chosen.tier.name for chosen in selected],
+        scenarios=len(order),
+        whole=not request.select and not request.scenarios and request.shard is None,
+    )
     if request.shard is not None:
         selected = take_shard(selected, *request.shard)
     # A bad DIFFTEST_RESULT_CACHE stops us here.

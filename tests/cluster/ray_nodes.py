@@ -24,6 +24,7 @@ from typing import Any
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
+from ray._common.utils import get_default_ray_temp_dir  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402 - the variables above must come first
 
 from tests.processes import alive  # noqa: E402
@@ -51,6 +52,9 @@ class LoopbackCluster:
     """A `Cluster` whose every node is on loopback, and the pids it started."""
 
     def __init__(self, head_resources: dict[str, float], cpus: int = 2) -> None:
+        # Ray's helper records the head's address in its default folder (`/tmp/ray`) without
+        # making it, which a machine that never ran Ray without `temp_dir` lacks.
+        Path(get_default_ray_temp_dir()).mkdir(parents=True, exist_ok=True)
         for attempt in range(1, STARTS + 1):
             self.temp = Path(tempfile.mkdtemp(prefix="dtray-", dir="/tmp"))
             try:

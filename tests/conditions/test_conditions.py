@@ -31,7 +31,7 @@ def _branch(kind: str, condition: Condition) -> str:
     return f"{kind}-{condition.slug}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kit_config(tmp_path_factory: pytest.TempPathFactory, fixture_repo) -> Path:
     """main, and a mutant and a refactor branch per condition."""
     tmp = tmp_path_factory.mktemp("conditions")
@@ -43,7 +43,7 @@ def kit_config(tmp_path_factory: pytest.TempPathFactory, fixture_repo) -> Path:
     return write_config(tmp, branches)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def result_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("result-cache")
 

@@ -80,7 +80,7 @@ def edited(text: str, *edits: tuple[str, str]) -> str:
     return text
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def scheduler_source(fixture_repo) -> str:
     return read_blob(fixture_repo, BASE_TAG, SCHEDULER).decode()
 
@@ -112,7 +112,7 @@ def culprit_text(search: BlameEvidence) -> str:
 # -- the shipped pr-56195-style -------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pr_56195(tmp_path_factory, fixture_repo) -> Path:
     return blame(
         tmp_path_factory.mktemp("pr-56195"), [shipped_branch("pr-56195-style")], "pr-56195-style"

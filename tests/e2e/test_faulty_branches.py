@@ -84,7 +84,7 @@ TWICE = (
 faulty = pytest.mark.xdist_group("faulty-run")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def faulty_run(tmp_path_factory, fixture_repo):
     """One `run -k CONTROL` of main beside ten faulty branches (they run in parallel, as in real
     use)."""

@@ -101,7 +101,7 @@ def test_a_typo_in_a_ref_exits_2_before_the_base_is_built(tmp_path, clone, monke
 PULLS = {56137: "pr-56137-style.patch", 56195: "pr-56195-style.patch"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def later_main(tmp_path_factory, fixture_repo) -> Path:
     """An upstream whose `main` moved past v0.32.0 (a Python commit outside the stats path, then a
     native-code commit), with the two #56101 approaches as pull requests off that later main."""

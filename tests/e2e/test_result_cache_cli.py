@@ -77,7 +77,7 @@ def _runs(out: Path, whole: bool = True) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cached(tmp_path_factory, fixture_repo):
     """Two identical runs into a fresh result cache: (folder, config, first out, second out,
     logs)."""

@@ -43,7 +43,7 @@ class ShippedRun:
         return json.loads((self.out / "evidence.json").read_text())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shipped_run(tmp_path_factory) -> ShippedRun:
     """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module, printed
     as into a pipe of an 80-column terminal (`COLUMNS=80`, not a TTY)."""

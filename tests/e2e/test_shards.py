@@ -48,7 +48,7 @@ def _judged(evidence: dict) -> tuple[list, dict, dict]:
     return results, runs, evidence["scenarios"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One whole run and its two shards (`whole`, `s1`, `s2`), measured once: tests merge copies."""
     root = tmp_path_factory.mktemp("shards")

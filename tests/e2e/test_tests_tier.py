@@ -83,7 +83,7 @@ def snapshot(folders: list[Path]) -> dict[str, tuple[int, int, int]]:
 # -- the shipped config, default selection ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shipped_tests_run(tmp_path_factory, workspace):
     """`difftest run --tier tests` on the shipped branches.yaml's three original branches (the two
     drafter-skip branches add sessions, not questions, to these tests), once; the environments
@@ -209,7 +209,7 @@ def small_config(tmp: Path, *branches: dict) -> Path:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def faulty_branches(tmp_path_factory, fixture_repo) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("faulty-tests")
     planted = insert_after(
@@ -223,7 +223,7 @@ def faulty_branches(tmp_path_factory, fixture_repo) -> dict[str, dict]:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def faulty_tests_run(tmp_path_factory, faulty_branches):
     tmp = tmp_path_factory.mktemp("faulty-tests-run")
     config = small_config(tmp, *faulty_branches.values())

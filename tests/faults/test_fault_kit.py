@@ -69,7 +69,7 @@ def _run(config: Path, out: Path, *extra: str, select: str = CONTROL) -> tuple[i
     return code, err.getvalue()
 
 
-@pytest.fixture(scope="module", params=PATHS)
+@pytest.fixture(scope="session", params=PATHS)
 def path_run(request, tmp_path_factory, fixture_repo, monkeypatch_module):
     """(path, exit code, out folder, log, tmp folder) of one path's run of every fault beside main;
     once per path and process (pytest may set a parametrized module fixture up again when it
@@ -133,7 +133,7 @@ def _run_path(
     return path, code, out, log, tmp
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def monkeypatch_module():
     patcher = pytest.MonkeyPatch()
     yield patcher

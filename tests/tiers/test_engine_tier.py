@@ -45,7 +45,7 @@ CONTROLS = ("engine-plain-control",) + STRUCTURED + SERVING
 PREFIX_HIT = "engine-prefix-hit"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine_runs(probe_runs):
     """engine_runs(branch) -> {scenario: [ProbeRun]} of every shipped engine scenario."""
 

@@ -24,12 +24,28 @@ import pytest
 from difftest import tiers
 from difftest.core.records import ProbeRun
 from difftest.run.pipeline import make_job
-from difftest.run.probes.runner import run_branches, run_probe, warm_fork_server
+from difftest.run.probes.runner import (
+    KEEP_FORK_SERVERS_ENV,
+    allow_probes,
+    close_kept_fork_servers,
+    run_branches,
+    run_probe,
+    stop_all_probes,
+    warm_fork_server,
+)
 
 pytestmark = pytest.mark.slow
 
 TIER = tiers.get("scheduler")
 BRANCHES = ["main", "pr-56137-style", "pr-56195-style"]
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_servers(monkeypatch) -> None:
+    """These tests start, stop and count this process's fork servers: none is kept from another
+    test or for one (the suite keeps them otherwise, tests/conftest.py)."""
+    close_kept_fork_servers()
+    monkeypatch.delenv(KEEP_FORK_SERVERS_ENV)
 
 
 def comparable(run: ProbeRun) -> str:
@@ -175,7 +191,7 @@ def test_a_forked_probe_past_its_time_limit_is_killed_and_reads_timeout(
     assert server is not None, why
     try:
         delivered = run_probe(
-            "hanging", env / "bin" / "python", job, TIER.name, tmp_path, 60.0, server=server
+            "hanging", env / "bin" / "python", job, TIER.name, tmp_path, 25.0, server=server
         )
     finally:
         server.close()
@@ -383,3 +399,36 @@ def test_a_branch_whose_vllm_import_sets_torch_differently_is_probed_fresh(
         threads.launch_note
     )
     assert threads.error is None and {r.status for r in threads.runs} == {"ok"}
+
+
+def test_a_kept_fork_server_serves_the_next_run_and_a_stop_retires_it(
+    workspace, shipped_scenarios, tmp_path, monkeypatch
+) -> None:
+    """With `DIFFTEST_KEEP_FORK_SERVERS=1` (the suite's setting) the server outlives its run and the
+    next run with the same interpreter forks from it, measuring what the first measured; a stop (an
+    interrupt kills every process, servers too) retires it, and the next run starts its own."""
+    monkeypatch.setenv(KEEP_FORK_SERVERS_ENV, "1")
+    control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
+    job = make_job(TIER, control, run_timeout_s=120)
+    targets = [(name, workspace.branch(name).env.python) for name in BRANCHES[:2]]
+
+    def measured(folder: str) -> dict[str, list[str]]:
+        delivered = run_branches(targets, job, TIER.name, tmp_path / folder, 600, 2, fork=True)
+        assert {d.launch for d in delivered.values()} == {"forked"}, [
+            d.launch_note for d in delivered.values()
+        ]
+        return {name: [comparable(r) for r in d.runs] for name, d in delivered.items()}
+
+    try:
+        first = measured("first")
+        kept = _server_pids()
+        assert len(kept) == 1, "the server ended with its run"
+        assert measured("second") == first and _server_pids() == kept
+        stop_all_probes()
+        allow_probes()
+        assert measured("third") == first
+        (again,) = _server_pids()
+        assert again not in kept
+    finally:
+        close_kept_fork_servers()
+    assert not _server_pids()

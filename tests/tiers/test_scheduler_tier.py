@@ -27,7 +27,7 @@ CONTROLS = ("eos-on-bonus", "grammar-trim-sync", "partial-invalid-async")
 MIXED = "mixed-batch-invalid-async"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs_of(probe_runs):
     def get(branch: str) -> dict[str, list[ProbeRun]]:
         by_scenario: dict[str, list[ProbeRun]] = {}

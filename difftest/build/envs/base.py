@@ -30,7 +30,7 @@ from difftest.build.envs.locks import env_lock
 from difftest.build.envs.sources import wheel_source_args
 from difftest.build.envs.uvtool import run_uv
 from difftest.build.envs.wheel_base import requirement_identity
-from difftest.core import paths
+from difftest.core import paths, tally
 from difftest.core.config import BaseSpec
 from difftest.core.errors import EnvironmentBuildError
 
@@ -146,6 +146,7 @@ def _build(
     spec: BaseSpec, interpreter: str, key: str, path: Path, log: Log, constraints: str | None
 ) -> BaseEnv:
     started = time.monotonic()
+    tally.count("base-build")
     run_uv(
         ["venv", "--quiet", "--python", interpreter, str(path)], what="create the base virtualenv"
     )

@@ -49,7 +49,7 @@ from difftest.build.refs import (
     native_changes,
     read_blob,
 )
-from difftest.core import paths
+from difftest.core import paths, tally
 from difftest.core.errors import EnvironmentBuildError, NativeCodeChanged
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -150,6 +150,7 @@ def _build(
     final: Path,
     log: Log,
 ) -> BranchEnv:
+    tally.count("branch-build", branch=branch.name)
     base_sha = repo.commit(base_ref).hexsha
     changes = changed_files(repo, base_sha, branch.sha)
     native = native_changes(changes, binary_paths(repo, base_sha, branch.sha))

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from difftest.core import tally
 from difftest.core.verdicts import one_line
 from difftest.probe.protocol import Job
 from difftest.run.probes import descendants
@@ -327,6 +328,7 @@ class WarmProcess:
                 ).encode()
             )
             self._log_offset = log.tell()
+            tally.count("warm-probe", branch=self.branch, tier=self.tier)
             self._proc = start_probe_process(
                 [str(self.python), "-m", "difftest.probe", "--serve"],
                 stdin=subprocess.PIPE,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from difftest.core import tally
 from difftest.core.evidence import ProbeNode, ReusedProbe
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeHeader, ProbeRun
@@ -415,6 +416,7 @@ def play_probe(
             ):  # a fork that failed because difftest was interrupted meanwhile
                 raise ProbesStopped("difftest was interrupted: no new probe is started")
             result.set(launch="fresh")
+            tally.count("probe-fresh", branch=branch, tier=tier)
             with open(log_path, "wb") as log:
                 proc = start_probe_process(
                     [str(python), *argv],
@@ -578,6 +580,7 @@ def _forked(
         return None
     _LIVE.add(proc)
     result.set(launch="forked")
+    tally.count("probe-forked")
     return proc
 
 
@@ -751,7 +754,7 @@ def run_branches(
     else:
         parallel = min(jobs, len(targets))
         server, note = _announced(
-            warm_fork_server(targets[0][1], tier, work_dir, timeout_s, parallel)
+            fork_server_for(targets[0][1], tier, work_dir, timeout_s, parallel)
             if fork and targets
             else (None, ""),
             tier,
@@ -782,11 +785,84 @@ def run_branches(
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     finally:
-        if server is not None and shared is None:
+        if server is not None and shared is None and not _release(server):
             server.close()
             _LIVE.ended(server.process)
     pool.shutdown()
     return delivered
+
+
+#: Set to 1 by a long-lived host process that runs many comparisons (the test suite runs the CLI
+#: in-process, test after test): each fork server is kept for the next run that would start the
+#: same one (same interpreter, tier, probes at once and environment) instead of importing the
+#: shared libraries again. Unset (a CLI run), each run starts its own and ends it.
+KEEP_FORK_SERVERS_ENV = "DIFFTEST_KEEP_FORK_SERVERS"
+#: At most this many kept servers not in use (each holds the shared libraries, ~0.4 GB).
+MAX_KEPT_SERVERS = 3
+
+
+@dataclass
+class _Kept:
+    server: ForkServer
+    #: `_LIVE.stops` when it was started: a stop since (an interrupt) killed it.
+    stops: int
+    #: Runs using it now: it is never ended under them.
+    users: int = 0
+
+
+_KEPT: dict[tuple[Any, ...], _Kept] = {}
+_KEPT_LOCK = threading.Lock()
+
+
+def fork_server_for(
+    python: Path, tier: str, work_dir: Path, timeout_s: float, parallel: int
+) -> tuple[ForkServer | None, str]:
+    """A warm fork server for this run: a kept one where `DIFFTEST_KEEP_FORK_SERVERS` is 1 and one
+    was started the same way, still usable, and no stop (an interrupt) came since; else a new one
+    (`warm_fork_server`), kept in its turn. The caller hands a kept one back (`_release`)."""
+    if os.environ.get(KEEP_FORK_SERVERS_ENV) != "1":
+        return warm_fork_server(python, tier, work_dir, timeout_s, parallel)
+    key = (str(python), tier, parallel, tuple(sorted(probe_environ(parallel).items())))
+    with _KEPT_LOCK:
+        kept = _KEPT.pop(key, None)
+        if kept is not None and not (kept.server.usable and kept.stops == _LIVE.stops):
+            if kept.users == 0:
+                _close_server(kept.server)
+            kept = None
+        if kept is None:
+            server, why = warm_fork_server(python, tier, work_dir, timeout_s, parallel)
+            if server is None:
+                return None, why
+            kept = _Kept(server, _LIVE.stops)
+        kept.users += 1
+        _KEPT[key] = kept  # the newest
+        idle = [k for k, held in _KEPT.items() if held.users == 0]
+        for old in idle[: max(0, len(idle) - MAX_KEPT_SERVERS)]:
+            _close_server(_KEPT.pop(old).server)
+        return kept.server, ""
+
+
+def close_kept_fork_servers() -> None:
+    """End every kept fork server (a test that counts this process's servers starts with none)."""
+    with _KEPT_LOCK:
+        for kept in _KEPT.values():
+            _close_server(kept.server)
+        _KEPT.clear()
+
+
+def _release(server: ForkServer) -> bool:
+    """Hand a kept server back after a run; False when `server` is not a kept one."""
+    with _KEPT_LOCK:
+        for kept in _KEPT.values():
+            if kept.server is server:
+                kept.users -= 1
+                return True
+    return False
+
+
+def _close_server(server: ForkServer) -> None:
+    server.close()
+    _LIVE.ended(server.process)
 
 
 class SharedServer:
@@ -876,6 +952,7 @@ def warm_fork_server(
     work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     env = {**probe_environ(parallel), HOST_PID_ENV: str(os.getpid())}
+    tally.count("fork-server", tier=tier)
     server = start_fork_server(
         python,
         env,

@@ -30,7 +30,7 @@ from typing import Any
 from difftest.build.tests.deps import site_dir, suite_packages
 from difftest.build.tests.standins import hub_cache
 from difftest.build.tests.trees import PYTEST_CONFIG, branch_tests, has_tests, suite_tree
-from difftest.core import paths
+from difftest.core import paths, tally
 from difftest.core.evidence import TestSourceEvidence
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan, SuiteSession
 from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, INHERIT_PATH_ENV, OUT_ENV
@@ -341,6 +341,7 @@ def run_session(
     run = SessionRun(session.name, out, root, command)
     started = time.monotonic()
     token = descendants.new_token()
+    tally.count("test-session", workers=len(setup.workers))
     with open(out / "pytest.log", "wb") as log:
         # Through the probes' registry: killed with them on Ctrl-C, SIGTERM or exit
         # (`runner._LIVE`).
