@@ -53,6 +53,7 @@ from difftest.run.context import (
 from difftest.run.probes.capacity import available_memory_mb, probes_at_once
 from difftest.run.probes.environ import passed_environ
 from difftest.run.probes.runner import BranchRun, Progress, SharedServer, run_branches
+from difftest.run.probes.sandbox import protection
 from difftest.run.suites.measure import measure_suites
 from difftest.tiers.base import Tier, TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
@@ -159,6 +160,9 @@ def compare(
     cluster = connect(request.cluster.address) if request.cluster is not None else None
     try:
         workspace = prepare(config, named, do_fetch=request.fetch, log=log)
+        guard = protection()
+        if not guard.active:
+            log(guard.describe() + " (the base is still checked by content before each run)")
         for chosen in selected:
             _mark_unavailable(chosen, workspace.base.fingerprint, log)
         context = RunContext(

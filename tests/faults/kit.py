@@ -92,6 +92,29 @@ def _environ_reader(tmp: Path) -> str:
     )
 
 
+#: At import of its own scheduler, rewrites a file it did not change, in place (the same inode its
+#: overlay shares with the base and every other branch): metrics.py counting each draft twice, its
+#: size and mtime kept and its bytecode rewritten to match, so nothing but the content tells.
+TAMPER_SHARED = (
+    "def _difftest_tamper():\n"
+    "    import importlib.util as _util, os as _os\n"
+    "    from importlib._bootstrap_external import _code_to_timestamp_pyc\n"
+    "    _src = _util.find_spec('vllm.v1.spec_decode.metrics').origin\n"
+    "    _st = _os.stat(_src)\n"
+    "    _new = open(_src, 'rb').read().replace(\n"
+    "        b'self.num_drafts += 1', b'self.num_drafts += 2', 1\n"
+    "    )\n"
+    "    with open(_src, 'r+b') as _file:\n"
+    "        _file.write(_new)\n"
+    "    _os.utime(_src, ns=(_st.st_atime_ns, _st.st_mtime_ns))\n"
+    "    _code = compile(_new, _src, 'exec')\n"
+    "    _pyc = _code_to_timestamp_pyc(_code, int(_st.st_mtime), _st.st_size)\n"
+    "    with open(_util.cache_from_source(_src), 'r+b') as _file:\n"
+    "        _file.write(_pyc)\n"
+    "        _file.truncate()\n"
+    "_difftest_tamper()\n"
+)
+
 #: Counts one accepted token too many whenever SKEW_ENV is set.
 ENV_COUNT = (
     "        import os as _os\n"
@@ -170,6 +193,14 @@ FAULTS = (
         "reads its own process's environment, looking for the nonce",
         lambda tmp, repo: prepend(tmp / "environ.patch", repo, METRICS, _environ_reader(tmp)),
         frozenset({"pass"}),
+    ),
+    Fault(
+        "tamper-shared",
+        "rewrites in place, at import, a vLLM file it did not change (shared with every branch)",
+        lambda tmp, repo: prepend(tmp / "tamper-shared.patch", repo, SCHEDULER, TAMPER_SHARED),
+        # Its vLLM does not import (the write fails), as any branch whose import raises.
+        frozenset({"error"}),
+        says="Read-only file system",
     ),
     Fault(
         "env-count",

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from difftest.build.envs.contents import changed_contents
+from difftest.run.probes.sandbox import protection
 from tests.e2e.cli_helpers import (
     CONTROL,
     INIT_MARKER,
@@ -183,6 +185,16 @@ def test_main_is_kept_every_report_is_whole_and_the_exit_code_is_the_worst(path_
     for name in ("report.md", "report.html", "junit.xml", "evidence.json"):
         assert (out / name).stat().st_size > 0, (path, name)
     assert "Traceback" not in log
+
+
+@pytest.mark.xdist_group("fault-kit")
+def test_no_branch_changed_a_file_the_base_shares_with_every_branch(path_run, base_env):
+    """tamper-shared rewrote metrics.py in place through its overlay's hard link (same size, mtime
+    and bytecode): under the probes' sandbox the write failed, so the base, and every other
+    branch's overlay of it, still holds what was installed, by content."""
+    path, *_ = path_run
+    assert protection().active, protection().describe()
+    assert changed_contents(base_env.path, base_env.vllm_dir) is None, path
 
 
 @pytest.mark.xdist_group("fault-kit")

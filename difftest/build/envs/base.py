@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from difftest.build.envs.contents import changed_contents, has_contents, record_contents
 from difftest.build.envs.fingerprint import (
     platform_tag,
     read_fingerprint,
@@ -106,9 +107,13 @@ def ensure_base(
     path = paths.envs_dir() / f"base-{key}"
     with env_lock(path.name):
         found = _trusted(path, key, spec.package)
-        if found is not None:
+        problem = None if found is None else base_problem(found)
+        if found is not None and problem is None:
             return found
-        if path.exists():
+        if problem is not None:
+            log(f"base {path.name} is corrupt ({problem}): rebuilding it")
+            shutil.rmtree(path)
+        elif path.exists():
             log(f"removing unfinished base build {path.name}")
             shutil.rmtree(path)
         log(
@@ -135,6 +140,16 @@ def _trusted(path: Path, key: str, package: str) -> BaseEnv | None:
             return None
         fingerprint.update(wheel_hash=wheel_identity(record), identity=IDENTITY_VERSION)
     return BaseEnv(path=path, python=python, site_packages=site, fingerprint=fingerprint)
+
+
+def base_problem(base: BaseEnv) -> str | None:
+    """Why the finished `base` can no longer be trusted (its `vllm/` changed since it was built,
+    by content: `contents.py`), or None. A base built before contents were recorded has them
+    recorded now, as they are."""
+    if not has_contents(base.path):
+        record_contents(base.path, base.vllm_dir)
+        return None
+    return changed_contents(base.path, base.vllm_dir)
 
 
 def _site_packages(env: Path) -> Path | None:
@@ -169,6 +184,10 @@ def _build(
             "--python",
             str(python),
             "--compile-bytecode",
+            # Its own copies, not hard links into uv's cache: no other environment uv builds, nor
+            # another difftest home, shares an inode with what every branch runs.
+            "--link-mode",
+            "copy",
             "--override",
             str(overrides),
             *pinned,
@@ -212,6 +231,7 @@ def _build(
         "build_s": round(time.monotonic() - started, 1),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    record_contents(path, Path(info["site_packages"]) / "vllm")
     write_fingerprint(path, fingerprint)
     log(f"base ready in {fingerprint['build_s']} s")
     return BaseEnv(

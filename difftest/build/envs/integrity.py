@@ -33,9 +33,9 @@ def make_manifest(env: Path, base_vllm: Path, pth: Path) -> dict[str, Any]:
     """What `env` holds now (called last when building): its own files by hash, the links by
     count."""
     own: dict[str, str] = {}
-    base = _files(base_vllm.parent, "vllm")
+    base = files_below(base_vllm.parent, "vllm")
     copies = 0
-    overlay = _files(env / OVERLAY)
+    overlay = files_below(env / OVERLAY)
     for rel, (inode, path) in overlay.items():
         if rel in base and base[rel][0] == inode:
             continue
@@ -43,7 +43,7 @@ def make_manifest(env: Path, base_vllm: Path, pth: Path) -> dict[str, Any]:
             copies += 1  # the cache's filesystem could not hard-link this file
         else:
             own[f"{OVERLAY}/{rel}"] = sha256_file(Path(path))
-    for rel, (_inode, path) in _files(env / PROBE).items():
+    for rel, (_inode, path) in files_below(env / PROBE).items():
         own[f"{PROBE}/{rel}"] = sha256_file(Path(path))
     own[str(pth.relative_to(env))] = sha256_file(pth)
     removed = sorted(rel for rel in base if rel not in overlay)
@@ -61,8 +61,8 @@ def check_manifest(env: Path, manifest: dict[str, Any] | None, base_vllm: Path) 
             return f"{rel} is missing"
         if sha256_file(own_file) != digest:
             return f"{rel} was changed after the environment was built"
-    base = _files(base_vllm.parent, "vllm")
-    overlay = _files(env / OVERLAY)
+    base = files_below(base_vllm.parent, "vllm")
+    overlay = files_below(env / OVERLAY)
     for rel, (inode, path) in overlay.items():
         if f"{OVERLAY}/{rel}" in own:
             continue
@@ -75,13 +75,13 @@ def check_manifest(env: Path, manifest: dict[str, Any] | None, base_vllm: Path) 
     for rel in base:
         if rel not in overlay and rel not in removed:
             return f"{OVERLAY}/{rel} is missing"
-    for rel in _files(env / PROBE):
+    for rel in files_below(env / PROBE):
         if f"{PROBE}/{rel}" not in own:
             return f"{PROBE}/{rel} was added after the environment was built"
     return None
 
 
-def _files(root: Path, only: str = "") -> dict[str, tuple[int, str]]:
+def files_below(root: Path, only: str = "") -> dict[str, tuple[int, str]]:
     """{path relative to `root`: (inode, absolute path)} of every file below `root` (or
     `root/only`).
 

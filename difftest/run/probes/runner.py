@@ -43,7 +43,7 @@ from difftest.probe.protocol import (
     STUCK_PREFIX,
     Job,
 )
-from difftest.run.probes import descendants
+from difftest.run.probes import descendants, sandbox
 from difftest.run.probes.environ import probe_environ
 from difftest.run.probes.files import open_probe_file, read_probe_text
 from difftest.run.probes.forking import ForkServer, ProbeProcess, refusal, start_fork_server
@@ -89,17 +89,20 @@ class _LiveProbes:
         #: (rather than dying on its own) even after the stop was handled.
         self.stops = 0
 
-    def start(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+    def start(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start a probe process with the files other branches read made read-only to it
+        (`sandbox`)."""
+        argv = sandbox.wrap(argv)
         with self._lock:
             if self._stopped:
                 raise ProbesStopped("difftest was interrupted: no new probe is started")
-            proc = subprocess.Popen(*args, **kwargs)
+            proc = subprocess.Popen(argv, **kwargs)
             self._procs.add(proc)
             return proc
 
-    def start_helper(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+    def start_helper(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """`start`, for a process that serves probes (a fork server) rather than being one."""
-        proc = self.start(*args, **kwargs)
+        proc = self.start(argv, **kwargs)
         with self._lock:
             self._helpers.add(proc.pid)
         return proc

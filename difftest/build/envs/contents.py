@@ -1,0 +1,84 @@
+"""Is the base's `vllm/` still what was installed? Checked by content, not by inode or size.
+
+Every branch environment's `overlay/vllm` shares the base's files (hard links), so a file changed in
+place there (its size, mtime and bytecode kept) changes what every branch runs, and a check by
+inode or `stat` does not see it. The base records the sha256 of every file of its `vllm/` tree when
+it is built (`vllm-contents.json` beside its fingerprint) and each use compares the tree with it:
+Python sources, bytecode and data by content; compiled libraries (`.so`, four fifths of the bytes)
+by size and modification time, as hashing them would cost about a second on every run, and the
+probes' sandbox (`run.probes.sandbox`) makes them unwritable anyway.
+
+A file is hashed again only when its `stat` (inode, size, mtime, ctime) moved since this process
+last found it intact: a change in place always moves its ctime, which no program can set back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+from difftest.build.envs.fingerprint import sha256_file
+from difftest.build.envs.integrity import files_below
+
+CONTENTS_FILE = "vllm-contents.json"
+#: Files compared by size and mtime only (see above).
+BY_STAT = (".so",)
+
+_Stat = tuple[int, int, int, int]
+#: {absolute path: the stat it had when this process last found it intact}.
+_INTACT: dict[str, _Stat] = {}
+_LOCK = threading.Lock()
+
+
+def record_contents(base: Path, vllm_dir: Path) -> None:
+    """Write what `vllm_dir` holds now (called when the base is built or first seen)."""
+    contents = {rel: _digest(path) for rel, path in _walk(vllm_dir).items()}
+    target = base / CONTENTS_FILE
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"version": 1, "files": contents}, sort_keys=True))
+    tmp.replace(target)
+
+
+def has_contents(base: Path) -> bool:
+    return (base / CONTENTS_FILE).is_file()
+
+
+def changed_contents(base: Path, vllm_dir: Path) -> str | None:
+    """None when `vllm_dir` holds what was recorded; otherwise the first difference, in words."""
+    try:
+        recorded: dict[str, str] = json.loads((base / CONTENTS_FILE).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its record of vllm/'s contents ({CONTENTS_FILE}) is missing or unreadable"
+    found = _walk(vllm_dir)
+    for rel in sorted(set(recorded) - set(found)):
+        return f"vllm/{rel} is missing"
+    for rel in sorted(set(found) - set(recorded)):
+        return f"vllm/{rel} was added after the base was built"
+    for rel, path in sorted(found.items()):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"vllm/{rel} is missing"
+        now = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        with _LOCK:
+            if _INTACT.get(path) == now:
+                continue
+        if _digest(path, st) != recorded[rel]:
+            return f"vllm/{rel} was changed after the base was built (its content differs)"
+        with _LOCK:
+            _INTACT[path] = now
+    return None
+
+
+def _digest(path: str, st: os.stat_result | None = None) -> str:
+    if path.endswith(BY_STAT):
+        st = st or os.stat(path)
+        return f"stat:{st.st_size}:{st.st_mtime_ns}"
+    return sha256_file(Path(path))
+
+
+def _walk(root: Path) -> dict[str, str]:
+    """{path relative to `root`: absolute path} of every file below it."""
+    return {rel: path for rel, (_inode, path) in files_below(root).items()}
