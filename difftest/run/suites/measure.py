@@ -333,6 +333,8 @@ def run_session(
 
     `inherit_controller_path` is for difftest's own tests only: it leaves xdist's default (every
     worker gets the controller's sys.path), to show what the plugin's fix prevents."""
+    # The session runs in the test root: a relative `--out` would name a folder there.
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("junit.xml", "workers.json", "progress.jsonl"):
         (out / stale).unlink(missing_ok=True)
