@@ -12,6 +12,7 @@ only.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,9 +92,17 @@ def _view(report: BlameReport, blame: BlameEvidence, finding: BlameFinding) -> F
         f"{finding.reason}"
     )
     label = next(iter(finding.runs), "")
-    reproduce = (
-        f"difftest run -c {Path(report.out) / blame.config} --tier {finding.tier} "
-        f"-k {finding.scenario}"
+    reproduce = shlex.join(
+        [
+            "difftest",
+            "run",
+            "-c",
+            str(Path(report.out) / blame.config),
+            "--tier",
+            finding.tier,
+            "-k",
+            finding.scenario,
+        ]
     )
     if not finding.minimal:
         return FindingView(finding, headline, finding.problem, [], [], "", label, [], reproduce)

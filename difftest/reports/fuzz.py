@@ -98,7 +98,7 @@ def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
 
 
 def reproduce_command(report: FuzzReport) -> str:
-    return f"difftest run -c {Path(report.out) / 'found' / 'branches.yaml'}"
+    return shlex.join(["difftest", "run", "-c", str(Path(report.out) / "found" / "branches.yaml")])
 
 
 def blame_commands(report: FuzzReport) -> list[str]:

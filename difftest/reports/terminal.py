@@ -14,6 +14,7 @@ reads it as markup.
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from collections.abc import Mapping
 
@@ -183,7 +184,7 @@ def _print_scenario(console: Console, view: ScenarioView) -> None:
         why = f"the most severe, {view.shown_why}; " if view.shown_why else ""
         notes.append(
             f"run {view.shown} ({why}1 of {len(view.labels)}; the verdict row covers all; "
-            f"others: difftest show {view.name} --order RUN)"
+            f"others: {shlex.join(['difftest', 'show', view.name])} --order RUN)"
         )
     for note in notes:
         console.print(Text(note, style="dim"))

@@ -241,6 +241,31 @@ def test_scenario_names_must_be_unique_in_a_folder(tmp_path: Path) -> None:
         load_scenarios(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["x$(touch /tmp/p)", "x;rm -rf ~", "a b", "x\x1b[2Jy", "x\ty", "-k", ".hidden", "x" * 101],
+)
+def test_a_name_a_shell_or_terminal_would_read_is_refused(tmp_path: Path, name: str) -> None:
+    """Scenario names go into commands printed for pasting (`difftest show NAME`, blame's and
+    fuzz's Reproduce lines) and terminal lines: the characters of a branch name only."""
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_write(tmp_path, {**GOOD, "name": name}))
+    assert "name" in str(err.value) and "letters, digits" in str(err.value)
+
+
+def test_a_file_name_a_shell_would_read_is_refused_as_the_default_name(tmp_path: Path) -> None:
+    unnamed = {k: v for k, v in GOOD.items() if k != "name"}
+    with pytest.raises(ConfigError, match="letters, digits"):
+        load_scenario(_write(tmp_path, unnamed, "x$(touch p).yaml"))
+
+
+def test_escape_sequences_in_a_statement_never_reach_a_terminal(tmp_path: Path) -> None:
+    screen_clear, link = "\x1b[2J", "\x1b]8;;http://x\x07here\x1b]8;;\x07"
+    scenario = load_scenario(_write(tmp_path, {**GOOD, "statement": f"a{screen_clear}b{link}"}))
+    assert "\x1b" not in scenario.statement and "\x07" not in scenario.statement
+    assert scenario.statement.startswith("a") and "here" in scenario.statement
+
+
 def test_an_empty_folder_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no \*\.yaml scenario files"):
         load_scenarios(tmp_path)

@@ -19,6 +19,7 @@ finding or another, costs nothing.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -361,8 +362,9 @@ def _findings(
         )
     raise ConfigError(
         f"{head} shows nothing on {shown} that {base} does not: no finding to blame",
-        f"pick a scenario where {head} is broken or worse than {base} (`difftest run {base} "
-        f"{head}` shows them) with -k, or another base with --against",
+        f"pick a scenario where {head} is broken or worse than {base} "
+        f"(`{shlex.join(['difftest', 'run', base, head])}` shows them) with -k, or another base "
+        "with --against",
     )
 
 

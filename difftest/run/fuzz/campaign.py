@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Callable
@@ -553,7 +554,8 @@ def _comments(name: str, found: Found[Kind], request: FuzzRequest) -> list[str]:
     lines += [
         f"{o.kind.branch}: {o.kind.verdict} in {o.label}: {o.reason}" for o in found.kinds.values()
     ]
-    lines.append(f"Reproduce: difftest run -c {request.out / FOUND / 'branches.yaml'} -k {name}")
+    command = ["difftest", "run", "-c", str(request.out / FOUND / "branches.yaml"), "-k", name]
+    lines.append(f"Reproduce: {shlex.join(command)}")
     return lines
 
 

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from difftest.core.errors import ConfigError
+from difftest.core.text import clean
 from difftest.core.validation import describe
 from difftest.core.values import quote
 from difftest.core.yamlfile import read_yaml
@@ -28,6 +29,8 @@ from difftest.probe.protocol import JobScenario, PlannedRun
 ScenarioT = TypeVar("ScenarioT", bound="ScenarioBase")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_SCENARIO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_SCENARIO_NAME = 100
 
 
 class ScenarioIdentity(BaseModel):
@@ -43,12 +46,25 @@ class ScenarioIdentity(BaseModel):
     file: str = ""
     sha256: str = ""
 
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        # A scenario's name goes into commands printed for a person to paste, file names and
+        # terminal lines: the same characters as a branch's name.
+        if not _SCENARIO_NAME.match(value) or len(value) > MAX_SCENARIO_NAME:
+            raise ValueError(
+                f"use at most {MAX_SCENARIO_NAME} letters, digits, '.', '_' or '-', starting with "
+                f"a letter or digit (got {value[:60]!r})"
+            )
+        return value
+
     @field_validator("statement")
     @classmethod
     def _one_line(cls, value: str) -> str:
         if "\n" in value.strip():
             raise ValueError("must be one line")
-        return value.strip()
+        # Terminal escape sequences (a screen clear, an OSC 8 link) never reach a terminal.
+        return clean(value.strip())
 
     def runs(self) -> list[PlannedRun]:
         """The planned runs a probe plays (none for tiers that are not measured by probes)."""
