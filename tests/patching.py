@@ -59,3 +59,33 @@ def binary_patch(dest: Path, repo_path: str, data: bytes) -> Path:
         run("add", repo_path)
         dest.write_bytes(run("diff", "--cached", "--binary"))
     return dest
+
+
+def symlink_patch(dest: Path, repo, folder: str, target: str, tag: str = "v0.32.0") -> Path:
+    """A patch replacing the folder `folder` (at `tag`) by a symbolic link to `target`, as
+    `git diff` writes it: every file of the folder deleted, the link added."""
+    import os
+    import subprocess
+    import tempfile
+
+    from difftest.build.refs import read_blob
+
+    files = repo.git.ls_tree("-r", "--name-only", tag, folder).splitlines()
+    with tempfile.TemporaryDirectory() as scratch:
+
+        def run(*args: str) -> bytes:
+            done = subprocess.run(["git", "-C", scratch, *args], check=True, capture_output=True)
+            return done.stdout
+
+        run("init", "-q")
+        for path in files:
+            (Path(scratch) / path).parent.mkdir(parents=True, exist_ok=True)
+            (Path(scratch) / path).write_bytes(read_blob(repo, tag, path))
+        run("add", "-A")
+        run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "folder")
+        run("rm", "-r", "-q", folder)
+        (Path(scratch) / folder).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, Path(scratch) / folder)
+        run("add", folder)
+        dest.write_bytes(run("diff", "--cached", "--binary"))
+    return dest

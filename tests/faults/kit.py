@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.e2e.cli_helpers import INIT_MARKER, METRICS, SCHEDULER
-from tests.patching import insert_after, prepend
+from tests.patching import insert_after, prepend, symlink_patch
 
 #: The environment variable the `env-count` fault's counting reads (vLLM's prefix: it reaches
 #: probes).
@@ -201,6 +201,15 @@ FAULTS = (
         # Its vLLM does not import (the write fails), as any branch whose import raises.
         frozenset({"error"}),
         says="Read-only file system",
+    ),
+    Fault(
+        "symlink-dir",
+        "replaces the folder vllm/v1/core/sched by a symbolic link",
+        lambda tmp, repo: symlink_patch(
+            tmp / "symlink-dir.patch", repo, "vllm/v1/core/sched", "/tmp"
+        ),
+        frozenset({"error"}),
+        says="vllm/v1/core/sched (a symbolic link)",
     ),
     Fault(
         "env-count",

@@ -48,6 +48,7 @@ from difftest.build.refs import (
     changed_files,
     native_changes,
     read_blob,
+    special_paths,
 )
 from difftest.core import paths, tally
 from difftest.core.errors import EnvironmentBuildError, NativeCodeChanged
@@ -163,6 +164,17 @@ def _build(
             "later main: `transplant: true` replays only its own commits), or point "
             "`base.requirement` at a wheel built from that code (GPU: the per-commit wheel of its "
             "merge-base)",
+        )
+    special = {
+        p: what for p, what in special_paths(repo, base_sha, branch.sha).items() if overlaid(p)
+    }
+    if special:
+        shown = ", ".join(f"{path} ({what})" for path, what in list(special.items())[:4])
+        raise EnvironmentBuildError(
+            f"branch {branch.name!r} ({branch.sha[:12]}) makes paths under vllm/ something other "
+            f"than a regular file: {shown}",
+            "a branch environment overlays the branch's regular files on the base: commit the "
+            "files themselves instead of a link",
         )
     python_changes = [
         OverlayChange(

@@ -12,6 +12,7 @@ from difftest.build.refs.diff import (
     changed_files,
     native_changes,
     read_blob,
+    special_paths,
     touches,
 )
 from difftest.build.refs.fixture import (
@@ -45,6 +46,7 @@ __all__ = [
     "native_changes",
     "open_repo",
     "read_blob",
+    "special_paths",
     "repo_label",
     "resolve_branch",
     "resolve_ref",

@@ -113,6 +113,22 @@ def binary_paths(repo: git.Repo, base: str, head: str) -> list[str]:
     return found
 
 
+#: git's modes for what is not a regular file: a symbolic link, a submodule.
+_LINK_MODES = {"120000": "a symbolic link", "160000": "a submodule"}
+
+
+def special_paths(repo: git.Repo, base: str, head: str) -> dict[str, str]:
+    """{path: what it is} of the changed paths that the head makes a symbolic link or a submodule
+    (`--raw` gives each change's new mode)."""
+    fields = _diff_tree(repo, base, head, "--raw").split("\0")
+    found: dict[str, str] = {}
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        modes = meta.lstrip(":").split(" ")
+        if len(modes) > 1 and modes[1] in _LINK_MODES and path:
+            found[path] = _LINK_MODES[modes[1]]
+    return found
+
+
 def _diff_tree(repo: git.Repo, base: str, head: str, form: str) -> str:
     """`git diff-tree -r -z --no-renames FORM base head`, NUL-separated.
 
