@@ -26,7 +26,13 @@ from difftest.build.refs import (
     resolve_ref,
 )
 from difftest.build.tests.sdist import upstream_tests
-from difftest.core.config import BranchSpec, Config, branch_name_for
+from difftest.core.config import (
+    MAX_BRANCHES,
+    BranchSpec,
+    Config,
+    branch_name_for,
+    distinct_branch_name,
+)
 from difftest.core.errors import ConfigError, EnvironmentBuildError, RefError
 
 
@@ -133,15 +139,31 @@ def branch_specs(config: Config, names: list[str] | None) -> list[BranchSpec]:
     """The branches to compare: configured names or git refs, each once."""
     if not names:
         return list(config.branches)
-    specs = [branch_spec(config, n) for n in names]
-    seen: set[str] = set()
-    for spec, name in zip(specs, names, strict=True):
-        if spec.name in seen:
+    if len(names) > MAX_BRANCHES:
+        raise ConfigError(
+            f"{len(names):,} branches to compare (those named and the baseline): at most "
+            f"{MAX_BRANCHES} are compared in one run",
+            "compare fewer branches at a time (each is an environment and a probe per tier)",
+        )
+    specs: list[BranchSpec] = []
+    given: dict[str, str] = {}
+    for name in names:
+        spec = branch_spec(config, name)
+        if spec.name in given and given[spec.name] == name:
             raise ConfigError(
-                f"branch {name!r} is listed twice on the command line (as {spec.name!r})",
-                "name each branch once",
+                f"branch {name!r} is listed twice on the command line", "name each branch once"
             )
-        seen.add(spec.name)
+        if spec.name in given:
+            # Two refs whose names collide once made branch names (`x;y`, `x&y`): the later one
+            # keeps its ref and gets a name of its own.
+            spec = spec.model_copy(update={"name": distinct_branch_name(spec.name, name)})
+            if spec.name in given:
+                raise ConfigError(
+                    f"branch {name!r} is listed twice on the command line (as {spec.name!r})",
+                    "name each branch once",
+                )
+        given[spec.name] = name
+        specs.append(spec)
     return specs
 
 

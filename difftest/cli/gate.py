@@ -75,7 +75,7 @@ class GateCommand(Command):
                     "run anyway"
                 )
                 print(message if args.format != "json" else render_skipped_json(message, EXIT_OK))
-                _step_summary(message + "\n")
+                _step_summary(message + "\n", log)
                 return EXIT_OK
             if hits:
                 log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
@@ -99,13 +99,23 @@ class GateCommand(Command):
                 args.format if args.format != AUTO else ("text" if sys.stdout.isatty() else "md")
             )
             registry.show(report, self.name, chosen)
-            _step_summary(registry.render("gate", report))
+            _step_summary(registry.render("gate", report), log)
             return code
 
 
-def _step_summary(markdown: str) -> None:
-    """Append to the CI job summary when running under GitHub Actions."""
+def _step_summary(markdown: str, log: Log) -> None:
+    """Append to the CI job summary when running under GitHub Actions. A summary that cannot be
+    written (a missing folder, a directory, a full disk) is warned about: the gate's own verdict,
+    already written to `--out`, keeps its exit code."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if target:
+    if not target:
+        return
+    try:
         with open(target, "a", encoding="utf-8") as handle:
             handle.write(markdown + "\n")
+    except OSError as exc:
+        log(
+            f"warning: could not append the job summary to GITHUB_STEP_SUMMARY={target!r} "
+            f"({exc.strerror or exc}); the gate's verdict and exit code stand, gate.md holds "
+            "the same summary"
+        )

