@@ -33,7 +33,7 @@ from difftest.core.gate import compare_for_gate, gate_exit_code
 from difftest.reports import locked_out, prepare_out, registry, write_report
 from difftest.reports.json_report import render_skipped_json
 from difftest.reports.sources import GateReport
-from difftest.run.pipeline import compare
+from difftest.run.pipeline import check_request, compare
 
 #: The gate's own `--format` choice, before the registry's: text on a terminal, md when piped.
 AUTO = "auto"
@@ -63,10 +63,12 @@ class GateCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
+        base_name = branch_spec(config, args.base).name
+        head_name = branch_spec(config, args.head).name
+        request = compare_request(args, [args.base, args.head], baseline=base_name)
+        check_request(config, request)  # a usage error touches nothing in --out
         with locked_out(args.out):  # before prepare_out clears what another command may be writing
             prepare_out(args.out)
-            base_name = branch_spec(config, args.base).name
-            head_name = branch_spec(config, args.head).name
             hits = head_stats_path_changes(config, args.base, args.head, args.fetch, log)
             if not hits and not args.always:
                 message = (
@@ -79,7 +81,6 @@ class GateCommand(Command):
                 return EXIT_OK
             if hits:
                 log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
-            request = compare_request(args, [args.base, args.head], baseline=base_name)
             comparison = compare(config, request, log, probe_progress)
             evidence = comparison.evidence
             base_results = [r for r in evidence.results if r.branch == base_name]

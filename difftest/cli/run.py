@@ -24,7 +24,7 @@ from difftest.core.verdicts import exit_code
 from difftest.reports import locked_out, prepare_out, registry, write_report
 from difftest.reports.sources import RunReport
 from difftest.reports.terminal import render_tier_verdicts
-from difftest.run.pipeline import compare
+from difftest.run.pipeline import check_request, compare
 
 
 class RunCommand(Command):
@@ -70,6 +70,7 @@ class RunCommand(Command):
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         request = compare_request(args, args.branches or None, jobs=args.jobs, shard=args.shard)
+        check_request(config, request)
         with locked_out(
             request.out
         ):  # before prepare_out clears what another command may be writing

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
@@ -50,6 +50,18 @@ HOLDER_FILE = ".difftest.lock.json"
 #: Reports being written (`write_report_set`); one left by a killed command is removed by
 #: `prepare_out`.
 STAGING_PREFIX = ".difftest-staging-"
+#: What difftest itself wrote into `--out` (paths relative to it) and when the command now writing
+#: there started: `prepare_out` removes only what is listed, never a file a person put there.
+WROTE_FILE = ".difftest-wrote.json"
+#: Folders never used as `--out`: clearing what difftest wrote there is harmless, but a command
+#: writing reports into them is a typo.
+SYSTEM_ROOTS = frozenset(
+    Path(p)
+    for p in (
+        "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc",
+        "/root", "/run", "/sbin", "/srv", "/sys", "/usr", "/var",
+    )
+)  # fmt: skip
 #: Errors that mean the file system has no room left, whatever was being written.
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 
@@ -104,6 +116,12 @@ def locked_out(out_dir: str | Path) -> Iterator[Path]:
     command becomes a DifftestError naming the file, not a traceback.
     """
     out = Path(out_dir)
+    if out.resolve() in SYSTEM_ROOTS or out.resolve() == Path.home().resolve():
+        raise ConfigError(
+            f"--out {str(out)!r} is a system folder (or your home): difftest writes its reports "
+            "and probe records into --out",
+            "pass --out a folder of its own (e.g. `--out out`, the default)",
+        )
     created = not out.exists()
     lock = _acquire(out)
     holder = out / HOLDER_FILE
@@ -207,19 +225,62 @@ def prepare_out(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / "probe"
-        stale = [out / name for name in registry.report_files()]
-        stale += (
-            [p for pattern in PROBE_FILES for p in probe.glob(pattern)] if probe.is_dir() else []
-        )
-        for path in stale:
-            path.unlink(missing_ok=True)
+        listed = _wrote(out)["files"]
+        for rel in listed:
+            if _ours(rel):
+                (out / rel).unlink(missing_ok=True)
         for staging in out.glob(f"{STAGING_PREFIX}*"):
             shutil.rmtree(staging, ignore_errors=True)
         atomic_write_text(out / ".difftest-write-test", "").unlink()
+        _record_wrote(out, [], started=time.time())
     except OSError as exc:
         raise _unusable(out, exc) from None
     return out
+
+
+def _ours(rel: str) -> bool:
+    """A listed path difftest may remove: a report or a probe file, nothing above `--out`."""
+    path = Path(rel)
+    if path.is_absolute() or ".." in path.parts:
+        return False
+    if len(path.parts) == 1:
+        return rel in registry.report_files()
+    return path.parts[0] == "probe" and any(path.match(pattern) for pattern in PROBE_FILES)
+
+
+def _wrote(out: Path) -> dict[str, Any]:
+    """`WROTE_FILE`'s content ({"files": [...], "started": seconds}); empty when absent or not
+    difftest's (a file that does not parse lists nothing, so nothing is removed)."""
+    try:
+        data = json.loads((out / WROTE_FILE).read_text())
+        files = [str(f) for f in data.get("files", []) if isinstance(f, str)]
+        return {"files": files, "started": float(data.get("started") or 0)}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {"files": [], "started": 0.0}
+
+
+def _record_wrote(out: Path, files: list[str], started: float | None = None) -> None:
+    """Add `files` to what difftest wrote into `out` (and, from `prepare_out`, the start)."""
+    known = _wrote(out)
+    data = {
+        "files": sorted(set(known["files"] if started is None else []) | set(files)),
+        "started": known["started"] if started is None else started,
+    }
+    atomic_write_text(out / WROTE_FILE, json.dumps(data, indent=1) + "\n")
+
+
+def record_written(out: Path, names: list[str]) -> None:
+    """Record the report set just written, and the probe files this command wrote (in `probe/`,
+    modified since it started: a person's file there, older, is never listed)."""
+    started = _wrote(out)["started"]
+    probe = out / "probe"
+    probe_files = [
+        str(path.relative_to(out))
+        for pattern in PROBE_FILES
+        for path in (probe.rglob(pattern) if probe.is_dir() else [])
+        if path.is_file() and path.stat().st_mtime >= started - 1
+    ]
+    _record_wrote(out, [*names, *probe_files])
 
 
 def write_report_set(out_dir: str | Path, files: Mapping[str, str]) -> dict[str, Path]:
@@ -248,6 +309,7 @@ def write_report_set(out_dir: str | Path, files: Mapping[str, str]) -> dict[str,
             os.replace(staging / name, out / name)
             moved.append(out / name)
         _sync_folder(out)
+        record_written(out, list(files))
     except BaseException as exc:
         for path in moved:
             path.unlink(missing_ok=True)

@@ -290,6 +290,14 @@ def take_shard(selected: list[TierScenarios], index: int, count: int) -> list[Ti
     return out
 
 
+def check_request(config: Config, request: CompareRequest) -> None:
+    """What `compare` refuses before building anything (the scenarios, `-k`, the branches named),
+    checked before a command clears its `--out`: a usage error touches nothing there."""
+    select_scenarios(config, request.tiers, request.select, request.scenarios)
+    named, _reference = with_baseline(config, request.branches, request.baseline)
+    branch_specs(config, named)
+
+
 def with_baseline(
     config: Config, names: list[str] | None, wanted: str | None
 ) -> tuple[list[str] | None, list[str]]:

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from difftest.core.evidence import write_evidence
-from difftest.reports import HOLDER_FILE, LOCK_FILE, REPORT_FILES, locked_out
+from difftest.reports import (
+    HOLDER_FILE,
+    LOCK_FILE,
+    REPORT_FILES,
+    WROTE_FILE,
+    locked_out,
+    write_report_set,
+)
 from difftest.run.pipeline import Comparison
 from tests.e2e.cli_helpers import CONTROL, run_cli
 from tests.factories import ROOT, make_evidence
@@ -80,7 +87,7 @@ def test_run_writes_its_reports_and_frees_the_out(
     out = tmp_path / "out"
     assert run_cli(*run_argv(out)) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [LOCK_FILE, "evidence.json", "junit.xml", "report.html", "report.md"]
+        [LOCK_FILE, WROTE_FILE, "evidence.json", "junit.xml", "report.html", "report.md"]
     )
     with locked_out(out):
         pass
@@ -95,8 +102,7 @@ def test_a_run_that_crashes_or_is_interrupted_leaves_no_report_and_frees_the_out
 
     monkeypatch.setattr("difftest.cli.run.compare", crashing)
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "report.md").write_text("## an older report\n")
+    write_report_set(out, {"report.md": "## an older report\n"})
     if raised is KeyboardInterrupt:
         assert run_cli(*run_argv(out)) == 130
     else:
@@ -127,7 +133,7 @@ def test_a_run_onto_a_full_disk_exits_2_naming_the_folder_and_writes_no_report(
         f"the reports could not be written into --out {str(out)!r}: the disk is full (ENOSPC" in err
     )
     assert "fix: free space on that file system" in err
-    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
+    assert sorted(p.name for p in out.iterdir()) == [WROTE_FILE, LOCK_FILE]
     (tiny_fs / "filler").unlink()
     with locked_out(out):
         pass
@@ -149,3 +155,27 @@ def test_a_full_disk_before_the_run_exits_2_before_anything_runs(
         f"--out {str(out)!r} cannot be used for reports: the disk is full (ENOSPC"
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        ["-k", "("],
+        ["-k", "no-such-scenario"],
+        ["no-such-branch", "x;y", *[f"r{i}" for i in range(120)]],
+    ],
+    ids=["bad-k", "k-matches-nothing", "too-many-branches"],
+)
+def test_a_usage_error_touches_nothing_in_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], usage: list[str]
+) -> None:
+    """#40, case 3: checked before --out is cleared, and only what difftest wrote is ever
+    cleared; a person's files named like difftest's stay."""
+    out = tmp_path / "out"
+    (out / "probe").mkdir(parents=True)
+    mine = ["report.md", "junit.xml", "evidence.json", "probe/x-job.json"]
+    for name in mine:
+        (out / name).write_text("a person's")
+    assert run_cli("run", "-c", CONFIG, "--tier", "scheduler", *usage, "--out", out) == 2
+    assert all((out / name).read_text() == "a person's" for name in mine)
+    assert "Traceback" not in capsys.readouterr().err

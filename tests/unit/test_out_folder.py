@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from difftest.core.errors import DifftestError
+from difftest.core.errors import ConfigError, DifftestError
 from difftest.core.evidence import read_evidence
 from difftest.reports import (
     HOLDER_FILE,
     LOCK_FILE,
     REPORT_FILES,
     STAGING_PREFIX,
+    WROTE_FILE,
     locked_out,
     prepare_out,
     write_report_set,
@@ -192,12 +193,40 @@ def test_prepare_out_under_the_lock_keeps_it_and_clears_a_killed_commands_stagin
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "out"
+    write_report_set(out, {"report.md": "an older report"})
     (out / f"{STAGING_PREFIX}abc").mkdir(parents=True)
     (out / f"{STAGING_PREFIX}abc" / "report.md").write_text("half a set")
-    (out / "report.md").write_text("an older report")
     with locked_out(out):
         prepare_out(out)
-        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE, HOLDER_FILE]
+        assert sorted(p.name for p in out.iterdir()) == [WROTE_FILE, LOCK_FILE, HOLDER_FILE]
+
+
+@pytest.mark.parametrize(
+    "mine", ["report.md", "junit.xml", "evidence.json", "probe/x-job.json", "notes.txt"]
+)
+def test_prepare_out_removes_only_what_difftest_wrote_there(tmp_path: Path, mine: str) -> None:
+    """#40, case 3: a person's file named like a report survives; difftest's own are cleared."""
+    out = tmp_path / "out"
+    (out / "probe").mkdir(parents=True)
+    (out / "probe" / "main-scheduler-runs.jsonl").write_text("{}")
+    written = sorted({"report.html", "evidence.json"} - {mine})
+    write_report_set(out, {name: "difftest's" for name in written})
+    (out / mine).write_text("a person's")
+    with locked_out(out):
+        prepare_out(out)
+    assert (out / mine).read_text() == "a person's"
+    assert not any((out / name).exists() for name in written)
+    assert not (out / "probe" / "main-scheduler-runs.jsonl").exists()
+
+
+@pytest.mark.parametrize("where", ["/", "/etc", "/usr", "~"])
+def test_a_system_folder_is_refused_as_out_and_nothing_there_is_touched(where: str) -> None:
+    with (
+        pytest.raises(ConfigError, match="is a system folder") as exc,
+        locked_out(Path(where).expanduser()),
+    ):
+        pass
+    assert exc.value.exit_code == 2
 
 
 # -- the reports as one set -----------------------------------------------------------
@@ -265,7 +294,8 @@ def test_a_full_disk_leaves_no_partial_set_and_says_so(tiny_fs: Path, free: int)
     assert "free space" in exc.value.hint
     assert report_names(out) == []
     assert sorted(p.name for p in out.iterdir()) == [
-        LOCK_FILE
+        WROTE_FILE,
+        LOCK_FILE,
     ]  # the holder removed, nothing half-written
 
 

@@ -24,7 +24,7 @@ from difftest.core.evidence import (
 )
 from difftest.core.records import Result, Totals, Verdict
 from difftest.core.verdicts import counter_differences, judge, unmeasured
-from difftest.reports import write_reports
+from difftest.reports import WROTE_FILE, write_reports
 from difftest.reports.format import fenced, md_escape, printable, xml_text
 from difftest.reports.html import render_html
 from difftest.reports.junit import render_junit
@@ -378,6 +378,7 @@ def test_write_reports_writes_four_files(tmp_path: Path) -> None:
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths.values())
     assert read_evidence(paths["evidence"]) == evidence
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        WROTE_FILE,  # what difftest wrote there, so that the next command clears only that
         "evidence.json",
         "junit.xml",
         "report.html",
