@@ -66,3 +66,21 @@ def test_a_base_without_its_record_is_not_trusted(tmp_path):
     vllm = make_base(tmp_path)
     (tmp_path / "vllm-contents.json").unlink()
     assert "vllm-contents.json" in (changed_contents(tmp_path, vllm) or "")
+
+
+def test_a_file_replaced_by_a_link_a_folder_or_a_fifo_is_found_and_never_blocks(tmp_path):
+    """Read without following links or waiting on a FIFO (a hostile branch's trap)."""
+    for kind in ("link", "folder", "fifo"):
+        vllm = make_base(tmp_path / kind)
+        target = vllm / "v1" / "metrics.py"
+        copy = tmp_path / f"{kind}-copy.py"
+        copy.write_bytes(target.read_bytes())
+        target.unlink()
+        if kind == "link":
+            target.symlink_to(copy)
+        elif kind == "folder":
+            target.mkdir()
+        else:
+            os.mkfifo(target)
+        problem = changed_contents(tmp_path / kind, vllm) or ""
+        assert "vllm/v1/metrics.py" in problem, (kind, problem)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,29 @@ def test_the_protection_covers_every_shared_folder_and_can_be_turned_off(home, m
     guard = sandbox.protection()
     assert not guard.active and "DIFFTEST_SANDBOX=off" in guard.describe()
     assert sandbox.wrap(["python", "-V"]) == ["python", "-V"]
+
+
+def test_the_judge_the_interpreter_and_the_system_are_read_only_too(home, tmp_path):
+    """A probe must not rewrite difftest's own code, the interpreter's standard library or the
+    programs the next probe's sandbox is built with."""
+    needs_namespaces()
+    targets = [sandbox.PACKAGE_ROOT, Path(sys.base_prefix), Path("/usr/bin")]
+    script = "; ".join(f"touch {t}/.difftest-tampered && echo WROTE {t}" for t in targets)
+    _code, out = probe_shell(script, tmp_path)
+    assert "WROTE" not in out and out.count("Read-only file system") == len(targets), out
+
+
+def test_the_sandbox_is_built_with_the_systems_programs_not_the_callers_path(
+    home, tmp_path, monkeypatch
+):
+    """A `mount` planted first on PATH (a folder a probe could write) is never the one run."""
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    for tool in ("unshare", "mount", "sh"):
+        (planted / tool).write_text("#!/bin/sh\nexec true\n")
+        (planted / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted}:{os.environ['PATH']}")
+    needs_namespaces()
+    argv = sandbox.wrap(["true"])
+    assert not any(str(planted) in part for part in argv)
+    assert Path(argv[0]).parent.as_posix() in sandbox.SYSTEM_PATH.split(":")

@@ -111,7 +111,7 @@ def ensure_base(
         if found is not None and problem is None:
             return found
         if problem is not None:
-            log(f"base {path.name} is corrupt ({problem}): rebuilding it")
+            log(f"base {path.name} cannot be trusted ({problem}): rebuilding it")
             shutil.rmtree(path)
         elif path.exists():
             log(f"removing unfinished base build {path.name}")
@@ -142,14 +142,25 @@ def _trusted(path: Path, key: str, package: str) -> BaseEnv | None:
     return BaseEnv(path=path, python=python, site_packages=site, fingerprint=fingerprint)
 
 
+#: Why a base from before contents were recorded is rebuilt (stale, not corrupt).
+BUILT_BY_AN_OLDER_DIFFTEST = (
+    "built by an older difftest, which linked it to uv's cache and kept no record of it"
+)
+
+
 def base_problem(base: BaseEnv) -> str | None:
-    """Why the finished `base` can no longer be trusted (its `vllm/` changed since it was built,
-    by content: `contents.py`), or None. A base built before contents were recorded has them
-    recorded now, as they are."""
-    if not has_contents(base.path):
-        record_contents(base.path, base.vllm_dir)
-        return None
-    return changed_contents(base.path, base.vllm_dir)
+    """Why the finished `base` can no longer be trusted, or None (`base_folder_problem`)."""
+    return base_folder_problem(base.path, base.fingerprint)
+
+
+def base_folder_problem(path: Path, fingerprint: dict[str, Any]) -> str | None:
+    """Why the base at `path` can no longer be trusted: its `vllm/` changed since it was built
+    (by content: `contents.py`), or it was built by a difftest that neither recorded its contents
+    nor copied its files out of uv's cache (where they share inodes with other environments)."""
+    if not fingerprint.get("copied") or not has_contents(path):
+        return BUILT_BY_AN_OLDER_DIFFTEST
+    site = _site_packages(path)
+    return changed_contents(path, (site or path) / "vllm")
 
 
 def _site_packages(env: Path) -> Path | None:
@@ -226,6 +237,8 @@ def _build(
         "wheel_hash": wheel_identity(Path(info["record"])) if info["record"] else None,
         "identity": IDENTITY_VERSION,
         "lock_hash": sha256_bytes(lock.encode()),
+        #: Installed as copies (`--link-mode copy`), its `vllm/` contents recorded.
+        "copied": True,
         "exclude": sorted(spec.exclude),
         "site_packages": info["site_packages"],
         "build_s": round(time.monotonic() - started, 1),

@@ -15,8 +15,8 @@ from typing import Any
 
 from filelock import Timeout
 
+from difftest.build.envs.base import BUILT_BY_AN_OLDER_DIFFTEST, base_folder_problem
 from difftest.build.envs.branch import probe_digest
-from difftest.build.envs.contents import changed_contents, has_contents
 from difftest.build.envs.fingerprint import read_fingerprint
 from difftest.build.envs.integrity import check_manifest
 from difftest.build.envs.locks import env_lock, owner_name
@@ -77,10 +77,10 @@ def list_envs(with_sizes: bool = True) -> list[CachedEnv]:
         elif kind == "branch":
             problem = check_manifest(path, fp.get("manifest"), _base_vllm(fp))
             stale = f"corrupt: {problem}" if problem else None
-        elif kind == "base" and has_contents(path):
-            site = sorted(path.glob("lib/python3*/site-packages"))
-            problem = changed_contents(path, (site[0] if site else path) / "vllm")
-            stale = f"corrupt: {problem}" if problem else None
+        elif kind == "base":
+            problem = base_folder_problem(path, fp)
+            corrupt = problem is not None and problem != BUILT_BY_AN_OLDER_DIFFTEST
+            stale = f"corrupt: {problem}" if corrupt else problem
         size = own_bytes(path, shared_ok=(kind != "branch")) if with_sizes else 0
         found.append(CachedEnv(path, kind, fp, size, stale))
     return found

@@ -5,8 +5,10 @@ place there (its size, mtime and bytecode kept) changes what every branch runs, 
 inode or `stat` does not see it. The base records the sha256 of every file of its `vllm/` tree when
 it is built (`vllm-contents.json` beside its fingerprint) and each use compares the tree with it:
 Python sources, bytecode and data by content; compiled libraries (`.so`, four fifths of the bytes)
-by size and modification time, as hashing them would cost about a second on every run, and the
-probes' sandbox (`run.probes.sandbox`) makes them unwritable anyway.
+by size and modification time only, as hashing them would cost about a second on every run: a
+library changed in place with those kept is not seen here, only the probes' sandbox
+(`run.probes.sandbox`) keeps it from happening. Without the sandbox this check catches accidents
+and clumsy tampering, not a branch written to defeat it (which could rewrite the record too).
 
 A file is hashed again only when its `stat` (inode, size, mtime, ctime) moved since this process
 last found it intact: a change in place always moves its ctime, which no program can set back.
@@ -14,12 +16,14 @@ last found it intact: a change in place always moves its ctime, which no program
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import stat
 import threading
 from pathlib import Path
 
-from difftest.build.envs.fingerprint import sha256_file
 from difftest.build.envs.integrity import files_below
 
 CONTENTS_FILE = "vllm-contents.json"
@@ -58,25 +62,36 @@ def changed_contents(base: Path, vllm_dir: Path) -> str | None:
         return f"vllm/{rel} was added after the base was built"
     for rel, path in sorted(found.items()):
         try:
-            st = os.stat(path)
-        except OSError:
-            return f"vllm/{rel} is missing"
-        now = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        with _LOCK:
-            if _INTACT.get(path) == now:
-                continue
-        if _digest(path, st) != recorded[rel]:
-            return f"vllm/{rel} was changed after the base was built (its content differs)"
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                return f"vllm/{rel} is no longer a regular file"
+            now = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            with _LOCK:
+                if _INTACT.get(path) == now:
+                    continue
+            if _digest(path, st) != recorded[rel]:
+                return f"vllm/{rel} was changed after the base was built (its content differs)"
+        except OSError as exc:
+            return f"vllm/{rel} cannot be read ({exc.strerror or exc})"
         with _LOCK:
             _INTACT[path] = now
     return None
 
 
 def _digest(path: str, st: os.stat_result | None = None) -> str:
+    """sha256 of a regular file, read without following a link or blocking on a FIFO put in its
+    place; a compiled library by size and mtime (see above)."""
+    st = st or os.lstat(path)
     if path.endswith(BY_STAT):
-        st = st or os.stat(path)
         return f"stat:{st.st_size}:{st.st_mtime_ns}"
-    return sha256_file(Path(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _walk(root: Path) -> dict[str, str]:
