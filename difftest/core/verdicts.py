@@ -197,8 +197,12 @@ def first_reason(result: Result) -> str:
 
 
 def one_line(text: str) -> str:
-    """The last non-empty line of a multi-line message (a traceback ends with its exception)."""
+    """The last non-empty line of a multi-line message (a traceback ends with its exception); for
+    difftest's own error (`problem`, then `fix: ...`), the problem's last line: the fix alone does
+    not say what went wrong."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[-1].startswith("fix: "):
+        return lines[-2]
     return lines[-1] if lines else "no detail"
 
 

@@ -180,16 +180,18 @@ def test_text_from_a_branch_never_reaches_a_report_raw(faulty_run):
 @faulty
 def test_compiled_and_binary_files_are_refused_like_native_code(faulty_run):
     _, out, _ = faulty_run
-    for branch, path in (
-        ("sofile", "vllm/_C.abi3.so"),
-        ("blob", "vllm/model_executor/weights.bin"),
-        ("kernel", "vllm/attention/ops/planted.cpp"),
+    report = (out / "report.md").read_text()
+    for branch, path, what in (
+        ("sofile", "vllm/_C.abi3.so", "native code"),
+        ("blob", "vllm/model_executor/weights.bin", "binary files"),  # data, not code (#29.5)
+        ("kernel", "vllm/attention/ops/planted.cpp", "native code"),
     ):
         refused = by_branch(out, branch)
         assert refused and all(
-            r["verdict"] == "error" and "native code" in r["error"] and path in r["error"]
-            for r in refused
+            r["verdict"] == "error" and f"{what} ({path})" in r["error"] for r in refused
         ), branch
+        # The one-line summaries keep the problem, not only its fix (#29, case 5).
+        assert f"{what} ({path})" in report, branch
 
 
 @faulty

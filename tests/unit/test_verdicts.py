@@ -259,6 +259,10 @@ def test_first_reason_of_an_error_is_its_last_line() -> None:
     assert first_reason(make_result("error", error=None)) == "no detail"
     assert first_reason(make_result("pass")) == ""
     assert one_line("  \n ") == "no detail"
+    # difftest's own error: the problem, not the fix alone (#29, case 5).
+    assert one_line("branch 'x' changes binary files (vllm/x.bin)\n  fix: compare others") == (
+        "branch 'x' changes binary files (vllm/x.bin)"
+    )
 
 
 def test_first_reason_of_a_divergence_names_the_first_difference() -> None:

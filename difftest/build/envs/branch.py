@@ -154,12 +154,16 @@ def _build(
     tally.count("branch-build", branch=branch.name)
     base_sha = repo.commit(base_ref).hexsha
     changes = changed_files(repo, base_sha, branch.sha)
-    native = native_changes(changes, binary_paths(repo, base_sha, branch.sha))
+    binary = binary_paths(repo, base_sha, branch.sha)
+    native = native_changes(changes, binary)
     if native:
-        shown = ", ".join(native[:8]) + (" ..." if len(native) > 8 else "")
+        code = native_changes(changes)
+        parts = [f"native code ({_listed(code)})"] if code else []
+        data = [path for path in native if path not in code]
+        parts += [f"binary files ({_listed(data)})"] if data else []
         raise NativeCodeChanged(
-            f"branch {branch.name!r} ({branch.sha[:12]}) changes native code relative to "
-            f"{base_ref}: {shown}",
+            f"branch {branch.name!r} ({branch.sha[:12]}) changes what a Python overlay cannot "
+            f"reproduce, relative to {base_ref}: {' and '.join(parts)}",
             "compare branches whose compiled code matches the base release (a pull request on a "
             "later main: `transplant: true` replays only its own commits), or point "
             "`base.requirement` at a wheel built from that code (GPU: the per-commit wheel of its "
@@ -268,6 +272,10 @@ def build_overlay(
     return BranchEnv(
         described["name"], final, final / "bin" / "python", read_fingerprint(final) or fingerprint
     )
+
+
+def _listed(paths: list[str], most: int = 6) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def _named(fingerprint: dict[str, Any], branch: ResolvedBranch) -> dict[str, Any]:
