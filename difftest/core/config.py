@@ -18,6 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.core.errors import ConfigError
+from difftest.core.selection import compile_selection
 from difftest.core.validation import describe
 from difftest.core.wheel import parse_wheel_requirement, source_commit
 from difftest.core.yamlfile import read_yaml
@@ -283,6 +284,18 @@ class TestsSpec(_Strict):
         if "select" in self.model_fields_set and "keyword" not in self.model_fields_set:
             object.__setattr__(self, "keyword", None)
         return self
+
+    @field_validator("keyword")
+    @classmethod
+    def _parses(cls, value: str | None) -> str | None:
+        """pytest's `-k` grammar (words, `and`, `or`, `not`, parentheses), checked here: a keyword
+        that does not parse fails before anything is built, not as "0 test(s)" after."""
+        if value is not None:
+            try:
+                compile_selection(value)
+            except ConfigError as exc:
+                raise ValueError(exc.problem.removeprefix("-k ")) from None
+        return value
 
     @field_validator("select", "deselect")
     @classmethod

