@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.core.errors import ConfigError
+from difftest.core.schema import StrictModel
 from difftest.core.selection import compile_selection
 from difftest.core.validation import describe
 from difftest.core.wheel import parse_wheel_requirement, source_commit
@@ -70,7 +71,7 @@ _HINTS = {
 }
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

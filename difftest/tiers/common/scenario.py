@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from difftest.core.errors import ConfigError
+from difftest.core.schema import StrictModel
 from difftest.core.text import clean
 from difftest.core.validation import describe
 from difftest.core.values import quote
@@ -33,7 +34,7 @@ _SCENARIO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_SCENARIO_NAME = 100
 
 
-class ScenarioIdentity(BaseModel):
+class ScenarioIdentity(StrictModel):
     """What the pipeline, the evidence and the reports need of any tier's scenario: a name, a
     one-line statement, and where it was read from (file and hash), for `verify`."""
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.core.errors import ConfigError
+from difftest.core.schema import StrictModel
 from difftest.probe.protocol import PlannedRun
 from difftest.tiers.common.scenario import (
     ScenarioBase,
@@ -31,7 +32,7 @@ GUIDE = "scenarios/README.md (Engine scenarios)"
 Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary"]
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -14,9 +14,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from difftest.core.errors import ConfigError
+from difftest.core.schema import StrictModel
 from difftest.probe.scheduler import script
 from difftest.tiers.common.scenario import (
     ScenarioBase,
@@ -56,7 +57,7 @@ _HINTS = {
 }
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
