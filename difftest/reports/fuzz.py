@@ -105,11 +105,19 @@ def blame_commands(report: FuzzReport) -> list[str]:
     """The `difftest blame` command of each (branch, finding) that diverges or is broken: which of
     the branch's hunks make that minimal scenario fail, on the config written beside it."""
     config = str(Path(report.out) / "found" / "branches.yaml")
+    base = report.against or report.baseline
     commands: list[str] = []
     for finding in report.findings:
+        # What the base shows too is no finding of the branch's: blame would answer "no finding
+        # to blame" (`core.blame.finding_of`).
+        shared = {
+            (o.kind.verdict, o.kind.what) for o in finding.observations if o.kind.branch == base
+        }
         for obs in finding.observations:
             branch = obs.kind.branch
-            if obs.kind.verdict not in ("broken", "diverge") or branch == report.baseline:
+            if obs.kind.verdict not in ("broken", "diverge") or branch in (report.baseline, base):
+                continue
+            if (obs.kind.verdict, obs.kind.what) in shared:
                 continue
             words = ["difftest", "blame", branch, "--finding", str(Path(report.out) / finding.file)]
             words += ["-c", config, "--reading", report.reading]

@@ -107,3 +107,34 @@ def test_fuzz_offers_blame_for_each_finding_of_a_branch_other_than_the_baseline(
     )
     assert f"`{command}`" in render_fuzz_markdown(report)
     assert blame_commands(fuzz_report(against="main"))[0].endswith("--against main")
+
+
+def test_fuzz_offers_no_blame_for_a_finding_the_base_shares() -> None:
+    """#29, case 6: blame answers "no finding to blame" there."""
+    report = fuzz_report()
+    shared = report.findings[0].model_copy(
+        update={
+            "observations": [
+                Observation(
+                    kind=Kind(branch=b, verdict="diverge", what="num_drafts"),
+                    label=LABEL,
+                    reason="r",
+                )  # type: ignore[arg-type]
+                for b in ("main", "pr")
+            ]
+        }
+    )
+    assert blame_commands(report.model_copy(update={"findings": [shared]})) == []
+    own = shared.model_copy(
+        update={
+            "observations": [
+                *shared.observations[:1],
+                Observation(
+                    kind=Kind(branch="pr", verdict="diverge", what="num_accepted_tokens"),
+                    label=LABEL,
+                    reason="r",
+                ),
+            ]
+        }  # type: ignore[arg-type]
+    )
+    assert len(blame_commands(report.model_copy(update={"findings": [own]}))) == 1
