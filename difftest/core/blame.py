@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from difftest.core.records import Result, Verdict
 from difftest.core.values import format_value
-from difftest.core.verdicts import first_reason
+from difftest.core.verdicts import difference_reason, first_reason, violation_reason
 
 #: What a set of hunks did, for one finding: made it, made something else (or nothing), or could
 #: not be measured - its hunks do not apply, its code does not import, or its runs could not be
@@ -76,6 +76,26 @@ def finding_of(branch: list[Result], base: list[Result]) -> tuple[Verdict, Signa
         if mine and mine != signature(base, verdict):
             return verdict, mine
     return None
+
+
+def own_reason(result: Result, base: list[Result]) -> str:
+    """`result`'s first reason that its base's run of the same label does not share (a broken
+    invariant the base keeps, a counter the base measures otherwise): what makes the branch
+    worse, not a difference both show. `first_reason` where the base has no such run or shares
+    every reason."""
+    theirs = next((r for r in base if r.label == result.label), None)
+    if theirs is None or result.verdict == "error":
+        return first_reason(result)
+    if result.verdict == "broken":
+        kept = {(v.invariant, v.detail) for v in theirs.violations}
+        for v in result.violations:
+            if (v.invariant, v.detail) not in kept:
+                return violation_reason(v)
+    measured = {d.counter: d.measured for d in theirs.differences}
+    for d in result.differences:
+        if d.counter not in measured or measured[d.counter] != d.measured:
+            return difference_reason(d)
+    return first_reason(result)
 
 
 def makes(finding: BlameFinding, results: list[Result]) -> bool:

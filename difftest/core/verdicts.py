@@ -186,14 +186,19 @@ def first_reason(result: Result) -> str:
     if result.verdict == "error":
         return one_line(result.error or "no detail")
     if result.verdict == "broken" and result.violations:
-        v = result.violations[0]
-        return f"{v.invariant}: {v.detail}"
+        return violation_reason(result.violations[0])
     if result.differences:
-        d = result.differences[0]
-        return (
-            f"{d.counter}: measured {format_value(d.measured)}, oracle {format_value(d.expected)}"
-        )
+        return difference_reason(result.differences[0])
     return ""
+
+
+def violation_reason(violation: Violation) -> str:
+    return f"{violation.invariant}: {violation.detail}"
+
+
+def difference_reason(difference: Difference) -> str:
+    measured, expected = format_value(difference.measured), format_value(difference.expected)
+    return f"{difference.counter}: measured {measured}, oracle {expected}"
 
 
 def one_line(text: str) -> str:

@@ -184,3 +184,21 @@ def test_the_evidence_keeps_the_search(tmp_path: Path):
     assert again.blame.findings[0].needed == {2: 3, 3: 4}
     assert again.blame.tried(2).branch == CULPRIT and again.blame.tried(5).branch == REST
     assert json.loads(path.read_text())["schema_version"] == "12"
+
+
+def test_the_headline_names_what_makes_the_branch_worse_not_what_the_base_shares() -> None:
+    """#29, case 7: both count num_drafts 6 against the oracle's 4; only the branch's emitted
+    tokens differ, so that is the reason blame gives."""
+    from difftest.core.blame import own_reason
+    from difftest.core.records import Difference
+    from tests.factories import make_result
+
+    shared = Difference(counter="num_drafts", measured=6, expected=4)
+    base = make_result("diverge", branch="main", differences=[shared])
+    head = make_result(
+        "diverge",
+        branch="pr",
+        differences=[shared, Difference(counter="num_emitted_tokens", measured=9, expected=7)],
+    )
+    assert own_reason(head, [base]) == "num_emitted_tokens: measured 9, oracle 7"
+    assert own_reason(head, []) == "num_drafts: measured 6, oracle 4"  # no base run: the first

@@ -40,12 +40,12 @@ from difftest.core.blame import (
     describe,
     finding_of,
     listed,
+    own_reason,
 )
 from difftest.core.config import Config
 from difftest.core.ddmin import Parts, ddmin
 from difftest.core.errors import ConfigError, NotMeasured
 from difftest.core.records import Reading, Result
-from difftest.core.verdicts import first_reason
 from difftest.run.blame.record import Before, BlameOutcome, assemble
 from difftest.run.blame.subsets import Measured, SubsetProber, judge_beside
 from difftest.run.cache.results import open_cache
@@ -349,7 +349,7 @@ def _findings(
                     tier=chosen.tier.name,
                     verdict=verdict,
                     runs=runs,
-                    reason=first_reason(first),
+                    reason=own_reason(first, theirs),
                 )
             )
     if findings:
