@@ -293,6 +293,14 @@ def test_unknown_ref_names_ref_repo_and_fix(user: git.Repo) -> None:
     assert "--fetch" in exc.value.hint and "spelling" in exc.value.hint
     with pytest.raises(RefError, match="not a git revision"):
         resolve_ref(user, "--all")
+    assert "did you mean" not in text  # nothing close to it
+
+
+def test_a_typo_in_a_ref_gets_the_closest_existing_name(user: git.Repo) -> None:
+    """#34, case 2."""
+    user.git.branch("main-feature")
+    with pytest.raises(RefError, match=r"ref 'mian' not found .*: did you mean 'main'\?"):
+        resolve_ref(user, "mian")
 
 
 # --------------------------------------------------------------------------- patch series

@@ -91,7 +91,8 @@ def test_a_typo_in_a_ref_exits_2_before_the_base_is_built(tmp_path, clone, monke
     monkeypatch.setenv("DIFFTEST_HOME", str(home))
     config = write_config(tmp_path, clone, [{"name": "upstream", "ref": "origin/mian"}])
     assert main(["run", "-c", str(config), "--out", str(tmp_path / "out")]) == 2
-    assert "origin/mian" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "origin/mian" in err and "did you mean 'origin/main'?" in err  # #34, case 2
     assert not list((home / "envs").glob("base-*"))
 
 

@@ -7,6 +7,7 @@ which repository, and whether fetching or a spelling fix is the way out.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -79,9 +80,23 @@ def resolve_ref(repo: git.Repo, ref: str) -> str:
     try:
         return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     except GitCommandError:
+        close = closest_ref(repo, ref)
+        guess = f": did you mean {close!r}?" if close else ""
         raise RefError(
-            f"ref {ref!r} not found in {repo_label(repo)}", _missing_ref_hint(repo, ref)
+            f"ref {ref!r} not found in {repo_label(repo)}{guess}", _missing_ref_hint(repo, ref)
         ) from None
+
+
+def closest_ref(repo: git.Repo, ref: str) -> str | None:
+    """The existing branch or tag name closest in spelling to `ref` (`mian` -> `main`), if any is
+    close enough to be a typo."""
+    try:
+        names = repo.git.for_each_ref("--format=%(refname:short)", "refs/heads", "refs/tags")
+        names += "\n" + repo.git.for_each_ref("--format=%(refname:short)", "refs/remotes")
+    except GitCommandError:
+        return None
+    found = difflib.get_close_matches(ref, [n for n in names.splitlines() if n], n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def _missing_ref_hint(repo: git.Repo, ref: str) -> str:
