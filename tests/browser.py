@@ -66,7 +66,10 @@ return !t.closest(".scroll"); }});
     grid: r && {{left: r.left, top: r.top, width: r.width, height: r.height}},
     box: box && {{left: box.left, right: box.right, width: box.width}},
     shown: !!style && style.display !== "none" && style.visibility !== "hidden",
-    tablesOutsideScrollBoxes: loose.length
+    tablesOutsideScrollBoxes: loose.length,
+    counterColumns: Array.prototype.map.call(d.querySelectorAll("table.counters"), function (t) {{ \
+return Array.prototype.slice.call(t.rows[0].cells, 1).map(function (c) {{ \
+return Math.round(c.getBoundingClientRect().width); }}); }})
   }};
   document.body.setAttribute("data-measured", JSON.stringify(Object.assign(seen, opened(d))));  \
 // as shown, then opened

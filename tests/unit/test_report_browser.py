@@ -78,3 +78,21 @@ def test_a_person_sees_tables_not_markup(tmp_path, width, record_property):
     record_property(f"screenshot-{width}", str(png))
     print(f"screenshot at {width} px: {png}")
     assert png_size(png) == (width, 4000)
+
+
+@pytest.mark.parametrize("width", [420, 1400])
+def test_a_counter_tables_branch_columns_share_one_width(tmp_path, width):
+    """#34, case 3: a short name beside a long one no longer wraps to three lines."""
+    names = [
+        "main",
+        "pr-56137-plus-54054",
+        "pr-56195-style",
+        "a-much-longer-branch-name-than-the-rest",
+    ]
+    results = [make_result("diverge" if i % 2 else "pass", branch=b) for i, b in enumerate(names)]
+    report = tmp_path / "report.html"
+    report.write_text(render_html(make_evidence(results=results, branches={})))
+    seen = measure(report, width)
+    (columns,) = seen["counterColumns"]
+    assert len(columns) == len(names) + 1 and max(columns) - min(columns) <= 1, columns
+    assert seen["scrollWidth"] <= seen["innerWidth"], seen
