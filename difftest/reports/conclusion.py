@@ -146,6 +146,8 @@ def conclude(
     readings = _Readings(scenarios or {}, recorded or {}, runs)
     order = scenario_names(evidence)
     standings = []
+    #: Explanations already given, and by which branch's line: given once, referred to after.
+    said: dict[str, str] = {}
     for branch in branch_names(evidence):
         results = [r for r in evidence.results if r.branch == branch]
         if not results:
@@ -157,11 +159,13 @@ def conclude(
         elif top == "error":
             headline, also = _unmeasured(results, order)
         elif top == "diverge":
-            headline, also = _diverge(results, order, evidence.reading, readings)
+            headline, also = _diverge(results, order, evidence.reading, readings, said, branch)
         else:
             headline, also = f"passes all {len(results)} runs", []
         if top in ("broken", "error") and counts["diverge"]:
-            also.append("also " + _diverge(results, order, evidence.reading, readings)[0])
+            also.append(
+                "also " + _diverge(results, order, evidence.reading, readings, said, branch)[0]
+            )
         standings.append(
             Standing(branch, top, {v: counts[v] for v in SEVERITY}, len(results), headline, also)
         )
@@ -248,7 +252,12 @@ class _Group:
 
 
 def _diverge(
-    results: list[Result], order: list[str], reading: str, readings: _Readings
+    results: list[Result],
+    order: list[str],
+    reading: str,
+    readings: _Readings,
+    said: dict[str, str],
+    branch: str,
 ) -> tuple[str, list[str]]:
     groups: dict[tuple[str, int, str], _Group] = {}
     for r in sorted(
@@ -274,9 +283,20 @@ def _diverge(
     # An emitted count that differs because the rows do is the rows' finding, not one of its own.
     findings = [g for g in groups.values() if not (g.cause == "rows" and g.sign in drafts_signs)]
     ranked = sorted(findings, key=lambda g: (-len(g.scenarios), -g.runs, _counter_rank(g.counter)))
-    top, rest = ranked[0], ranked[1:]
-    also = [_short(g) for g in rest]
-    return f"diverges in {_runs(results)}, " + _sentence(top, reading), also
+    top, *rest = _effects(ranked)
+    also = [_short(effect) for effect in rest]
+    return f"diverges in {_runs(results)}, " + _sentence(top, reading, said, branch), also
+
+
+def _effects(ranked: list[_Group]) -> list[list[_Group]]:
+    """The groups as effects: counters that move together (the same direction and cause in the
+    same scenarios, e.g. a skipped drafter's zero-fill counted as a row and its k draft tokens)
+    are one effect, named together on one line; in the order of their most telling group."""
+    effects: dict[tuple[tuple[str, ...], int, str], list[_Group]] = {}
+    for group in ranked:
+        alone = group.counter if _truncation(group) else ""
+        effects.setdefault((tuple(group.scenarios), group.sign, alone), []).append(group)
+    return list(effects.values())
 
 
 def _cause(result: Result, counter: str, readings: _Readings) -> str:
@@ -312,15 +332,37 @@ def _counter_rank(counter: str) -> int:
     return list(RULES).index(counter) if counter in RULES else len(RULES)
 
 
+def _value(group: _Group) -> str:
+    value = group.largest
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:+.4f}"
+    return f"{int(value):+d}"
+
+
 def _amount(group: _Group) -> str:
     """`+3` in one scenario or where the scenarios are listed; `up to +5 (where)` over many."""
-    value = group.largest
-    text = (
-        f"{value:+.4f}"
-        if isinstance(value, float) and not value.is_integer()
-        else f"{int(value):+d}"
-    )
+    text = _value(group)
     return f"up to {text} ({group.largest_in})" if len(group.scenarios) > 2 else text
+
+
+PER_POS = "_per_pos"
+
+
+def _amounts(effect: list[_Group]) -> str:
+    """One counter: `num_drafts: up to +2 (drafter-skip)`; several moving together:
+    `num_drafts +2, num_draft_tokens +6 (drafter-skip)`, each its largest difference."""
+    lead = effect[0]
+    totals = {g.counter: g.largest for g in effect}
+    # A per-position count that adds up to its total's own difference says nothing more.
+    shown = [
+        g
+        for g in effect
+        if not (g.counter.endswith(PER_POS) and totals.get(g.counter[: -len(PER_POS)]) == g.largest)
+    ]
+    if len(shown) == 1:
+        return f"{shown[0].counter}: {_amount(shown[0])}"
+    values = ", ".join(f"{g.counter} {_value(g)}" for g in shown)
+    return f"{values} ({lead.largest_in})" if len(lead.scenarios) > 2 else values
 
 
 def _where(group: _Group) -> str:
@@ -334,31 +376,55 @@ def _truncation(group: _Group) -> bool:
     return group.counter == "num_emitted_tokens" and group.cause == "truncation"
 
 
-def _sentence(group: _Group, reading: str) -> str:
-    """The most severe difference of a diverging branch, with the oracle's reading of it."""
+def _sentence(effect: list[_Group], reading: str, said: dict[str, str], branch: str) -> str:
+    """The most severe difference of a diverging branch, with the oracle's reading of it (in full
+    the first time; after, which branch's line gives it)."""
+    group = effect[0]
+
+    def once(key: str, full: str, short: str) -> str:
+        first = said.setdefault(key, branch)
+        return full if first == branch else short.format(first=first)
+
     if _truncation(group):
         verb = "overcounting" if group.sign > 0 else "undercounting"
         text = f"{verb} emitted tokens on truncation: {_amount(group)} {_where(group)}"
         if group.implied and group.sign > 0:
-            text += " (no emitted counter: its mean acceptance length assumes accepted + 1 per row)"
+            text += once(
+                "implied",
+                " (no emitted counter: its mean acceptance length assumes accepted + 1 per row)",
+                " (no emitted counter, as for {first})",
+            )
         return text
-    text = f"on {group.counter}: {_amount(group)} {_where(group)}"
+    text = f"on {_amounts(effect)} {_where(group)}"
     if group.cause == "rows":
         return text + ", with its rows"
     if group.counter == "num_drafts" and group.cause == "reading" and reading in READINGS:
-        return text + f"; {reading} reading: {READINGS[reading]}"
+        return (
+            text
+            + "; "
+            + once(
+                f"reading:{reading}",
+                f"{reading} reading: {READINGS[reading]}",
+                f"the {reading} reading",
+            )
+        )
     if group.counter in RULES:
-        text += f"; the oracle: {RULES[group.counter]}"
+        text += "; " + once(
+            f"rule:{group.counter}",
+            f"the oracle: {RULES[group.counter]}",
+            "the oracle's rule, as for {first}",
+        )
     return text
 
 
-def _short(group: _Group) -> str:
+def _short(effect: list[_Group]) -> str:
+    group = effect[0]
     if _truncation(group):
         return (
             f"also {'over' if group.sign > 0 else 'under'}counts emitted tokens on truncation "
             f"{_where(group)}"
         )
-    return f"also on {group.counter}: {_amount(group)} {_where(group)}"
+    return f"also {_amounts(effect).replace(':', '', 1)} {_where(group)}"
 
 
 def _ranking(everyone: list[Standing]) -> str:

@@ -180,6 +180,12 @@ def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
         assert scenario in grid
     mixed = next(line for line in grid.splitlines() if line.startswith("mixed-batch-invalid-async"))
     assert mixed.split()[1:] == ["diverge", "7/9", "diverge", "7/9", "broken", "4/9"]
+    # #34: the conclusion, from its first line to the last, fits one 40-line screen at 80 columns
+    # (one line per effect, each explanation given once), so why main is wrong shows beside which
+    # PR breaks.
+    first = max(i for i, line in enumerate(lines) if line.startswith("conclusion ("))
+    assert len(lines) - first <= 40, "\n".join(lines[first:])
+    assert any(line.startswith("~ main diverges") for line in lines[first:])
     conclusion = " ".join(tail[tail.index("conclusion") :].split())  # as one line: wrapping aside
     assert (
         "pr-56195-style is broken in 4/106 runs; "

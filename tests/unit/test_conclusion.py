@@ -180,8 +180,10 @@ def test_extra_rows_with_draft_tokens_are_not_a_question_of_the_reading() -> Non
     ]
     for reading in ("strict", "lenient"):
         (standing,) = conclude(evidence(results, reading=reading)).standings
+        # The rows and their draft tokens move together: one effect, named together (#34).
         assert standing.headline.startswith(
-            "diverges in 2/2 runs, on num_drafts: +2 in drafter-skip and engine-drafter-skip"
+            "diverges in 2/2 runs, on num_drafts +2, num_draft_tokens +3 in drafter-skip and "
+            "engine-drafter-skip; the oracle: "
         )
         assert (
             "grammar-invalid" not in standing.headline
@@ -205,7 +207,24 @@ def test_diverge_ranks_by_breadth_and_lists_the_rest() -> None:
     assert standing.headline.startswith(
         "diverges in 4/4 runs, on num_accepted_tokens: up to -1 (s0) in 3 scenarios; the oracle: "
     )
-    assert "also on num_draft_tokens: +1 in s9" in standing.also
+    assert "also num_draft_tokens +1 in s9" in standing.also
+
+
+def test_the_oracles_rule_is_given_once_and_referred_to_after() -> None:
+    """#34: six branches repeating the same rule once pushed "why main is wrong" off the screen."""
+    zero_fill = dict(num_drafts=6, num_draft_tokens=15, num_draft_tokens_per_pos=[6, 5, 4])
+    results = [
+        diverging(branch, scenario, **zero_fill)
+        for branch in ("fix-a", "fix-b")
+        for scenario in ("drafter-skip", "engine-drafter-skip", "pd-decode-node")
+    ]
+    first, second = conclude(evidence(results)).standings
+    assert first.headline.count(RULES["num_drafts"]) == 1
+    assert RULES["num_drafts"] not in second.headline
+    assert second.headline.endswith("; the oracle's rule, as for fix-a")
+    # Per-position draft tokens adding up to the draft tokens' own difference are not repeated.
+    assert "num_draft_tokens_per_pos" not in first.headline
+    assert "num_drafts +2, num_draft_tokens +3 (drafter-skip) in 3 scenarios" in first.headline
 
 
 def test_ranking_names_who_is_right() -> None:
