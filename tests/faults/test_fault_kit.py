@@ -33,7 +33,7 @@ from tests.e2e.cli_helpers import (
     capture_stderr,
     run_cli,
 )
-from tests.factories import shipped_branch, write_config
+from tests.factories import ROOT, shipped_branch, write_config
 from tests.faults.kit import (
     FAULTS,
     SKEW_ENV,
@@ -372,3 +372,22 @@ def test_an_orphan_that_cleared_its_environment_and_left_the_group_ends_with_dif
     assert pids, "the fault never started its grandchild"
     left = survivors(pids)
     assert not left, f"{left} outlived difftest"
+
+
+def test_a_scenario_named_to_run_a_shell_command_is_refused_before_anything_runs(tmp_path, capsys):
+    """#40, case 5: a scenario called `x$(touch P)` once reached `others: difftest show ...` and
+    blame.md's Reproduce line raw, to be pasted into a shell. The loader refuses the name (exit 2,
+    nothing built, nothing run) and every command difftest prints is shell-quoted besides."""
+    import shutil
+
+    planted = Path.cwd() / "pwned"
+    scenarios = tmp_path / "scenarios"
+    shutil.copytree(ROOT / "scenarios", scenarios)
+    shipped = scenarios / "scheduler" / f"{CONTROL}.yaml"
+    hostile = scenarios / "scheduler" / "x$(touch pwned).yaml"
+    shipped.rename(hostile)
+    config = write_config(tmp_path, [shipped_branch("main")], scenarios_dir=str(scenarios))
+    assert run_cli("run", "-c", config, "--tier", "scheduler", "--out", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "letters, digits" in err and "x$(touch" in err
+    assert not planted.exists() and not (tmp_path / "out" / "evidence.json").exists()
