@@ -73,6 +73,15 @@ class _EndlessRay:
 
 
 @pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt here, however the suite was started (a shell's background
+    job starts it with SIGINT ignored, and the interrupt below would then never arrive)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
 def endless(monkeypatch) -> tuple[_EndlessRay, RayExecutor]:
     ray = _EndlessRay()
     monkeypatch.setattr(executor_module, "_REMOTE", None)
@@ -111,7 +120,9 @@ def _interrupt_main_thread_in(seconds: float) -> None:
     threading.Timer(seconds, signal.pthread_kill, (main, signal.SIGINT)).start()
 
 
-def test_ctrl_c_during_run_branches_re_raises_only_after_its_threads_left_ray(endless) -> None:
+def test_ctrl_c_during_run_branches_re_raises_only_after_its_threads_left_ray(
+    endless, ctrl_c_raises
+) -> None:
     """The driver shuts Ray down right after `run_branches` raises: no thread may still be in it."""
     ray, executor = endless
     probes = TierProbes("scheduler", {}, 60.0, 5.0, 1, 0, 100)  # type: ignore[typeddict-item]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,12 @@ def own_sys_path() -> list[str]:
 
 if _WORKER and _ACTIVE and not os.environ.get(INHERIT_PATH_ENV):
     sys.path[:] = own_sys_path()
+
+# The host stops a session past its time limit as Ctrl-C does (SIGINT, then a kill, `run.suites.
+# measure._stop`). A difftest started with SIGINT ignored (`difftest run &` in a CI script) hands
+# that on, and the session would then be killed having written nothing of what finished.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402  (after the path is right: nothing of the controller's may be imported first)
 
