@@ -15,7 +15,7 @@ import os
 import sys
 
 from difftest.build.gate_changes import head_stats_path_changes
-from difftest.build.workspace import branch_spec
+from difftest.build.workspace import branch_specs
 from difftest.cli.base import (
     Command,
     Log,
@@ -63,8 +63,8 @@ class GateCommand(Command):
 
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
-        base_name = branch_spec(config, args.base).name
-        head_name = branch_spec(config, args.head).name
+        # Named as `compare` names them (two refs whose names collide get distinct ones).
+        base_name, head_name = (spec.name for spec in branch_specs(config, [args.base, args.head]))
         request = compare_request(args, [args.base, args.head], baseline=base_name)
         check_request(config, request)  # a usage error touches nothing in --out
         with locked_out(args.out):  # before prepare_out clears what another command may be writing

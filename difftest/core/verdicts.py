@@ -206,8 +206,9 @@ def one_line(text: str) -> str:
     difftest's own error (`problem`, then `fix: ...`), the problem's last line: the fix alone does
     not say what went wrong."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if len(lines) > 1 and lines[-1].startswith("fix: "):
-        return lines[-2]
+    fixes = [i for i, line in enumerate(lines) if line.startswith("fix: ")]
+    if fixes and fixes[-1] > 0:
+        return lines[fixes[-1] - 1]
     return lines[-1] if lines else "no detail"
 
 

@@ -116,7 +116,11 @@ def locked_out(out_dir: str | Path) -> Iterator[Path]:
     command becomes a DifftestError naming the file, not a traceback.
     """
     out = Path(out_dir)
-    if out.resolve() in SYSTEM_ROOTS or out.resolve() == Path.home().resolve():
+    try:
+        home: Path | None = Path.home().resolve()
+    except RuntimeError:  # no HOME and no user entry (a container's numeric user)
+        home = None
+    if out.resolve() in SYSTEM_ROOTS or out.resolve() == home:
         raise ConfigError(
             f"--out {str(out)!r} is a system folder (or your home): difftest writes its reports "
             "and probe records into --out",
@@ -141,6 +145,12 @@ def locked_out(out_dir: str | Path) -> Iterator[Path]:
             ) from None
     finally:
         holder.unlink(missing_ok=True)
+        if (out / WROTE_FILE).exists():
+            # The probe files of a command that crashed or was interrupted are difftest's too.
+            try:
+                record_written(out, [])
+            except OSError:
+                pass
         _release(out, lock, created)
 
 
@@ -225,7 +235,7 @@ def prepare_out(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        listed = _wrote(out)["files"]
+        listed = _wrote(out)["files"] or _written_before_manifests(out)
         for rel in listed:
             if _ours(rel):
                 (out / rel).unlink(missing_ok=True)
@@ -246,6 +256,25 @@ def _ours(rel: str) -> bool:
     if len(path.parts) == 1:
         return rel in registry.report_files()
     return path.parts[0] == "probe" and any(path.match(pattern) for pattern in PROBE_FILES)
+
+
+def _written_before_manifests(out: Path) -> list[str]:
+    """What a difftest from before `WROTE_FILE` wrote into `out`: its reports and probe files, where
+    `out` holds no list but difftest's own evidence (else nothing: a person's folder is kept)."""
+    if (out / WROTE_FILE).exists():
+        return []
+    try:
+        Evidence.model_validate_json((out / "evidence.json").read_text())
+    except (OSError, ValueError):
+        return []
+    probe = out / "probe"
+    found = [name for name in registry.report_files() if (out / name).is_file()]
+    found += [
+        str(path.relative_to(out))
+        for pattern in PROBE_FILES
+        for path in (probe.rglob(pattern) if probe.is_dir() else [])
+    ]
+    return found
 
 
 def _wrote(out: Path) -> dict[str, Any]:

@@ -163,8 +163,11 @@ def conclude(
         else:
             headline, also = f"passes all {len(results)} runs", []
         if top in ("broken", "error") and counts["diverge"]:
+            # An `also` line may be folded away (report.md's short form): a later line must not
+            # refer to an explanation only it gives.
             also.append(
-                "also " + _diverge(results, order, evidence.reading, readings, said, branch)[0]
+                "also "
+                + _diverge(results, order, evidence.reading, readings, dict(said), branch)[0]
             )
         standings.append(
             Standing(branch, top, {v: counts[v] for v in SEVERITY}, len(results), headline, also)

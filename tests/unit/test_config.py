@@ -385,6 +385,9 @@ def test_refs_whose_names_collide_get_distinct_names_and_keep_their_refs(tmp_pat
     assert specs[0].name == "x-y" and specs[1].name.startswith("x-y-") and specs[1].name != "x-y"
     with pytest.raises(ConfigError, match="'x;y' is listed twice"):
         branch_specs(_config_of(tmp_path, 2), ["x;y", "x;y"])
+    # A ref whose name would be a configured branch's never stands in for that branch.
+    (adhoc,) = branch_specs(_config_of(tmp_path, 2), ["main;"])
+    assert adhoc.ref == "main;" and adhoc.name.startswith("main-") and adhoc.name != "main"
 
 
 @pytest.mark.parametrize("keyword", ["spec and (", "(", "and", "a or"])

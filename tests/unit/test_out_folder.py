@@ -328,3 +328,30 @@ def test_a_disk_full_error_escaping_the_command_names_the_file(tmp_path: Path) -
         raise PermissionError(
             errno.EACCES, "Permission denied"
         )  # other OSErrors are not disk-full: unchanged
+
+
+def test_an_out_folder_from_an_older_difftest_is_still_cleared(tmp_path: Path) -> None:
+    """No manifest, but difftest's own evidence: its reports and probe files are difftest's."""
+    from difftest.core.evidence import write_evidence
+
+    out = tmp_path / "out"
+    write_evidence(make_evidence(), out / "evidence.json")
+    (out / "report.md").write_text("an older report")
+    (out / "probe").mkdir()
+    (out / "probe" / "main-scheduler-job.json").write_text("{}")
+    with locked_out(out):
+        prepare_out(out)
+    assert not (out / "report.md").exists() and not (out / "evidence.json").exists()
+    assert not (out / "probe" / "main-scheduler-job.json").exists()
+
+
+def test_the_probe_files_of_a_command_that_crashed_are_cleared_by_the_next(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError), locked_out(out):
+        prepare_out(out)
+        (out / "probe").mkdir()
+        (out / "probe" / "pr-engine-job.json").write_text("{}")
+        raise RuntimeError("in the middle of probing")
+    with locked_out(out):
+        prepare_out(out)
+    assert not (out / "probe" / "pr-engine-job.json").exists()

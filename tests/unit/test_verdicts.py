@@ -263,6 +263,7 @@ def test_first_reason_of_an_error_is_its_last_line() -> None:
     assert one_line("branch 'x' changes binary files (vllm/x.bin)\n  fix: compare others") == (
         "branch 'x' changes binary files (vllm/x.bin)"
     )
+    assert one_line("the problem\n  fix: one thing,\n  or another") == "the problem"
 
 
 def test_first_reason_of_a_divergence_names_the_first_difference() -> None:
