@@ -154,9 +154,16 @@ def branch_specs(config: Config, names: list[str] | None) -> list[BranchSpec]:
             raise ConfigError(
                 f"branch {name!r} is listed twice on the command line", "name each branch once"
             )
-        if spec.name in given or (spec.name in configured and config.branch(name) is None):
-            # Two refs whose names collide once made branch names (`x;y`, `x&y`), or a ref whose
-            # name is a configured branch's (`main;`): it keeps its ref and gets a name of its own.
+        if spec.name in configured and config.branch(name) is None:
+            # `main^{}` beside `main`, or `main;`: never measured under a configured branch's name.
+            raise ConfigError(
+                f"branch {name!r} is listed twice on the command line (as {spec.name!r}, the name "
+                "of a configured branch)",
+                "name each branch once; a ref of its own needs a name of its own in branches.yaml",
+            )
+        if spec.name in given:
+            # Two refs whose names collide once made branch names (`x;y`, `x&y`): the later one
+            # keeps its ref and gets a name of its own.
             spec = spec.model_copy(update={"name": distinct_branch_name(spec.name, name)})
             if spec.name in given:
                 raise ConfigError(

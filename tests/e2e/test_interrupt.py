@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from difftest.reports import write_report_set
 from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config
 from tests.patching import prepend
 from tests.processes import alive
@@ -72,8 +73,8 @@ def test_no_probe_outlives_an_interrupted_run(
     # What an earlier run left: it must not look like this run's results once this one is
     # interrupted.
     (out / "probe").mkdir(parents=True)
-    (out / "report.md").write_text("## an older report\n")
     (out / "probe" / "hang-scheduler-runs.jsonl").write_text("{}\n")
+    write_report_set(out, {"report.md": "## an older report\n"})  # difftest's own, so listed
     process = subprocess.Popen(
         [
             str(DIFFTEST),
