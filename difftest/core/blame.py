@@ -32,9 +32,12 @@ Outcome = Literal["reproduces", "gone", "does-not-apply", "does-not-import", "un
 UNMEASURED: frozenset[Outcome] = frozenset({"does-not-apply", "does-not-import", "unmeasured"})
 #: The verdicts a finding can have, most severe first (a run that could not be measured is none).
 FINDING_VERDICTS: tuple[Verdict, ...] = ("broken", "diverge")
-#: What a set of hunks was tried for: the whole change, its steps, its hunks, or the rest of the
-#: change without the culprits.
-Phase = Literal["whole", "steps", "hunks", "rest"]
+#: What a set of hunks was tried for: the whole change, its steps, its hunks, the rest of the
+#: change without the culprits, or `again`: the whole change and the minimal set probed once more
+#: (never from a cache) before they are reported, so a finding that comes and goes is never blamed.
+Phase = Literal["whole", "steps", "hunks", "rest", "again"]
+#: Times the whole change and the minimal set are probed again before a minimal set is reported.
+MEASURED_AGAIN = 3
 
 #: Run label -> what makes the verdict in that run.
 Signature = dict[str, list[str]]
@@ -195,6 +198,10 @@ class BlameFinding(BaseModel):
     rest: int | None = None
     #: Every try the search asked about, in order (a try asked twice is measured once).
     asked: list[int] = Field(default_factory=list)
+    #: The tries that probed the whole change and the minimal set again (`MEASURED_AGAIN` each).
+    again: list[int] = Field(default_factory=list)
+    #: The finding did not come back every time the same code was probed: no set is reported.
+    unstable: bool = False
 
 
 class BlameEvidence(BaseModel):

@@ -260,3 +260,44 @@ def orphan_pids(tmp: Path) -> list[int]:
 def environ_seen(tmp: Path) -> str:
     path = tmp / "environ-seen.txt"
     return path.read_bytes().decode("utf-8", "replace") if path.exists() else ""
+
+
+# -- faults of `difftest blame` (tests/faults/test_blame_faults.py) ------------------------------
+
+#: A comment-only edit of the scheduler: a hunk that can make no finding.
+COMMENT_MARKER = INIT_MARKER
+
+
+def flaky_counting_patch(tmp: Path, repo: object) -> Path:
+    """A change whose counting comes and goes (#29, case 2): every other probe process that imports
+    its metrics.py (a counter file in `tmp`, one byte per import) counts one accepted token too
+    many; and a comment-only hunk in the scheduler, which a search misled by chance would blame."""
+    from difftest.build.refs import read_blob
+    from tests.patching import make_patch
+
+    counter = tmp / "flaky-imports"
+    chooser = (
+        "import os as _os\n"
+        f"_fd = _os.open({str(counter)!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT)\n"
+        "_os.write(_fd, b'x')\n"
+        "_os.close(_fd)\n"
+        f"_FLAKY = _os.path.getsize({str(counter)!r}) % 2 == 1\n"
+    )
+    skew = "        if _FLAKY:\n            num_accepted_tokens += 1\n"
+    metrics = read_blob(repo, "v0.32.0", METRICS).decode()
+    assert ENV_COUNT_MARKER in metrics, "SpecDecodingStats no longer adds num_accepted_tokens so"
+    counting = chooser + "\n" + metrics.replace(ENV_COUNT_MARKER, skew + ENV_COUNT_MARKER, 1)
+    scheduler = read_blob(repo, "v0.32.0", SCHEDULER).decode()
+    comment = "        # A comment only: nothing the scheduler does.\n"
+    commented = scheduler.replace(COMMENT_MARKER, COMMENT_MARKER + comment, 1)
+    one = make_patch(tmp / "flaky-metrics.part", METRICS, metrics, counting)
+    two = make_patch(tmp / "flaky-comment.part", SCHEDULER, scheduler, commented)
+    patch = tmp / "flaky-counting.patch"
+    patch.write_text(one.read_text() + two.read_text())
+    return patch
+
+
+def flaky_imports(tmp: Path) -> int:
+    """How many probe processes imported the flaky branch's metrics.py."""
+    path = tmp / "flaky-imports"
+    return path.stat().st_size if path.exists() else 0

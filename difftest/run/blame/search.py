@@ -5,6 +5,8 @@
     the change base..branch -> steps (patch files, replayed commits) -> hunks (`build.refs.hunks`)
     per finding: ddmin over the steps (a change of several), then over the hunks of the steps kept
       (`core.ddmin`), each set of hunks applied alone on the base and measured (`subsets.py`)
+    -> the whole change and the minimal set probed again, 3 times each (`_comes_back`): a finding
+       that does not come back every time reads unstable (exit 3) and no set is reported
     -> each finding's minimal set, a try per hunk of it showing the finding goes without it, and the
        rest of the change measured without it
     -> the evidence (its `blame`), and a config pinning every set reported as a patch series
@@ -35,6 +37,7 @@ from difftest.build.envs.branch import overlaid
 from difftest.build.refs.hunks import Step, split_change, step_commits
 from difftest.build.workspace import PreparedBranch, Workspace, branch_spec, prepare
 from difftest.core.blame import (
+    MEASURED_AGAIN,
     BlameFinding,
     Phase,
     describe,
@@ -426,12 +429,55 @@ def _search(
     finding.minimal = list(minimal)
     culprit = measured([minimal], "hunks")[0]
     finding.culprit = culprit.number
+    if not _comes_back(prober, finding, whole, culprit):
+        return
     for hunk in minimal:
         rest = tuple(h for h in minimal if h != hunk)
         finding.needed[hunk] = measured([rest], "hunks")[0].number if rest else 0
     others = tuple(h for h in carried if h not in minimal)
     if others:
         finding.rest = measured([others], "rest")[0].number
+
+
+def _comes_back(
+    prober: SubsetProber, finding: BlameFinding, whole: Measured, culprit: Measured
+) -> bool:
+    """The whole change and the minimal set probed `MEASURED_AGAIN` times more each, never from a
+    cache: True when every probe made the finding. Otherwise the search's answers cannot be trusted
+    (a set may have looked needed, or enough, by chance, and a branch could steer that onto
+    innocent hunks): the finding reads unstable and no set is reported."""
+    log = prober.context.log
+    sets = list({m.digest: m for m in (whole, culprit)}.values())
+    seen = {m.digest: [m.outcome(finding)[0]] for m in sets}
+    for round_ in range(1, MEASURED_AGAIN + 1):
+        for again in prober.measure_again(finding.tier, sets, round_):
+            finding.again.append(again.number)
+            what, text = again.outcome(finding)
+            hunks = listed(list(again.hunks))
+            log(f"blame: try {again.number} (hunks {hunks}, again): {what}: {text}")
+            seen[again.digest].append(what)
+    if all(what == "reproduces" for whats in seen.values() for what in whats):
+        return True
+    counts = [
+        f"{_called(m, whole)} made it in {seen[m.digest].count('reproduces')} of "
+        f"{len(seen[m.digest])} probes"
+        for m in sets
+    ]
+    finding.unstable, finding.minimal, finding.culprit = True, [], None
+    finding.problem = (
+        "unstable: the same code did not make it every time it was probed ("
+        + "; ".join(counts)
+        + "), so no set of hunks can be said to make it: make the branch's counting deterministic "
+        "(no timing, randomness or state kept between runs), then blame it again"
+    )
+    log(f"blame: {finding.scenario}: {finding.problem}")
+    return False
+
+
+def _called(measured: Measured, whole: Measured) -> str:
+    if measured.digest == whole.digest:
+        return "the whole change"
+    return f"hunk{'s' if len(measured.hunks) != 1 else ''} {listed(list(measured.hunks))}"
 
 
 def _forget_refs(repo: Any, prober: SubsetProber) -> None:

@@ -215,6 +215,33 @@ class SubsetProber:
             self._by_key[(tier, measured.digest)] = measured
         return out
 
+    def measure_again(self, tier: str, sets: Sequence[Measured], round_: int) -> list[Measured]:
+        """Each of `sets` (measured already, its environment built) probed once more as a new try of
+        phase `again`: never read from the result cache nor from another set's runs, its files kept
+        apart from the reported sets' (`round_` names the folder)."""
+        self._settle()
+        again = []
+        for earlier in sets:
+            if earlier.branch is None or earlier.branch.env is None:
+                continue
+            measured = Measured(
+                len(self.measured) + 1,
+                tier,
+                "again",
+                earlier.digest,
+                earlier.hunks,
+                branch=earlier.branch,
+                tree=earlier.tree,
+            )
+            self.measured.append(measured)
+            again.append(measured)
+        if again:
+            fresh = dataclasses.replace(
+                self.context, cache=None, out=self.scratch / "again" / str(round_)
+            )
+            self._probe(tier, again, fresh, remember=False)
+        return again
+
     def close(self) -> None:
         """Stop preparing ahead (a set being prepared is finished first: seconds at most)."""
         self._ahead.shutdown(wait=True, cancel_futures=True)
@@ -272,14 +299,22 @@ class SubsetProber:
             measured.run, measured.same_as = same[1], same[0].name
         measured.seconds = time.monotonic() - started
 
-    def _probe(self, tier: str, batch: list[Measured]) -> None:
-        """One probe per set of `batch`, side by side from the shared fork server, then the door."""
+    def _probe(
+        self,
+        tier: str,
+        batch: list[Measured],
+        base_context: RunContext | None = None,
+        remember: bool = True,
+    ) -> None:
+        """One probe per set of `batch`, side by side from the shared fork server, then the door;
+        with `remember`, a set's runs serve later sets with the same tree of vllm/."""
         chosen = self.selected[tier]
         started = time.monotonic()
         branches = [m.branch for m in batch if m.branch is not None]
-        workspace = self.context.workspace
+        base_context = base_context or self.context
+        workspace = base_context.workspace
         context = dataclasses.replace(
-            self.context,
+            base_context,
             workspace=Workspace(workspace.config, workspace.base, workspace.repo, branches),
         )
         server = self.servers[tier]
@@ -295,7 +330,7 @@ class SubsetProber:
             measured.seconds += spent
             if run.header is None:
                 measured.problem = ("does-not-import", one_line(run.error or run.log_tail))
-            if measured.tree is not None and measured.problem is None:
+            if remember and measured.tree is not None and measured.problem is None:
                 self._trees.setdefault((tier, measured.tree), (measured.branch, run))
         self._judge(tier, batch)
 
