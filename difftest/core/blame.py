@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from difftest.core.breakage import COMPLETES
 from difftest.core.records import Result, Verdict
 from difftest.core.values import format_value
 from difftest.core.verdicts import difference_reason, first_reason, violation_reason
@@ -104,6 +105,20 @@ def own_reason(result: Result, base: list[Result]) -> str:
 def makes(finding: BlameFinding, results: list[Result]) -> bool:
     """Whether `results` (one scenario, every run) show exactly this finding."""
     return signature(results, finding.verdict) == finding.runs
+
+
+def does_not_run(outcome: Outcome, results: list[Result]) -> bool:
+    """A set that does not run: its hunks do not apply, its code does not import, it could not be
+    measured, or a run crashed or hung where the base completes it."""
+    if outcome in UNMEASURED:
+        return True
+    return any(v.invariant == COMPLETES for r in results for v in r.violations)
+
+
+def is_a_crash(finding: BlameFinding) -> bool:
+    """The finding is itself a crash or a hang: a hunk whose absence crashes it otherwise is not
+    merely bound to the rest."""
+    return any(w.startswith(COMPLETES) for whats in finding.runs.values() for w in whats)
 
 
 def listed(numbers: list[int]) -> str:
@@ -198,6 +213,10 @@ class BlameFinding(BaseModel):
     rest: int | None = None
     #: Every try the search asked about, in order (a try asked twice is measured once).
     asked: list[int] = Field(default_factory=list)
+    #: Hunks of the minimal set bound to it: without any one of them the rest does not run
+    #: (`does_not_run`), so they are needed for the branch to run at all, not for the finding; the
+    #: other hunks of the set are the unit that makes it. Empty when the finding is a crash itself.
+    bound: list[int] = Field(default_factory=list)
     #: The tries that probed the whole change and the minimal set again (`MEASURED_AGAIN` each).
     again: list[int] = Field(default_factory=list)
     #: The finding did not come back every time the same code was probed: no set is reported.

@@ -11,7 +11,7 @@ at most 65,536 characters, so hunks are cut to `HUNK_LINES` lines and, past
 from __future__ import annotations
 
 from difftest.core.blame import listed
-from difftest.reports.blame_view import FindingView, HunkLine, summary, views
+from difftest.reports.blame_view import BOUND, FindingView, HunkLine, made_by, summary, views
 from difftest.reports.format import fenced, md_code, md_escape
 from difftest.reports.sources import BlameReport
 
@@ -49,10 +49,20 @@ def _finding(view: FindingView, budget: list[int]) -> list[str]:
         return [*lines, f"No set of hunks found: {md_escape(view.problem)}", ""]
     count = len(view.culprits)
     numbers = listed([e.hunk.number for e in view.culprits])
-    plural, each = ("s", ", each needed:") if count > 1 else ("", ", needed:")
+    plural = "s" if count != 1 else ""
+    said = made_by(view)
     lines += [
-        f"Made by **{count} hunk{plural}** ({numbers}, try {finding.culprit}){each}",
+        f"Made by **{count} hunk{plural}** ({numbers}, try {finding.culprit}){md_escape(said)}:",
         "",
+        *(
+            [
+                f"Bound ({md_escape(BOUND.removeprefix('bound: '))}): "
+                f"{listed([e.hunk.number for e in view.bound])}.",
+                "",
+            ]
+            if view.bound
+            else []
+        ),
         "| hunk | file | lines | without it |",
         "|---|---|---|---|",
         *(_row(entry) for entry in view.culprits),

@@ -12,7 +12,15 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from difftest.reports.blame_view import FindingView, HunkLine, hunk_place, summary, views
+from difftest.reports.blame_view import (
+    FindingView,
+    HunkLine,
+    hunk_place,
+    made_by,
+    summary,
+    units,
+    views,
+)
 from difftest.reports.format import printable
 from difftest.reports.sources import BlameReport
 from difftest.reports.terminal import VERDICT_STYLES
@@ -48,10 +56,15 @@ def _finding(console: Console, view: FindingView) -> None:
     count = len(view.culprits)
     made = Text(f"made by {count} hunk{'s' if count != 1 else ''} ", style="bold")
     made.append(f"(try {finding.culprit})", style="dim")
-    made.append(", each needed:" if count > 1 else ", needed:")
+    made.append(made_by(view) + ":")
     _at(console, made, 2)
-    for entry in view.culprits:
-        _hunk(console, entry, "without it: ")
+    for unit, entries in units(view):
+        indent = 4
+        if unit:
+            _at(console, Text(f"{unit}:", style="bold"), 4)
+            indent = 6
+        for entry in entries:
+            _hunk(console, entry, "without it: ", indent)
     _at(console, Text("left out:", style="bold"), 2)
     for entry in view.left_out:
         _hunk(console, entry, "")
@@ -68,14 +81,14 @@ def _finding(console: Console, view: FindingView) -> None:
         _diff(console, entry)
 
 
-def _hunk(console: Console, entry: HunkLine, lead: str) -> None:
+def _hunk(console: Console, entry: HunkLine, lead: str, indent: int = 4) -> None:
     text = Text(f"#{entry.hunk.number} ", style="bold")
     text.append(printable(hunk_place(entry.hunk)))
     text.append(": ")
     text.append(printable(lead + entry.why), style="dim")
     if entry.proof:
         text.append(f" (try {entry.proof})", style="dim")
-    _at(console, text, 4)
+    _at(console, text, indent)
 
 
 def _diff(console: Console, entry: HunkLine) -> None:

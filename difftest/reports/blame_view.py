@@ -54,10 +54,50 @@ class FindingView:
     problem: str
     culprits: list[HunkLine]
     left_out: list[HunkLine]
+    #: The culprits bound to the set (without any of them the rest does not run); the others make
+    #: the finding. Empty: every culprit is needed for the finding itself.
+    bound: list[HunkLine]
     rest: str
     label: str
     partings: list[Parting]
     reproduce: str
+
+
+#: What a bound hunk is, in the words every format uses.
+BOUND = "bound: without any one of them the rest does not run"
+
+
+def units(view: FindingView) -> list[tuple[str, list[HunkLine]]]:
+    """The culprits as the units a person reads: the hunks that make the finding, and those bound
+    to them (needed for the branch to run at all); one unit when none is bound, or all are."""
+    bound = {e.hunk.number for e in view.bound}
+    makers = [e for e in view.culprits if e.hunk.number not in bound]
+    if not bound:
+        return [("", view.culprits)]
+    if not makers:
+        return [(BOUND + "; together they make it", view.culprits)]
+    return [
+        ("makes it: without it the rest runs and the finding goes", makers),
+        (BOUND, view.bound),
+    ]
+
+
+def made_by(view: FindingView) -> str:
+    """What follows "made by N hunks (try T)": `, each needed`, or how they split into units:
+    `: #5 makes it, #3, #4, #6-#8 are bound to it` (terminal and Markdown)."""
+    count = len(view.culprits)
+    if not view.bound:
+        return ", each needed" if count > 1 else ", needed"
+    parts = units(view)
+    if len(parts) == 1:
+        return ", bound together"
+    (_, makers), (_, bound) = parts
+    verb, them = ("makes", "it") if len(makers) == 1 else ("make", "them")
+    are = "is" if len(bound) == 1 else "are"
+    return (
+        f": {listed([e.hunk.number for e in makers])} {verb} it, "
+        f"{listed([e.hunk.number for e in bound])} {are} bound to {them}"
+    )
 
 
 def hunk_place(hunk: BlameHunk) -> str:
@@ -105,7 +145,7 @@ def _view(report: BlameReport, blame: BlameEvidence, finding: BlameFinding) -> F
         ]
     )
     if not finding.minimal:
-        return FindingView(finding, headline, finding.problem, [], [], "", label, [], reproduce)
+        return FindingView(finding, headline, finding.problem, [], [], [], "", label, [], reproduce)
     culprits = [
         HunkLine(blame.hunk(n), _without(blame, finding, n), finding.needed.get(n))
         for n in finding.minimal
@@ -119,6 +159,7 @@ def _view(report: BlameReport, blame: BlameEvidence, finding: BlameFinding) -> F
         "",
         culprits,
         left_out,
+        [c for c in culprits if c.hunk.number in finding.bound],
         _rest(blame, finding),
         label,
         _partings(report, blame, finding, label),

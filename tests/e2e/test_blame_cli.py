@@ -156,6 +156,27 @@ def test_each_blamed_hunk_is_needed(pr_56195: Path) -> None:
 
 
 @shipped
+def test_the_hunks_the_branch_needs_to_run_are_bound_and_one_hunk_makes_the_finding(
+    pr_56195: Path,
+) -> None:
+    """#29 case 3: of the six needed hunks, five only keep the branch running (signature changes:
+    without any one the scheduler crashes); one, without which the rest runs and the finding goes,
+    makes it."""
+    search = searched(pr_56195)
+    (finding,) = search.findings
+    makers = [n for n in finding.minimal if n not in finding.bound]
+    assert len(makers) == 1 and len(finding.bound) == len(finding.minimal) - 1 >= 1, finding
+    (maker,) = makers
+    assert "completes-as-on-baseline" not in search.tried(finding.needed[maker]).details[MIXED]
+    for bound in finding.bound:
+        detail = search.tried(finding.needed[bound]).details[MIXED]
+        assert "completes-as-on-baseline: crashed in vLLM" in detail, (bound, detail)
+    markdown = (pr_56195 / "blame.md").read_text()
+    assert f"#{maker} makes it, " in markdown and "are bound to it:" in markdown
+    assert "Bound (without any one of them the rest does not run)" in markdown
+
+
+@shipped
 def test_the_search_takes_a_few_dozen_sets_each_measured_once(pr_56195: Path) -> None:
     search = searched(pr_56195)
     assert len(search.tries) <= 36 and search.probes <= len(search.tries)

@@ -13,7 +13,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from difftest.core.blame import describe, finding_of, makes, signature, what
+from difftest.core.blame import (
+    describe,
+    does_not_run,
+    finding_of,
+    is_a_crash,
+    makes,
+    signature,
+    what,
+)
+from difftest.core.breakage import COMPLETES
 from difftest.core.evidence import read_evidence, write_evidence
 from difftest.core.records import Difference
 from difftest.reports import registry
@@ -137,6 +146,37 @@ def test_the_terminal_report_reads_at_80_columns():
     assert "with only these hunks: no steps recorded" in flat  # no runs were given
     assert f"reproduce: difftest run -c out-blame/blame.yaml --tier scheduler -k {SCENARIO}" in flat
     assert "+new_2" in text and "+new_3" in text and "+new_4" not in text  # the culprits' hunks
+
+
+def test_hunks_the_rest_needs_to_run_read_as_bound_and_the_unit_that_makes_it_is_named():
+    """#29 case 3: without #2 the rest crashes (try 3), so #2 is bound to the set; #3 makes it."""
+    blame = make_blame()
+    finding = blame.findings[0].model_copy(update={"bound": [2]})
+    source = report(findings=[finding])
+    text = terminal(source)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    flat = " ".join(text.split())
+    assert "made by 2 hunks (try 2): #3 makes it, #2 is bound to it:" in flat
+    makes_it = flat.index("makes it: without it the rest runs and the finding goes:")
+    bound = flat.index("bound: without any one of them the rest does not run:")
+    assert makes_it < flat.index("#3 vllm/") < bound < flat.index("#2 vllm/", bound)
+    markdown = render_blame_markdown(source)
+    assert "Made by **2 hunks** (#2-#3, try 2): #3 makes it, #2 is bound to it:" in markdown
+    assert "Bound (without any one of them the rest does not run): #2." in markdown
+    everything = blame.findings[0].model_copy(update={"bound": [2, 3]})
+    flat = " ".join(terminal(report(findings=[everything])).split())
+    assert "made by 2 hunks (try 2), bound together:" in flat
+
+
+def test_a_set_that_crashes_or_cannot_run_does_not_run_unless_the_finding_is_a_crash():
+    crashed = make_result("broken", violations=[make_violation(invariant=COMPLETES, counter=None)])
+    assert does_not_run("gone", [crashed]) and does_not_run("does-not-import", [])
+    assert not does_not_run("gone", [make_result("broken", violations=[LOST])])
+    assert not does_not_run("gone", [make_result("pass")])
+    finding = make_blame().findings[0]
+    assert not is_a_crash(finding)
+    crash = finding.model_copy(update={"runs": {LABEL: [f"{COMPLETES}: crashed in vLLM: x"]}})
+    assert is_a_crash(crash)
 
 
 def test_a_finding_the_search_could_not_blame_says_why():

@@ -7,8 +7,9 @@
       (`core.ddmin`), each set of hunks applied alone on the base and measured (`subsets.py`)
     -> the whole change and the minimal set probed again, 3 times each (`_comes_back`): a finding
        that does not come back every time reads unstable (exit 3) and no set is reported
-    -> each finding's minimal set, a try per hunk of it showing the finding goes without it, and the
-       rest of the change measured without it
+    -> each finding's minimal set, a try per hunk of it showing the finding goes without it (a
+       hunk without which the rest does not run is bound to the set: `core.blame.does_not_run`;
+       the others make the finding), and the rest of the change measured without it
     -> the evidence (its `blame`), and a config pinning every set reported as a patch series
 
 Only hunks under `vllm/` are searched: a branch environment carries nothing else
@@ -41,7 +42,9 @@ from difftest.core.blame import (
     BlameFinding,
     Phase,
     describe,
+    does_not_run,
     finding_of,
+    is_a_crash,
     listed,
     own_reason,
 )
@@ -431,9 +434,17 @@ def _search(
     finding.culprit = culprit.number
     if not _comes_back(prober, finding, whole, culprit):
         return
+    crash = is_a_crash(finding)
     for hunk in minimal:
         rest = tuple(h for h in minimal if h != hunk)
-        finding.needed[hunk] = measured([rest], "hunks")[0].number if rest else 0
+        if not rest:
+            finding.needed[hunk] = 0
+            continue
+        without = measured([rest], "hunks")[0]
+        finding.needed[hunk] = without.number
+        what, _text = without.outcome(finding)
+        if not crash and does_not_run(what, without.for_scenario(finding.scenario)):
+            finding.bound.append(hunk)
     others = tuple(h for h in carried if h not in minimal)
     if others:
         finding.rest = measured([others], "rest")[0].number
