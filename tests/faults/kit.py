@@ -301,3 +301,30 @@ def flaky_imports(tmp: Path) -> int:
     """How many probe processes imported the flaky branch's metrics.py."""
     path = tmp / "flaky-imports"
     return path.stat().st_size if path.exists() else 0
+
+
+def stubborn_counting_patch(tmp: Path, repo: object) -> Path:
+    """A change that makes a finding (one accepted token too many) and fights being stopped: at
+    import of its metrics.py every probe ignores SIGINT and SIGTERM, starts a child that leaves its
+    session (pid to `orphan.pids`) and takes 2 s; plus a comment-only hunk, so the search has sets
+    to try when Ctrl-C comes."""
+    from difftest.build.refs import read_blob
+    from tests.patching import make_patch
+
+    stubborn = (
+        "import signal as _signal, time as _time\n"
+        "_signal.signal(_signal.SIGINT, _signal.SIG_IGN)\n"
+        "_signal.signal(_signal.SIGTERM, _signal.SIG_IGN)\n" + _orphan(tmp) + "_time.sleep(2)\n"
+    )
+    skew = "        num_accepted_tokens += 1\n"
+    metrics = read_blob(repo, "v0.32.0", METRICS).decode()
+    assert ENV_COUNT_MARKER in metrics, "SpecDecodingStats no longer adds num_accepted_tokens so"
+    counting = stubborn + "\n" + metrics.replace(ENV_COUNT_MARKER, skew + ENV_COUNT_MARKER, 1)
+    scheduler = read_blob(repo, "v0.32.0", SCHEDULER).decode()
+    comment = "        # A comment only: nothing the scheduler does.\n"
+    commented = scheduler.replace(COMMENT_MARKER, COMMENT_MARKER + comment, 1)
+    one = make_patch(tmp / "stubborn-metrics.part", METRICS, metrics, counting)
+    two = make_patch(tmp / "stubborn-comment.part", SCHEDULER, scheduler, commented)
+    patch = tmp / "stubborn-counting.patch"
+    patch.write_text(one.read_text() + two.read_text())
+    return patch

@@ -3,11 +3,17 @@
 A branch whose counting comes and goes between identical probes must never be blamed on a set of
 hunks: the search's answers are chance, and a branch could steer them onto innocent hunks (#29,
 case 2). The whole change and the minimal set are probed again before anything is reported; a
-finding that does not come back every time reads "unstable" (exit 3).
+finding that does not come back every time reads "unstable" (exit 3). And a branch whose probes
+ignore SIGINT and SIGTERM and leave children behind: Ctrl-C mid-search still stops every process it
+started, at once, and leaves no report and no ref.
 """
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +22,13 @@ from difftest.core.blame import MEASURED_AGAIN
 from difftest.core.evidence import read_evidence
 from tests.e2e.cli_helpers import CONTROL, capture_stderr, run_cli
 from tests.factories import shipped_branch, write_config
-from tests.faults.kit import flaky_counting_patch, flaky_imports
+from tests.faults.kit import (
+    flaky_counting_patch,
+    flaky_imports,
+    orphan_pids,
+    stubborn_counting_patch,
+)
+from tests.faults.test_fault_kit import survivors
 
 pytestmark = pytest.mark.slow
 
@@ -48,3 +60,45 @@ def test_a_finding_that_comes_and_goes_reads_unstable_and_blames_no_hunk(
     assert "No set of hunks found: unstable" in (out / "blame.md").read_text()
     assert "unstable" in log.getvalue()
     assert flaky_imports(tmp_path) >= MEASURED_AGAIN  # its probes really ran the branch's code
+
+
+def test_ctrl_c_stops_a_search_whose_probes_ignore_signals_and_leave_children(
+    tmp_path: Path, fixture_repo
+) -> None:
+    patch = stubborn_counting_patch(tmp_path, fixture_repo)
+    config = write_config(
+        tmp_path,
+        [shipped_branch("main"), {"name": "stubborn", "ref": "main", "patches": [str(patch)]}],
+    )
+    out = tmp_path / "out"
+    argv = ["blame", "-c", str(config), "stubborn", "-k", CONTROL, "--tier", "scheduler"]
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "difftest"), *argv, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if "blame: try 2 " in line:
+            break
+    else:
+        raise AssertionError("the search never reached its second set:\n" + "".join(seen))
+    process.send_signal(signal.SIGINT)
+    try:
+        rest = process.stderr.read()
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("difftest blame had not exited 30 s after Ctrl-C") from None
+    assert process.returncode == 130, rest
+    assert re.search(r"interrupted; \d+ running probe\(s\) stopped, no report written", rest), rest
+    assert not (out / "evidence.json").exists() and not (out / "blame.md").exists()
+    assert not (out / ".blame-subsets").exists()
+    refs = fixture_repo.git.for_each_ref("--format=%(refname)", "refs/heads/difftest/")
+    assert "stubborn-blame-" not in refs
+    pids = orphan_pids(tmp_path)
+    assert pids, "no probe of the branch ever started its child"
+    assert not survivors(pids), "children the branch's probes started outlived the search"
