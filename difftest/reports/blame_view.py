@@ -88,10 +88,9 @@ def made_by(view: FindingView) -> str:
     count = len(view.culprits)
     if not view.bound:
         return ", each needed" if count > 1 else ", needed"
-    parts = units(view)
-    if len(parts) == 1:
+    if len(view.bound) == count:
         return ", bound together"
-    (_, makers), (_, bound) = parts
+    (_, makers), (_, bound) = units(view)
     verb, them = ("makes", "it") if len(makers) == 1 else ("make", "them")
     are = "is" if len(bound) == 1 else "are"
     return (

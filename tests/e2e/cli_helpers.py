@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,3 +69,30 @@ def capture_stderr() -> Iterator[io.StringIO]:
         cli.console._file = (
             None  # back to following sys.stderr (pytest's capture changes it per test)
         )
+
+
+def interrupted_when(argv: list[str], said: str, wait_s: float = 30) -> tuple[int, str]:
+    """`difftest ARGV` as a process, Ctrl-C (SIGINT) once a line of its log holds `said`: its exit
+    code and the log after that line (an AssertionError if it never says it, or hangs)."""
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "difftest"), *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if said in line:
+            break
+    else:
+        raise AssertionError(f"difftest never said {said!r}:\n" + "".join(seen))
+    process.send_signal(signal.SIGINT)
+    try:
+        rest = process.stderr.read()
+        process.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(f"difftest had not exited {wait_s} s after Ctrl-C") from None
+    return process.returncode, rest

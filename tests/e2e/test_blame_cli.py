@@ -11,9 +11,6 @@ adds. Every test reads what the command wrote: the evidence's `blame`, blame.md,
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,14 @@ import pytest
 from difftest.build.refs import read_blob
 from difftest.core.blame import BlameEvidence
 from difftest.core.evidence import read_evidence
-from tests.e2e.cli_helpers import INIT_MARKER, SCHEDULER, by_branch, capture_stderr, run_cli
+from tests.e2e.cli_helpers import (
+    INIT_MARKER,
+    SCHEDULER,
+    by_branch,
+    capture_stderr,
+    interrupted_when,
+    run_cli,
+)
 from tests.factories import BASE_TAG, ROOT, shipped_branch, write_config
 from tests.patching import make_patch
 
@@ -415,28 +419,8 @@ def test_ctrl_c_mid_search_stops_every_probe_and_leaves_no_report_nor_ref(
     config = write_config(tmp_path, [shipped_branch("main"), branch])
     out = tmp_path / "out"
     argv = ["blame", "-c", str(config), "interrupted", "-k", MIXED, "--tier", "scheduler"]
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "difftest"), *argv, "--out", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    seen = []
-    for line in process.stderr:
-        seen.append(line)
-        if "blame: try 2 " in line:
-            break
-    else:
-        raise AssertionError("the search never reached its second set:\n" + "".join(seen))
-    process.send_signal(signal.SIGINT)
-    try:
-        rest = process.stderr.read()
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise AssertionError("difftest blame had not exited 30 s after Ctrl-C") from None
-    assert process.returncode == 130, rest
+    code, rest = interrupted_when([*argv, "--out", str(out)], "blame: try 2 ")
+    assert code == 130, rest
     assert re.search(r"interrupted; \d running probe\(s\) stopped, no report written", rest), rest
     assert not (out / "evidence.json").exists() and not (out / "blame.md").exists()
     assert not (out / ".blame-subsets").exists()

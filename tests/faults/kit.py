@@ -268,13 +268,29 @@ def environ_seen(tmp: Path) -> str:
 COMMENT_MARKER = INIT_MARKER
 
 
+def _counting_with_a_comment(tmp: Path, repo: object, name: str, prelude: str, skew: str) -> Path:
+    """`name`.patch: metrics.py with `prelude` at its top and `skew` just before it adds the
+    accepted tokens, and a comment-only hunk in the scheduler (a hunk that can make no finding)."""
+    from difftest.build.refs import read_blob
+    from tests.patching import make_patch
+
+    metrics = read_blob(repo, "v0.32.0", METRICS).decode()
+    assert ENV_COUNT_MARKER in metrics, "SpecDecodingStats no longer adds num_accepted_tokens so"
+    counting = prelude + "\n" + metrics.replace(ENV_COUNT_MARKER, skew + ENV_COUNT_MARKER, 1)
+    scheduler = read_blob(repo, "v0.32.0", SCHEDULER).decode()
+    comment = "        # A comment only: nothing the scheduler does.\n"
+    commented = scheduler.replace(COMMENT_MARKER, COMMENT_MARKER + comment, 1)
+    one = make_patch(tmp / f"{name}-metrics.part", METRICS, metrics, counting)
+    two = make_patch(tmp / f"{name}-comment.part", SCHEDULER, scheduler, commented)
+    patch = tmp / f"{name}.patch"
+    patch.write_text(one.read_text() + two.read_text())
+    return patch
+
+
 def flaky_counting_patch(tmp: Path, repo: object) -> Path:
     """A change whose counting comes and goes (#29, case 2): every other probe process that imports
     its metrics.py (a counter file in `tmp`, one byte per import) counts one accepted token too
     many; and a comment-only hunk in the scheduler, which a search misled by chance would blame."""
-    from difftest.build.refs import read_blob
-    from tests.patching import make_patch
-
     counter = tmp / "flaky-imports"
     chooser = (
         "import os as _os\n"
@@ -284,17 +300,7 @@ def flaky_counting_patch(tmp: Path, repo: object) -> Path:
         f"_FLAKY = _os.path.getsize({str(counter)!r}) % 2 == 1\n"
     )
     skew = "        if _FLAKY:\n            num_accepted_tokens += 1\n"
-    metrics = read_blob(repo, "v0.32.0", METRICS).decode()
-    assert ENV_COUNT_MARKER in metrics, "SpecDecodingStats no longer adds num_accepted_tokens so"
-    counting = chooser + "\n" + metrics.replace(ENV_COUNT_MARKER, skew + ENV_COUNT_MARKER, 1)
-    scheduler = read_blob(repo, "v0.32.0", SCHEDULER).decode()
-    comment = "        # A comment only: nothing the scheduler does.\n"
-    commented = scheduler.replace(COMMENT_MARKER, COMMENT_MARKER + comment, 1)
-    one = make_patch(tmp / "flaky-metrics.part", METRICS, metrics, counting)
-    two = make_patch(tmp / "flaky-comment.part", SCHEDULER, scheduler, commented)
-    patch = tmp / "flaky-counting.patch"
-    patch.write_text(one.read_text() + two.read_text())
-    return patch
+    return _counting_with_a_comment(tmp, repo, "flaky-counting", chooser, skew)
 
 
 def flaky_imports(tmp: Path) -> int:
@@ -308,23 +314,10 @@ def stubborn_counting_patch(tmp: Path, repo: object) -> Path:
     import of its metrics.py every probe ignores SIGINT and SIGTERM, starts a child that leaves its
     session (pid to `orphan.pids`) and takes 2 s; plus a comment-only hunk, so the search has sets
     to try when Ctrl-C comes."""
-    from difftest.build.refs import read_blob
-    from tests.patching import make_patch
-
     stubborn = (
         "import signal as _signal, time as _time\n"
         "_signal.signal(_signal.SIGINT, _signal.SIG_IGN)\n"
         "_signal.signal(_signal.SIGTERM, _signal.SIG_IGN)\n" + _orphan(tmp) + "_time.sleep(2)\n"
     )
     skew = "        num_accepted_tokens += 1\n"
-    metrics = read_blob(repo, "v0.32.0", METRICS).decode()
-    assert ENV_COUNT_MARKER in metrics, "SpecDecodingStats no longer adds num_accepted_tokens so"
-    counting = stubborn + "\n" + metrics.replace(ENV_COUNT_MARKER, skew + ENV_COUNT_MARKER, 1)
-    scheduler = read_blob(repo, "v0.32.0", SCHEDULER).decode()
-    comment = "        # A comment only: nothing the scheduler does.\n"
-    commented = scheduler.replace(COMMENT_MARKER, COMMENT_MARKER + comment, 1)
-    one = make_patch(tmp / "stubborn-metrics.part", METRICS, metrics, counting)
-    two = make_patch(tmp / "stubborn-comment.part", SCHEDULER, scheduler, commented)
-    patch = tmp / "stubborn-counting.patch"
-    patch.write_text(one.read_text() + two.read_text())
-    return patch
+    return _counting_with_a_comment(tmp, repo, "stubborn-counting", stubborn, skew)

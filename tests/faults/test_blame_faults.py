@@ -11,24 +11,20 @@ started, at once, and leaves no report and no ref.
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from difftest.core.blame import MEASURED_AGAIN
 from difftest.core.evidence import read_evidence
-from tests.e2e.cli_helpers import CONTROL, capture_stderr, run_cli
-from tests.factories import shipped_branch, write_config
+from tests.e2e.cli_helpers import CONTROL, capture_stderr, faulty_config, interrupted_when, run_cli
 from tests.faults.kit import (
     flaky_counting_patch,
     flaky_imports,
     orphan_pids,
     stubborn_counting_patch,
 )
-from tests.faults.test_fault_kit import survivors
+from tests.processes import survivors
 
 pytestmark = pytest.mark.slow
 
@@ -36,11 +32,7 @@ pytestmark = pytest.mark.slow
 def test_a_finding_that_comes_and_goes_reads_unstable_and_blames_no_hunk(
     tmp_path: Path, fixture_repo
 ) -> None:
-    patch = flaky_counting_patch(tmp_path, fixture_repo)
-    config = write_config(
-        tmp_path,
-        [shipped_branch("main"), {"name": "flaky", "ref": "main", "patches": [str(patch)]}],
-    )
+    config = faulty_config(tmp_path, "flaky", flaky_counting_patch(tmp_path, fixture_repo))
     out = tmp_path / "out"
     with capture_stderr() as log:
         code = run_cli(
@@ -65,35 +57,11 @@ def test_a_finding_that_comes_and_goes_reads_unstable_and_blames_no_hunk(
 def test_ctrl_c_stops_a_search_whose_probes_ignore_signals_and_leave_children(
     tmp_path: Path, fixture_repo
 ) -> None:
-    patch = stubborn_counting_patch(tmp_path, fixture_repo)
-    config = write_config(
-        tmp_path,
-        [shipped_branch("main"), {"name": "stubborn", "ref": "main", "patches": [str(patch)]}],
-    )
+    config = faulty_config(tmp_path, "stubborn", stubborn_counting_patch(tmp_path, fixture_repo))
     out = tmp_path / "out"
     argv = ["blame", "-c", str(config), "stubborn", "-k", CONTROL, "--tier", "scheduler"]
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "difftest"), *argv, "--out", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    seen = []
-    for line in process.stderr:
-        seen.append(line)
-        if "blame: try 2 " in line:
-            break
-    else:
-        raise AssertionError("the search never reached its second set:\n" + "".join(seen))
-    process.send_signal(signal.SIGINT)
-    try:
-        rest = process.stderr.read()
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise AssertionError("difftest blame had not exited 30 s after Ctrl-C") from None
-    assert process.returncode == 130, rest
+    code, rest = interrupted_when([*argv, "--out", str(out)], "blame: try 2 ")
+    assert code == 130, rest
     assert re.search(r"interrupted; \d+ running probe\(s\) stopped, no report written", rest), rest
     assert not (out / "evidence.json").exists() and not (out / "blame.md").exists()
     assert not (out / ".blame-subsets").exists()

@@ -16,8 +16,6 @@ branch started is left.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +41,7 @@ from tests.faults.kit import (
     orphan_pids,
 )
 from tests.patching import insert_after
-from tests.processes import alive
+from tests.processes import survivors
 
 pytestmark = pytest.mark.slow
 
@@ -140,14 +138,6 @@ def monkeypatch_module():
     patcher = pytest.MonkeyPatch()
     yield patcher
     patcher.undo()
-
-
-def survivors(pids: list[int]) -> list[int]:
-    """The processes of `pids` still running, killed so that a failing test leaves none behind."""
-    left = [pid for pid in pids if alive(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    return left
 
 
 def _results(out: Path) -> list[dict]:
