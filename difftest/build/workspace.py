@@ -9,6 +9,7 @@ other branches' results survive.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import git
@@ -107,22 +108,29 @@ def prepare(
     names: list[str] | None = None,
     do_fetch: bool = False,
     log: Log = lambda _m: None,
+    before_build: Callable[[git.Repo, list[ResolvedBranch]], None] | None = None,
 ) -> Workspace:
     """Build or reuse the base and the selected branches' environments.
 
     With a real clone (`repo.path`), every ref and patch is resolved before the
     base is built, so a typo costs seconds, not a base build. The fixture
     repository is made from the base's own sources, so there the base comes first.
+    `before_build` sees the resolved commits before any branch environment is
+    built (and, with a real clone, before the base): what it raises costs no build.
     """
     specs = branch_specs(config, names)
     if config.repo.path is not None:
         repo = open_source_repo(config, None, do_fetch, log, refs_to_fetch(config, specs))
         resolved = _resolve(config, repo, specs)
+        if before_build is not None:
+            before_build(repo, resolved)
         base = ensure_base(config.base, log)
     else:
         base = ensure_base(config.base, log)
         repo = open_source_repo(config, base, do_fetch, log)
         resolved = _resolve(config, repo, specs)
+        if before_build is not None:
+            before_build(repo, resolved)
     workspace = Workspace(config=config, base=base, repo=repo)
     for branch in resolved:
         prepared = PreparedBranch(branch)

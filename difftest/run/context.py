@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from difftest.build.workspace import Workspace
-from difftest.core.config import Timeouts
+from difftest.core.config import Config, Timeouts
 from difftest.core.records import Reading
 from difftest.run.cache.results import ResultCache
 from difftest.run.cluster.executor import RayExecutor
@@ -75,8 +75,12 @@ class RunContext:
 def default_baseline(workspace: Workspace, wanted: str | None = None) -> str:
     """The requested baseline, else the config's, if it is among the compared branches; else the
     first."""
-    names = [b.name for b in workspace.branches]
-    for name in (wanted, workspace.config.baseline):
+    return baseline_among([b.name for b in workspace.branches], workspace.config, wanted)
+
+
+def baseline_among(names: list[str], config: Config, wanted: str | None = None) -> str:
+    """`default_baseline` for branch names not built yet."""
+    for name in (wanted, config.baseline):
         if name in names:
             return name
     return names[0]

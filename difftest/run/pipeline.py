@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import git
+
 from difftest import tiers
 from difftest.build.envs.fingerprint import canonical_hash, sha256_file
-from difftest.build.refs import TransplantInfo
+from difftest.build.refs import ResolvedBranch, TransplantInfo
+from difftest.build.tests.trees import CommitTree
 from difftest.build.workspace import Workspace, branch_spec, branch_specs, prepare
 from difftest.core import paths, tally
 from difftest.core.config import Config
@@ -46,6 +49,7 @@ from difftest.run.context import (
     Log,
     ProgressFactory,
     RunContext,
+    baseline_among,
     default_baseline,
     no_progress,
     quiet,
@@ -160,7 +164,13 @@ def compare(
     # Connected before anything is built: a wrong address costs seconds, not a base build.
     cluster = connect(request.cluster.address) if request.cluster is not None else None
     try:
-        workspace = prepare(config, named, do_fetch=request.fetch, log=log)
+        workspace = prepare(
+            config,
+            named,
+            do_fetch=request.fetch,
+            log=log,
+            before_build=refusals_before_build(selected, config, request.baseline),
+        )
         guard = protection()
         if not guard.active:
             log(guard.describe() + " (the base is still checked by content before each run)")
@@ -312,6 +322,22 @@ def with_baseline(
     }:  # named, or a ref that resolves to it
         return names, []
     return [*names, baseline], [baseline]
+
+
+def refusals_before_build(
+    selected: list[TierScenarios], config: Config, wanted_baseline: str | None
+) -> Callable[[git.Repo, list[ResolvedBranch]], None]:
+    """Each selected tier's check of its scenarios against the baseline commit's files, for
+    `prepare` to call once refs resolve and before anything is built."""
+
+    def refuse(repo: git.Repo, resolved: list[ResolvedBranch]) -> None:
+        name = baseline_among([b.name for b in resolved], config, wanted_baseline)
+        baseline = next(b for b in resolved if b.name == name)
+        tree = CommitTree(repo, baseline.sha, baseline.name)
+        for chosen in selected:
+            chosen.tier.refuse_before_build(chosen.scenarios, tree)
+
+    return refuse
 
 
 def select_scenarios(

@@ -6,6 +6,7 @@ own tests). The pipeline (`difftest.run.pipeline`) never asks which kind of
 tier it holds: for every tier the user selected it calls
 
     scenarios(config, explicit)        -> scenarios or None (validated before anything is built)
+    refuse_before_build(scenarios, tree) -> raises what the baseline's files show is wrong
     unavailable(scenario, base)        -> reason or None (e.g. needs CUDA on a CPU base)
     measure(scenarios, skipped, measurer) -> TierOutcome (verdicts, and what they were judged from)
 
@@ -64,6 +65,24 @@ class TierOutcome(Generic[P]):
     sessions: Sequence[Any] = ()
 
 
+class BaselineTree(Protocol):
+    """The baseline commit's files, read from git after refs resolve and before any environment
+    is built (the build layer's `CommitTree`)."""
+
+    @property
+    def label(self) -> str:
+        """The baseline's name and short commit, as messages name it."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """Whether `path` (relative to the repository root) is a file or folder there."""
+        ...
+
+    def names_in(self, folder: str) -> list[str]:
+        """The entries of `folder` (empty when it is not one)."""
+        ...
+
+
 class Measurer(Protocol[P]):
     """What a tier needs of the run layer: the facts of this comparison, and how to run
     processes."""
@@ -103,6 +122,10 @@ class Tier(ABC, Generic[S]):
     def scenarios(self, config: Config, explicit: bool) -> list[S] | None:
         """This tier's validated scenarios for `config`; None when the config has none for it (a run
         of every tier then leaves it out). `explicit`: the user named the tier (`--tier NAME`)."""
+
+    def refuse_before_build(self, scenarios: list[S], tree: BaselineTree) -> None:
+        """Raise `ConfigError` for what the baseline's files show the scenarios cannot mean (a path
+        that names nothing): exit 2 in seconds, not a could-not-measure after every build."""
 
     def unavailable(self, scenario: S, base: dict[str, Any]) -> str | None:
         """Why `scenario` cannot run on this base (its fingerprint), or None if it can."""

@@ -24,9 +24,11 @@ from refs_helpers import VERSION, commit_files, make_vllm_tree, tree_listing, wr
 from difftest.build.envs.sources import pip_index_urls
 from difftest.build.refs import build_fixture_repo, read_blob
 from difftest.build.tests import sdist
-from difftest.build.tests.trees import branch_tests
+from difftest.build.tests.trees import CommitTree, branch_tests
 from difftest.build.tests.trees import suite_tree as tree_root
-from difftest.core.errors import EnvironmentBuildError, RefError
+from difftest.core.config import TestsSpec
+from difftest.core.errors import ConfigError, EnvironmentBuildError, RefError
+from difftest.tiers.tests.selection import refuse_paths_naming_nothing, selection_from
 
 #: The fixture commit of refs_helpers' tree plus the fake sdist's tests (pinned like
 #: PINNED_FIXTURE_SHA).
@@ -260,3 +262,29 @@ def test_a_commit_without_tests_is_named(clone: git.Repo) -> None:
     clone.git.commit("-qm", "no tests")
     with pytest.raises(RefError, match="has no tests/ folder"):
         tree_root(clone, clone.commit("main").hexsha)
+
+
+def test_a_selection_naming_nothing_in_the_baselines_tree_is_refused_with_the_closest_name(
+    clone: git.Repo,
+) -> None:
+    """#29, case 8: read from git objects (the baseline commit), before anything is built."""
+    tree = CommitTree(clone, clone.commit("main").hexsha, "main")
+    fine = selection_from(TestsSpec(select=["tests/test_a.py::test_a", "tests", "tests/"]))
+    refuse_paths_naming_nothing(fine, tree)
+    for select, named in [
+        (["tests/test_b.py"], "'tests/test_b.py' (did you mean 'tests/test_a.py'?)"),
+        (["test/test_a.py"], "'test/test_a.py' (did you mean 'tests'?)"),
+        (["tests/zzz.py", "tests/test_a.py"], "'tests/zzz.py':"),
+        (["tests/zzz/qqq.py"], "'tests/zzz/qqq.py':"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            refuse_paths_naming_nothing(selection_from(TestsSpec(select=select)), tree)
+        assert str(err.value).startswith(f"tests.select: {named}"), str(err.value)
+        assert f"no such file or folder in the baseline main ({tree.sha[:12]})" in str(err.value)
+    # A baseline without tests/ is left to the tier (could not measure there), not refused here.
+    bare = git.Repo.init(clone.working_dir + "-bare-tree")
+    commit_files(bare, {"vllm/__init__.py": ""}, "no tests")
+    refuse_paths_naming_nothing(
+        selection_from(TestsSpec(select=["tests/x.py"])),
+        CommitTree(bare, bare.commit("HEAD").hexsha, "main"),
+    )

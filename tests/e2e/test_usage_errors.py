@@ -232,3 +232,26 @@ def test_a_branch_name_git_refuses_exits_2(tmp_path, capsys, name):
         else "at most 100 characters (got 240)" in err
     )
     assert len(err) < 1000  # the 240-character name is quoted cut short
+
+
+def test_a_tests_selection_naming_no_file_exits_2_before_any_branch_is_built(
+    home_with_base_copy, tmp_path, capsys
+):
+    """#29, case 8: a path in `tests.select` that is not in the baseline's tree collects nothing;
+    it is refused from git alone (exit 2, the key, the closest name), no branch environment built,
+    instead of "0 test(s)" after every build."""
+    config = write_config(
+        tmp_path,
+        [shipped_branch("main"), shipped_branch("pr-56137-style")],
+        tests={"select": ["tests/v1/metrics/test_stats.py", "tests/v1/metrics/test_stat.py::t"]},
+    )
+    envs_before = sorted(p.name for p in (home_with_base_copy / "envs").iterdir())
+    assert run_cli("run", "-c", config, "--tier", "tests", "--out", tmp_path / "out") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "tests.select: 'tests/v1/metrics/test_stat.py::t' (did you mean "
+        "'tests/v1/metrics/test_stats.py'?): no such file or folder in the baseline main ("
+    ) in err
+    assert "fix: fix the path in the `tests:` section of branches.yaml" in err
+    assert sorted(p.name for p in (home_with_base_copy / "envs").iterdir()) == envs_before
+    assert not (tmp_path / "out" / "tests").exists()

@@ -59,6 +59,25 @@ def has_tests(repo: git.Repo, sha: str) -> bool:
     return _object(repo, f"{sha}:{TESTS}") is not None
 
 
+class CommitTree:
+    """One commit's files as the tiers' `BaselineTree` reads them (from git objects, so a user's
+    uncommitted edits do not count)."""
+
+    def __init__(self, repo: git.Repo, sha: str, name: str) -> None:
+        self.repo, self.sha = repo, sha
+        self.label = f"{name} ({sha[:12]})"
+
+    def exists(self, path: str) -> bool:
+        return _object(self.repo, f"{self.sha}:{path.strip('/')}") is not None
+
+    def names_in(self, folder: str) -> list[str]:
+        try:
+            listing = self.repo.git.ls_tree("--name-only", f"{self.sha}:{folder.strip('/')}")
+        except GitCommandError:
+            return []
+        return listing.splitlines()
+
+
 def suite_tree(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | None = None) -> Path:
     """The folder for commit `sha` plus `grafts` (path in the tree -> (commit, path to copy))."""
     grafts = dict(grafts or {})

@@ -14,9 +14,14 @@ from __future__ import annotations
 from difftest.core.config import Config, TestsSpec
 from difftest.core.records import Reading, Result, TestRecord
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan
+from difftest.tiers.base import BaselineTree
 from difftest.tiers.suite_tier import SuiteTier
 from difftest.tiers.tests import judge, sources
-from difftest.tiers.tests.selection import TestSelection, selection_from
+from difftest.tiers.tests.selection import (
+    TestSelection,
+    refuse_paths_naming_nothing,
+    selection_from,
+)
 
 
 class TestsTier(SuiteTier[TestSelection]):
@@ -30,6 +35,10 @@ class TestsTier(SuiteTier[TestSelection]):
         if config.tests is None and not explicit:
             return None
         return [selection_from(config.tests or TestsSpec())]
+
+    def refuse_before_build(self, scenarios: list[TestSelection], tree: BaselineTree) -> None:
+        for selection in scenarios:
+            refuse_paths_naming_nothing(selection, tree)
 
     def plan_suites(
         self, scenario: TestSelection, baseline: BranchTests, branches: list[BranchTests]
