@@ -226,3 +226,59 @@ def test_a_node_that_dies_mid_probe_costs_one_retry_then_could_not_measure(
         assert survivor.node_id[:12] in result["error"], result["error"]
     assert not [pid for _home, pid in _probe_started(marker, 3) if alive(pid)]
     ray_cluster.wait_dead(survivor)
+
+
+def test_a_worker_killed_while_its_node_stays_up_is_retried_there_naming_what_ended_it(
+    tmp_path, ray_cluster, fixture_repo
+):
+    """#29, case 4: `kill -9` of the Ray worker running the probe (its node alive) is not a lost
+    node: the probe runs again on that node (none other offers `node_a`), the branch is measured,
+    and the evidence and the log name the worker's death."""
+    import os
+    import signal
+
+    from tests.e2e.cli_helpers import SCHEDULER
+    from tests.patching import prepend
+
+    marker = tmp_path / "workers.txt"
+    slow = (
+        "import os as _os, time as _time\n"
+        f"with open({str(marker)!r}, 'a') as _m:\n"
+        "    _m.write(f'{_os.getpid()} {_os.getppid()}\\n')\n"
+        "_time.sleep(4)\n"
+    )
+    patch = prepend(tmp_path / "slow.patch", fixture_repo, SCHEDULER, slow)
+    config = write_config(
+        tmp_path,
+        [shipped_branch("main"), {"name": "slow", "ref": "main", "patches": [str(patch)]}],
+    )
+
+    def kill_the_first_worker() -> None:
+        _probe, worker = _probe_started(marker, 1)[0]
+        os.kill(worker, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_first_worker)
+    killer.start()
+    with capture_stderr() as err:
+        code = run_cli(
+            "run",
+            "-c",
+            config,
+            "--tier",
+            "scheduler",
+            "-k",
+            CONTROL,
+            "--out",
+            tmp_path / "out",
+            *ray_args(ray_cluster, "slow=node_a", "main=node_b"),
+        )
+    killer.join()
+    assert code == 0, err.getvalue()
+    (first, second) = _probe_started(marker, 2)
+    assert first[1] != second[1]  # a new worker
+    node = nodes_of(tmp_path / "out")[("slow", "scheduler")]
+    assert node["id"] == ray_cluster.cluster.head_node.node_id
+    (retried,) = node["retried"]
+    assert node["id"][:12] in retried and "its Ray worker died while the node stayed up" in retried
+    assert "trying once more there" in err.getvalue()
+    assert {r["verdict"] for r in evidence(tmp_path / "out")["results"]} == {"pass"}

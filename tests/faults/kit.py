@@ -221,6 +221,31 @@ FAULTS = (
 )
 
 
+#: Kills the process that runs it when that is a Ray worker (its title starts with `ray::`).
+#: Guarded so: on a local path the parent is difftest itself or its fork server (probes share the
+#: caller's process-id namespace), which this kit does not cover.
+KILL_WORKER = (
+    "import os as _os, signal as _signal\n"
+    "try:\n"
+    "    _title = open(f'/proc/{_os.getppid()}/cmdline', 'rb').read()\n"
+    "except OSError:\n"
+    "    _title = b''\n"
+    "if _title.startswith(b'ray::'):\n"
+    "    _os.kill(_os.getppid(), _signal.SIGKILL)\n"
+)
+
+#: Only through `--executor ray` (#29, case 4): the branch kills the Ray worker running its probe,
+#: on every try. Its node stays up, so the probe runs once more there, dies the same way, and the
+#: branch reads could not measure, naming the worker's death twice.
+KILLS_ITS_RAY_WORKER = Fault(
+    "kills-its-worker",
+    "kills the Ray worker that runs its probe (its parent), at import of the scheduler",
+    lambda tmp, repo: prepend(tmp / "kills-its-worker.patch", repo, SCHEDULER, KILL_WORKER),
+    frozenset({"error"}),
+    says="its Ray worker died while the node stayed up",
+)
+
+
 def _env_count_patch(tmp: Path, repo: object) -> Path:
     from difftest.build.refs import read_blob
     from tests.patching import make_patch

@@ -7,7 +7,8 @@ One `run -k CONTROL --tier scheduler` of main beside every fault per path:
   (what was clean is reused; the faults are never stored, so they are measured again);
 - `merged`: `--shard 1/2` and `--shard 2/2` of two scenarios, joined by `difftest merge`;
 - `ray`: `--executor ray` on the two-node loopback cluster (`ray_cluster`), the faults placed on
-  both nodes in turn: each probe runs on a node and comes back to be read and judged here.
+  both nodes in turn: each probe runs on a node and comes back to be read and judged here; one more
+  fault there only, a branch that kills the Ray worker running its probe.
 On each path the contract is the same (`check_contract`): every fault's runs read what the kit
 says, main passes, the exit code is the worst verdict's, every report is whole, and no process a
 branch started is left.
@@ -34,7 +35,9 @@ from tests.e2e.cli_helpers import (
 from tests.factories import ROOT, shipped_branch, write_config
 from tests.faults.kit import (
     FAULTS,
+    KILLS_ITS_RAY_WORKER,
     SKEW_ENV,
+    Fault,
     deep_orphan,
     deep_orphan_pids,
     environ_seen,
@@ -53,10 +56,10 @@ SHARDED = f"{CONTROL} or grammar-trim-sync"
 PATHS = ("forked", "fresh", "cached", "merged", "ray")
 
 
-def _config(tmp: Path, fixture_repo) -> Path:
+def _config(tmp: Path, fixture_repo, faults: tuple[Fault, ...] = FAULTS) -> Path:
     branches = [shipped_branch("main")] + [
         {"name": f.name, "ref": "main", "patches": [str(f.patch(tmp, fixture_repo))]}
-        for f in FAULTS
+        for f in faults
     ]
     return write_config(tmp, branches, timeouts=TIMEOUTS)
 
@@ -74,7 +77,12 @@ def path_run(request, tmp_path_factory, fixture_repo, monkeypatch_module):
     """(path, exit code, out folder, log, tmp folder) of one path's run of every fault beside main;
     once per path and process (pytest may set a parametrized module fixture up again when it
     reorders)."""
-    path = request.param
+    return _path_run(request.param, request, tmp_path_factory, fixture_repo, monkeypatch_module)
+
+
+def _path_run(
+    path: str, request, tmp_path_factory, fixture_repo, monkeypatch_module
+) -> tuple[str, int, Path, str, Path]:
     if path not in _PATH_RUNS:
         cluster = request.getfixturevalue("ray_cluster") if path == "ray" else None
         _PATH_RUNS[path] = _run_path(
@@ -91,7 +99,9 @@ def _run_path(
     path: str, tmp_path_factory, fixture_repo, monkeypatch_module, cluster=None
 ) -> tuple[str, int, Path, str, Path]:
     tmp = tmp_path_factory.mktemp(f"faults-{path}")
-    config = _config(tmp, fixture_repo)
+    config = _config(
+        tmp, fixture_repo, (*FAULTS, KILLS_ITS_RAY_WORKER) if path == "ray" else FAULTS
+    )
     out = tmp / "out"
     if path == "fresh":
         code, log = _run(config, out, "--no-fork")
@@ -99,7 +109,7 @@ def _run_path(
         code, log = _run(config, out)
     elif path == "ray":
         nodes = ("node_a", "node_b")
-        place = [f"{f.name}={nodes[i % 2]}" for i, f in enumerate(FAULTS)]
+        place = [f"{f.name}={nodes[i % 2]}" for i, f in enumerate((*FAULTS, KILLS_ITS_RAY_WORKER))]
         code, log = _run(
             config,
             out,
@@ -163,6 +173,27 @@ def test_each_fault_reads_what_the_kit_says_on_every_path(path_run, fault):
         [(r["verdict"], _reason(r)) for r in runs],
     )
     assert all(fault.says in _reason(r) for r in runs), (path, [_reason(r) for r in runs])
+
+
+@pytest.mark.xdist_group("fault-kit")
+def test_a_branch_that_kills_its_ray_worker_is_retried_there_then_could_not_measure(
+    request, tmp_path_factory, fixture_repo, monkeypatch_module
+):
+    """#29, case 4, hostile: the worker's death is named on both tries, on the same node, and the
+    other branches' results are kept (the Ray path's run, shared with the tests above)."""
+    _path, _code, out, log, _tmp = _path_run(
+        "ray", request, tmp_path_factory, fixture_repo, monkeypatch_module
+    )
+    runs = [r for r in _results(out) if r["branch"] == KILLS_ITS_RAY_WORKER.name]
+    assert runs and {r["verdict"] for r in runs} == KILLS_ITS_RAY_WORKER.expect
+    for run in runs:
+        first, then = run["error"].split("; then ")
+        assert KILLS_ITS_RAY_WORKER.says in first and KILLS_ITS_RAY_WORKER.says in then
+        # Both tries on the same node: "node <id> at <address>: ..."
+        assert first.split(": ", 1)[1].split(":")[0] == then.split(":")[0], run["error"]
+    assert f"{KILLS_ITS_RAY_WORKER.name}: scheduler probe lost: " in log
+    assert "trying once more there" in log
+    assert {r["verdict"] for r in _results(out) if r["branch"] == "main"} == {"pass"}
 
 
 @pytest.mark.xdist_group("fault-kit")

@@ -12,8 +12,11 @@ chose, and the door judges the runs beside the process outcome as for a local pr
 names the node of every probe (`ProbeNode`).
 
 A node that dies mid-probe (or is refused because its base is not the host's, or cannot build the
-environment) costs the probe one more attempt on another node; when that one fails too, or no other
-node can run it, the branch's runs read `error` ("could not measure"), naming the nodes. Ctrl-C (or
+environment) costs the probe one more attempt on another node. A worker that dies while its node
+stays up (killed by a signal: the kernel's OOM killer, another process, the branch's own code; or
+by Ray's memory monitor) costs one more attempt on that same node, and the cause is named. When the
+retry fails too, or no node can run it, the branch's runs read `error` ("could not measure"),
+naming the nodes and what ended each try. Ctrl-C (or
 any exception here) cancels every task with `ray.cancel(force=True)`: Ray kills the workers, their
 probes die with them (`protocol.die_with_host`) and each worker's keeper ends what the probes
 started (`keeper.py`). The host's waiting threads stop waiting at the interrupt itself, not at the
@@ -60,8 +63,13 @@ Log = Callable[[str], None]
 #: How much of a placement resource one probe asks for: a marker, not a budget (a node offering
 #: `{"gpu_node": 1}` runs up to a thousand such probes at once, as its cores allow).
 PLACE_SHARE = 0.001
-#: Attempts per probe: the first, and one more on another node.
-ATTEMPTS = 2
+#: Why a try ended when Ray says the worker died and the node did not: the worker was killed by
+#: a signal from outside Ray (the kernel's OOM killer, `kill -9`, or the branch's own code, which
+#: runs as the worker's child); Ray does not say which.
+WORKER_DIED = (
+    "its Ray worker died while the node stayed up (WorkerCrashedError: killed by a signal from "
+    "outside Ray: the kernel's OOM killer, another process, or the branch's own code)"
+)
 #: Seconds between looks at a task that has not started: is a node that can run it still alive?
 WATCH_S = 5.0
 #: Longest single wait for a task's next event: how soon a waiting thread sees an interrupt.
@@ -181,16 +189,18 @@ class RayExecutor:
         progress: Progress | None,
         stops: int,
     ) -> BranchRun:
-        """One branch's probe: up to `ATTEMPTS` tries, each on a node the ones before did not
-        use; `stops` is the interrupt count when the run began (any other: stop)."""
+        """One branch's probe: a node lost (or refusing it) costs one more try on a node not tried
+        yet; a worker that died on a node that stays up, one more try on that same node.
+        `stops` is the interrupt count when the run began (any other: stop)."""
         shipped = ship(self.spec, self.base, env)
         resources = self.resources(name, probes)
-        failed: list[tuple[NodeInfo | None, str]] = []
-        for _attempt in range(ATTEMPTS):
+        failed: list[Tried] = []
+        while True:
             _unless_stopped(stops)
-            excluded = {node.id for node, _why in failed if node is not None}
-            if not self._can_run(resources, excluded):
-                failed.append((None, _no_node(resources, bool(failed))))
+            excluded = {t.node.id for t in failed if t.node is not None and not t.worker_died}
+            again_on = failed[-1].node if failed and failed[-1].worker_died else None
+            if again_on is None and not self._can_run(resources, excluded):
+                failed.append(Tried(None, _no_node(resources, bool(excluded))))
                 break
             request = ProbeRequest(
                 name,
@@ -203,17 +213,16 @@ class RayExecutor:
                 switches(),
                 cpus=max(1, round(resources.cpus)),
             )
-            node, done, why = self._attempt(request, resources, excluded, progress, stops)
-            if done is not None:
-                assert node is not None
-                tried = [_named(n, w) for n, w in failed]
-                return self._read(name, probes, request, node.probe_node(tried), done, work_dir)
-            failed.append((node, why))
-            if len(failed) < ATTEMPTS:
-                self.log(
-                    f"{name}: {probes.tier} probe lost: {_named(node, why)}; "
-                    "trying once more on another node"
-                )
+            tried = self._attempt(request, resources, excluded, again_on, progress, stops)
+            if tried.done is not None:
+                assert tried.node is not None
+                node = tried.node.probe_node([t.named() for t in failed])
+                return self._read(name, probes, request, node, tried.done, work_dir)
+            failed.append(tried)
+            retry = _retry(failed)
+            if retry is None:
+                break
+            self.log(f"{name}: {probes.tier} probe lost: {tried.named()}; trying once more {retry}")
         return _lost(name, probes, failed)
 
     def _can_run(self, resources: Resources, excluded: set[str]) -> bool:
@@ -225,14 +234,20 @@ class RayExecutor:
         request: ProbeRequest,
         resources: Resources,
         excluded: set[str],
+        again_on: NodeInfo | None,
         progress: Progress | None,
         stops: int,
-    ) -> tuple[NodeInfo | None, dict[str, Any] | None, str]:
-        """One task: (its node, what it delivered or None, why not); raises ProbesStopped once
-        difftest is interrupted (the interrupt count is no longer `stops`)."""
+    ) -> Tried:
+        """One task, on `again_on` when given, else on any node outside `excluded`: its node and
+        what it delivered, or why not; raises ProbesStopped once difftest is interrupted (the
+        interrupt count is no longer `stops`)."""
         ray = self.cluster.ray
         options: dict[str, Any] = {**resources.options(), "max_retries": 0}
-        if excluded:
+        if again_on is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(again_on.id, soft=False)
+        elif excluded:
             from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
 
             options["scheduling_strategy"] = NodeLabelSchedulingStrategy(
@@ -254,15 +269,15 @@ class RayExecutor:
                 if not ready:
                     if node is None and time.monotonic() - looked >= WATCH_S:
                         looked = time.monotonic()
-                        if not self._can_run(resources, excluded):
+                        if not self._still_runnable(resources, excluded, again_on):
                             # Queued for a node that has gone since: it would wait forever.
                             _cancel(ray, task)
-                            return None, None, _no_node(resources, bool(excluded))
+                            return Tried(None, _no_node(resources, bool(excluded), again_on))
                     continue
                 try:
                     event = ray.get(next(task))
                 except StopIteration:
-                    return node, None, "the task ended without the probe's output"
+                    return Tried(node, "the task ended without the probe's output")
                 kind = event["event"]
                 if kind == "started":
                     node = NodeInfo(event["node"]["id"], event["node"]["address"])
@@ -271,21 +286,40 @@ class RayExecutor:
                     done, of, scenario, label = event["progress"]
                     progress(request.branch, done, of, scenario, label)
                 elif kind == "done":
-                    return node, event, ""
+                    return Tried(node, done=event)
                 elif kind == "refused":
-                    return node, None, f"refused: {event['why']}"
+                    return Tried(node, f"refused: {event['why']}")
                 elif kind == "failed":
-                    return node, None, f"could not build the environment: {event['why']}"
+                    return Tried(node, f"could not build the environment: {event['why']}")
         except ray.exceptions.TaskCancelledError:
             raise ProbesStopped("difftest was interrupted: the probe was cancelled") from None
         except ray.exceptions.RayTaskError as exc:  # difftest's own code failed there
             _unless_stopped(stops)
-            return node, None, f"the task failed on the node ({_first_line(exc)})"
+            return Tried(node, f"the task failed on the node ({_first_line(exc)})")
+        except ray.exceptions.OutOfMemoryError as exc:
+            _unless_stopped(stops)
+            return Tried(
+                node or again_on,
+                f"Ray's memory monitor killed its worker ({_first_line(exc)})",
+                worker_died=True,
+            )
+        except ray.exceptions.WorkerCrashedError:
+            _unless_stopped(stops)  # a worker killed by the cancel is not a crash
+            return Tried(node or again_on, WORKER_DIED, worker_died=True)
         except ray.exceptions.RayError as exc:
-            _unless_stopped(stops)  # a worker killed by the cancel is not a node lost
-            return node, None, f"lost mid-probe ({type(exc).__name__}: {_first_line(exc)})"
+            _unless_stopped(stops)
+            return Tried(node, f"lost mid-probe ({type(exc).__name__}: {_first_line(exc)})")
         finally:
             remote_probe_ended(task)
+
+    def _still_runnable(
+        self, resources: Resources, excluded: set[str], again_on: NodeInfo | None
+    ) -> bool:
+        """A queued task can still start: its node is live (a retry kept there), or some live node
+        outside `excluded` offers what it asks for."""
+        if again_on is not None:
+            return any(n.id == again_on.id for n in self.cluster.nodes())
+        return self._can_run(resources, excluded)
 
     def _read(
         self,
@@ -356,6 +390,30 @@ def _cancel(ray: Any, task: Any) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class Tried:
+    """One try of a probe on the cluster: its node (None: it never started), what it delivered,
+    or why not."""
+
+    node: NodeInfo | None
+    why: str = ""
+    done: dict[str, Any] | None = None
+    #: Ray's worker died (killed, or by Ray's memory monitor) while its node stayed up.
+    worker_died: bool = False
+
+    def named(self) -> str:
+        return _named(self.node, self.why)
+
+
+def _retry(failed: list[Tried]) -> str | None:
+    """Where the next try goes ("on another node", "there"), or None when the probe is spent: one
+    more try per kind of loss (a node lost or refusing it; a worker that died on a live node)."""
+    last = failed[-1]
+    if last.worker_died:
+        return "there" if sum(t.worker_died for t in failed) == 1 else None
+    return "on another node" if sum(not t.worker_died for t in failed) == 1 else None
+
+
 def _where(node: NodeInfo) -> str:
     return f"node {node.id[:12]} at {node.address}"
 
@@ -369,18 +427,18 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
-def _no_node(resources: Resources, other_than_tried: bool) -> str:
+def _no_node(resources: Resources, other_than_tried: bool, again_on: NodeInfo | None = None) -> str:
+    if again_on is not None:
+        return f"{_where(again_on)}, where it was to run again, is no longer live"
     other = " other" if other_than_tried else ""
     return f"no{other} live node of the cluster offers {resources.describe()}"
 
 
-def _lost(name: str, probes: TierProbes, failed: list[tuple[NodeInfo | None, str]]) -> BranchRun:
+def _lost(name: str, probes: TierProbes, failed: list[Tried]) -> BranchRun:
     """Every run of a probe no node could measure: `error`, naming the nodes and why."""
-    reason = "could not measure on the cluster: " + "; then ".join(
-        _named(node, why) for node, why in failed
-    )
+    reason = "could not measure on the cluster: " + "; then ".join(t.named() for t in failed)
     runs = check_lines([], "", probes.job, probes.tier, exited_cleanly=False).runs(reason)
-    last = next((node for node, _why in reversed(failed) if node is not None), None)
+    last = next((t.node for t in reversed(failed) if t.node is not None), None)
     return BranchRun(
         branch=name,
         tier=probes.tier,
@@ -390,5 +448,5 @@ def _lost(name: str, probes: TierProbes, failed: list[tuple[NodeInfo | None, str
         ended_at=time.time(),
         launch=None,
         outcome=ProcessOutcome(host_error=reason),
-        node=last.probe_node([_named(n, w) for n, w in failed]) if last else None,
+        node=last.probe_node([t.named() for t in failed]) if last else None,
     )
