@@ -37,6 +37,8 @@ class _EndlessRay:
     exceptions = SimpleNamespace(
         TaskCancelledError=type("TaskCancelledError", (_RayError,), {}),
         RayTaskError=type("RayTaskError", (_RayError,), {}),
+        OutOfMemoryError=type("OutOfMemoryError", (_RayError,), {}),
+        WorkerCrashedError=type("WorkerCrashedError", (_RayError,), {}),
         RayError=_RayError,
     )
 
@@ -99,7 +101,7 @@ def test_a_cancelled_task_whose_stream_never_ends_releases_its_waiting_thread(en
 
     def attempt() -> None:
         try:
-            executor._attempt(request, Resources(1, 0, 100), set(), None, probe_stops())  # type: ignore[arg-type]
+            executor._attempt(request, Resources(1, 0, 100), set(), None, None, probe_stops())  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - what the waiting thread ended with
             raised.append(exc)
 
