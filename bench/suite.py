@@ -119,6 +119,7 @@ def main() -> int:
             ("probes forked", lambda t, _n: t["probe-forked"]),
             ("fork servers", lambda t, _n: t["fork-server"]),
             ("warm probes (fuzz)", lambda t, _n: t["warm-probe"]),
+            ("warm probes forked (fuzz)", lambda t, _n: t["warm-probe-forked"]),
             ("vLLM imports", lambda t, _n: sum(t[k] for k in IMPORTS)),
             ("tests-tier sessions", lambda t, _n: t["test-session"]),
             ("base builds", lambda t, _n: t["base-build"]),

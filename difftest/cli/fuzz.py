@@ -93,6 +93,12 @@ class FuzzCommand(Command):
             action="store_true",
             help="git fetch the configured repo first (pull heads too)",
         )
+        parser.add_argument(
+            "--no-fork",
+            action="store_true",
+            help="start every warm probe in an interpreter of its own instead of forking each from "
+            "one warm interpreter that imported the shared libraries once (same results, slower)",
+        )
         add_format(parser, self.name, "text", "text: each kind of failure found, for a person")
         add_executor_options(parser)
         parser.add_argument(
@@ -130,6 +136,7 @@ class FuzzCommand(Command):
             fetch=args.fetch,
             cluster=cluster_request(args),
             actors=int(args.ray_actors),
+            fork=not args.no_fork,
         )
         with locked_out(request.out):  # before fuzz clears what an earlier fuzz wrote there
             with fuzz_progress() as progress:

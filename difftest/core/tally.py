@@ -23,6 +23,7 @@ KINDS = {
     "probe-forked": "a probe forked from a warm fork server",
     "fork-server": "a fork server started (imports vLLM)",
     "warm-probe": "a fuzz search's warm probe process started (imports vLLM)",
+    "warm-probe-forked": "a fuzz search's warm probe forked from a warm fork server",
     "test-session": "a tests-tier pytest session (imports vLLM in each worker)",
     "base-build": "a base environment built",
     "branch-build": "a branch environment built",

@@ -25,9 +25,14 @@ not the threads).
 Wire format (JSON lines; requests on stdin, answers on a private copy of stdout):
 
     -> {"ready": true, "import_s": S, "modules": [...]}  or  {"ready": false, "why": "..."}
-    <- {"id": N, "python": P, "argv": [...], "env": {...}, "cwd": D, "log": F}
+    <- {"id": N, "python": P, "argv": [...], "env": {...}, "cwd": D, "log": F, "pipes": B}
     -> {"id": N, "pid": PID}        the child started
     -> {"pid": PID, "code": C}      the child ended (C as subprocess's returncode)
+
+With `"pipes": true` (a warm probe, `python -m difftest.probe --serve`), the host has first sent
+the child's stdin and stdout (the ends of two pipes) over the Unix socket whose descriptor
+`protocol.FORKSERVER_PIPES_FD_ENV` names, with the request's id as the message: never a path
+another process could open. The child's stderr is then its log, appended to.
 
 The end of stdin ends the server; its children then die with it (PR_SET_PDEATHSIG).
 Standard library only, like the rest of the probe.
@@ -39,6 +44,7 @@ import importlib
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -173,6 +179,8 @@ _SERVER_ENV: dict[str, str] = {}
 
 def main() -> int:
     protocol.die_with_host()
+    given = os.environ.pop(protocol.FORKSERVER_PIPES_FD_ENV, "")
+    pipes = socket.socket(fileno=int(given)) if given.isdigit() else None
     _SERVER_ENV.update(os.environ)
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
     sys.stdout.flush()
@@ -185,7 +193,7 @@ def main() -> int:
     )
     if why is not None:
         return 0
-    _serve(channel, modules)
+    _serve(channel, modules, pipes)
     return 0
 
 
@@ -194,7 +202,7 @@ def _answer(channel: TextIO, message: dict[str, Any]) -> None:
     channel.flush()
 
 
-def _serve(channel: TextIO, modules: list[str]) -> None:
+def _serve(channel: TextIO, modules: list[str], pipes: socket.socket | None) -> None:
     """Fork one child per request line until stdin ends; report every child's end."""
     buffered = b""
     children: set[int] = set()
@@ -209,7 +217,12 @@ def _serve(channel: TextIO, modules: list[str]) -> None:
             for line in lines:
                 if line.strip():
                     request = json.loads(line)
-                    pid = _fork_child(request, channel, modules)
+                    stdio = _received_pipes(pipes, request) if request.get("pipes") else None
+                    try:
+                        pid = _fork_child(request, channel, modules, stdio, pipes)
+                    finally:
+                        for fd in stdio or ():
+                            os.close(fd)  # the child's now: its end of file is the host's to see
                     children.add(pid)
                     _answer(channel, {"id": request["id"], "pid": pid})
         for pid in list(children):
@@ -219,7 +232,25 @@ def _serve(channel: TextIO, modules: list[str]) -> None:
                 _answer(channel, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) -> int:
+def _received_pipes(pipes: socket.socket | None, request: dict[str, Any]) -> tuple[int, int]:
+    """The child's stdin and stdout, sent by the host just before the request."""
+    if pipes is None:
+        raise RuntimeError("a request with pipes, but the server was given no socket for them")
+    message, fds, _flags, _address = socket.recv_fds(pipes, 64, 2)
+    if message.decode() != str(request["id"]) or len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"pipes for request {message!r} came with request {request['id']}")
+    return fds[0], fds[1]
+
+
+def _fork_child(
+    request: dict[str, Any],
+    channel: TextIO,
+    modules: list[str],
+    stdio: tuple[int, int] | None = None,
+    pipes: socket.socket | None = None,
+) -> int:
     """In the server: the child's pid. In the child: never returns; it ends as
     `python -m difftest.probe` ends (`protocol.finish`: threads joined, atexit handlers run, the
     branch's own included), never back into the server's loop."""
@@ -232,7 +263,9 @@ def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) ->
     code = 1
     try:
         channel.close()  # the server's answers are not the child's to write
-        _become_probe(request, server)
+        if pipes is not None:
+            pipes.close()  # nor are other children's pipes its to receive
+        _become_probe(request, server, stdio)
         code = _run_probe(request, modules)
     except SystemExit as exc:  # what the interpreter does with `sys.exit(x)`
         if exc.code is not None and not isinstance(exc.code, int):
@@ -247,17 +280,26 @@ def _fork_child(request: dict[str, Any], channel: TextIO, modules: list[str]) ->
         finish(code)
 
 
-def _become_probe(request: dict[str, Any], server: int) -> None:
+def _become_probe(request: dict[str, Any], server: int, stdio: tuple[int, int] | None) -> None:
     """What `subprocess.Popen(..., start_new_session=True, stdout=log, stdin=DEVNULL, cwd=...)`
-    gives a fresh probe: its own session, log, folder and environment; it dies with this server."""
+    gives a fresh probe (a warm one: `stdin=PIPE, stdout=PIPE, stderr=log`): its own session, log,
+    folder and environment; it dies with this server."""
     os.setsid()  # signal dispositions stay the server's: those of a fresh interpreter, which it is
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.close(devnull)
+    if stdio is None:
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(devnull)
+    else:
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(stdio[0], 0)
+        os.dup2(stdio[1], 1)
+        os.dup2(log, 2)
+        for fd in (log, *stdio):
+            os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])

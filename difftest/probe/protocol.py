@@ -49,6 +49,9 @@ NONCE_ENV = "DIFFTEST_PROBE_NONCE"
 #: A fresh probe reads its nonce from the pipe whose file descriptor this variable names, and closes
 #: it: an interpreter's own `/proc/self/environ` is its start environment, readable all its life.
 NONCE_FD_ENV = "DIFFTEST_PROBE_NONCE_FD"
+#: Names, in the fork server's environment, the descriptor of the Unix socket over which the host
+#: sends each warm probe's stdin and stdout (`forkserver`).
+FORKSERVER_PIPES_FD_ENV = "DIFFTEST_FORKSERVER_PIPES_FD"
 #: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
 HOST_PID_ENV = "DIFFTEST_HOST_PID"
 #: A probe forked from the fork server exits with this code when its branch would import a shared

@@ -3,6 +3,8 @@ crash or a hang (slow: real vLLM; the faulty branches are real patches of the sc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from difftest.build.workspace import prepare
 from difftest.core.config import load_config
 from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 from difftest.run.pipeline import make_job
-from difftest.run.probes.runner import run_probe
+from difftest.run.probes.runner import SharedServer, run_probe, shared_fork_server
 from difftest.tiers.scheduler.scenario import parse_scenario
 from tests.e2e.cli_helpers import INIT_MARKER, SCHEDULER
 from tests.factories import write_config
@@ -62,8 +64,19 @@ def faulty_python(tmp_path: Path, fixture_repo, code: str) -> Path:
     return env.python
 
 
+@contextmanager
+def forking(python: Path, work_dir: Path, forked: bool) -> Iterator[SharedServer | None]:
+    """A fork server started with `python` for the warm probes, or None (each starts fresh)."""
+    if not forked:
+        yield None
+        return
+    with shared_fork_server(python, TIER.name, work_dir, 600, 1) as fork:
+        yield fork
+
+
+@pytest.mark.parametrize("forked", [False, True], ids=["fresh", "forked"])
 def test_one_process_answers_job_after_job_as_a_cold_probe_does(
-    workspace, shipped_scenarios, tmp_path
+    workspace, shipped_scenarios, tmp_path, forked
 ) -> None:
     shipped = [
         s
@@ -72,9 +85,14 @@ def test_one_process_answers_job_after_job_as_a_cold_probe_does(
     ]
     python = workspace.branch("main").env.python
     cold = run_probe("main", python, job(*shipped), TIER.name, tmp_path / "cold", 600)
-    with WarmProbe("main", python, TIER.name, tmp_path / "warm", LIMITS) as server:
+    with (
+        forking(python, tmp_path / "fork", forked) as fork,
+        WarmProbe("main", python, TIER.name, tmp_path / "warm", LIMITS, fork=fork) as server,
+    ):
         warm = [run for s in shipped for run in server.play(job(s)).runs]
         assert server.starts == 1
+        assert server.process.launch == ("forked" if forked else "fresh")
+        assert server.process.fresh_because == ""
     assert [r.status for r in warm] == ["ok"] * len(warm)
     assert [(r.scenario, r.label, r.totals, r.outputs) for r in warm] == [
         (r.scenario, r.label, r.totals, r.outputs) for r in cold.runs
@@ -94,12 +112,17 @@ CRASH_OR_HANG = (
 )
 
 
+@pytest.mark.parametrize("forked", [False, True], ids=["fresh", "forked"])
 def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(
-    tmp_path, fixture_repo
+    tmp_path, fixture_repo, forked
 ) -> None:
+    """Forked from a fork server, a warm probe's crash, hang and restarts read as a fresh one's."""
     python = faulty_python(tmp_path, fixture_repo, CRASH_OR_HANG)
     limits = WarmProbeLimits(start_s=600, run_s=1, slack_s=2)
-    with WarmProbe("fault", python, TIER.name, tmp_path / "w", limits) as server:
+    with (
+        forking(python, tmp_path / "fork", forked) as fork,
+        WarmProbe("fault", python, TIER.name, tmp_path / "w", limits, fork=fork) as server,
+    ):
         assert [r.status for r in server.play(job(scenario(3))).runs] == ["ok"]
         died = server.play(job(scenario(5, "k5")))
         assert died.error == "probe exited with code 7: planted crash" and not died.timed_out
@@ -126,6 +149,7 @@ def test_a_probe_that_dies_or_hangs_costs_that_job_and_is_started_again(
         assert [(r.status, r.error) for r in refused.runs] == [
             ("error", refused.error)
         ] and server.starts == 3
+        assert server.process.launch == ("forked" if forked else "fresh")
     log = (tmp_path / "w" / "fault-scheduler-server.log").read_text()
     assert "planted crash" in log and "probe process 3" in log
 
@@ -153,3 +177,45 @@ def test_a_branch_whose_probe_cannot_start_answers_without_a_header(tmp_path, fi
         answer.header is None
         and answer.error == "probe exited with code 3: ImportError: planted import failure"
     )
+
+
+def test_a_forked_warm_probe_refused_or_left_by_its_server_plays_the_job_again_fresh(
+    workspace, tmp_path, fixture_repo
+) -> None:
+    """Neither is the branch's doing, so neither costs it the job nor a start: a branch whose vLLM
+    import sets torch's inductor threads otherwise than the shared torch was imported with refuses
+    in its fork and is answered by a fresh process; main's fork server killed under its forked warm
+    probe, the next job is answered by a fresh one, saying why."""
+    from tests.e2e.cli_helpers import faulty_config
+
+    main = workspace.branch("main").env.python
+    patch = insert_after(
+        tmp_path / "threads.patch",
+        fixture_repo,
+        "vllm/env_override.py",
+        'os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"\n',
+        'os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "3"\n',
+    )
+    threads = prepare(load_config(faulty_config(tmp_path, "threads", patch))).branch("threads")
+    assert threads.env is not None
+    with shared_fork_server(main, TIER.name, tmp_path / "fork", 600, 1) as fork:
+        with WarmProbe(
+            "threads", threads.env.python, TIER.name, tmp_path / "t", LIMITS, fork=fork
+        ) as refused:
+            answer = refused.play(job(scenario(3)))
+            assert answer.error is None and [r.status for r in answer.runs] == ["ok"]
+            assert refused.starts == 1 and refused.process.launch == "fresh"
+            assert "this branch sets TORCHINDUCTOR_COMPILE_THREADS='3'" in (
+                refused.process.fresh_because
+            )
+        with WarmProbe("main", main, TIER.name, tmp_path / "m", LIMITS, fork=fork) as left:
+            assert [r.status for r in left.play(job(scenario(3))).runs] == ["ok"]
+            assert left.process.launch == "forked"
+            server, _note = fork.get()
+            assert server is not None
+            server.process.kill()
+            server.process.wait()
+            answer = left.play(job(scenario(2)))
+            assert answer.error is None and [r.status for r in answer.runs] == ["ok"]
+            assert left.starts == 1 and left.process.launch == "fresh"
+            assert "fork server" in left.process.fresh_because

@@ -45,7 +45,7 @@ from difftest.run.fuzz.ray_warm import RayWarmProcess
 from difftest.run.fuzz.search import Found, SearchResult, search
 from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 from difftest.run.pipeline import TierScenarios, check_placement, make_evidence, make_job
-from difftest.run.probes.runner import BranchRun, stop_all_probes
+from difftest.run.probes.runner import BranchRun, shared_fork_server, stop_all_probes
 from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
 from difftest.tiers.door import JUDGED_ROLES, judge_runs, judge_scenario
@@ -82,6 +82,8 @@ class FuzzRequest:
     cluster: ClusterRequest | None = None
     #: Actors per branch on the cluster; examples are spread over them in turn.
     actors: int = 1
+    #: Fork each local warm probe from one warm interpreter (False: each starts fresh).
+    fork: bool = True
 
 
 @dataclass
@@ -161,6 +163,21 @@ def _fuzz(
     with ExitStack() as stack:
         if cluster is not None:
             log(f"{tier.name} tier: warm probes as actors on the Ray cluster at {cluster.address}")
+        fork = (
+            stack.enter_context(
+                shared_fork_server(
+                    ready[_server_branch(ready, against, config.baseline)].python,
+                    tier.name,
+                    request.out / "probe",
+                    config.timeouts.probe_s,
+                    len(ready),
+                    request.fork,
+                    log,
+                )
+            )
+            if cluster is None and ready
+            else None
+        )
         servers = {
             name: stack.enter_context(
                 WarmProbe(
@@ -173,6 +190,7 @@ def _fuzz(
                     process=None
                     if cluster is None or request.cluster is None
                     else _actors(cluster, request, workspace, env, tier, limits, len(ready), log),
+                    fork=fork,
                 )
             )
             for name, env in ready.items()
@@ -207,6 +225,15 @@ def _fuzz(
     request.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(request.out / SUMMARY, report.model_dump_json(indent=1))
     return outcome
+
+
+def _server_branch(ready: dict[str, Any], against: str | None, baseline: str | None) -> str:
+    """Whose interpreter starts the fork server: the branch every search probes (`--against`, else
+    the baseline) where it is among them, so that one server serves search after search."""
+    for name in (against, baseline):
+        if name in ready:
+            return name
+    return next(iter(ready))
 
 
 def _actors(

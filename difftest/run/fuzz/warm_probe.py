@@ -17,6 +17,11 @@ A branch whose probe dies again and again would cost a restart per job (a
 shrinking search tries hundreds): after `max_starts` processes the server stops
 starting them, and every later job reads `error` at once, saying why.
 
+Given a fork server (`runner.SharedServer`), each process is forked from it with its stdin and
+stdout as pipes (`ForkServer.spawn_with_pipes`): the shared libraries are imported once for every
+branch, not once per branch and restart. A child that refuses (its branch would see other shared
+libraries) or whose server fails under it is started again fresh, and that job played again.
+
 The interface is deliberately small (`play`, `close`, `starts`): how a process
 is started is this module's business alone (`WarmProcess`; a cluster node's actor holds one,
 `run.cluster.warm`), and every answer is checked here, on the host, wherever it came from.
@@ -38,12 +43,15 @@ from typing import IO, Any, Protocol
 
 from difftest.core import tally
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import Job
+from difftest.probe.protocol import NONCE_ENV, Job
 from difftest.run.probes import descendants
 from difftest.run.probes.environ import probe_environ
+from difftest.run.probes.forking import ForkedPipes, ForkServer, refusal
 from difftest.run.probes.read_records import check_lines
 from difftest.run.probes.runner import (
     BranchRun,
+    SharedServer,
+    hold_forked_probe,
     kill_group,
     planned_count,
     probe_process_ended,
@@ -102,11 +110,12 @@ class WarmProbe:
         limits: WarmProbeLimits,
         parallel: int = 1,
         process: Answerer | None = None,
+        fork: SharedServer | None = None,
     ) -> None:
         self.branch = branch
         self.tier = tier
         self.process: Answerer = process or WarmProcess(
-            branch, python, tier, work_dir, limits, parallel
+            branch, python, tier, work_dir, limits, parallel, fork=fork
         )
         self.log_path = work_dir / f"{branch}-{tier}-server.log"
 
@@ -211,9 +220,16 @@ class WarmProcess:
         limits: WarmProbeLimits,
         parallel: int = 1,
         environ: dict[str, str] | None = None,
+        fork: SharedServer | None = None,
     ) -> None:
         self.branch = branch
         self.python = python
+        #: Where processes are forked from (None: each starts fresh).
+        self.fork = fork
+        #: Why this branch's processes start fresh after all ("" while they are forked).
+        self.fresh_because = ""
+        #: How the current (or last) process started: "forked", "fresh" ("" before the first).
+        self.launch = ""
         self.tier = tier
         self.work_dir = work_dir
         self.limits = limits
@@ -222,18 +238,40 @@ class WarmProcess:
         self.log_path = work_dir / f"{branch}-{tier}-server.log"
         #: Processes started so far (1 + restarts after a crash or hang).
         self.starts = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | ForkedPipes | None = None
         self._nonce = ""
         self._token = ""
         self._buffer = bytearray()
         self._log_offset = 0
         self._answered = 0
         self._last_death = ""
+        #: The fork server the current process was forked from (None: it started fresh).
+        self._server: ForkServer | None = None
         self._lock = threading.Lock()
 
     def answer(self, job: Job) -> Answer:
         with self._lock:
-            return self._answer(job)
+            answer = self._answer(job)
+            if answer.ending == "eof" and self._forked_in_vain(answer.code):
+                answer = self._answer(job)  # from a fresh process this time
+            return answer
+
+    def _forked_in_vain(self, code: int | None) -> bool:
+        """The process that just ended was forked and refused its branch (it would see other
+        shared libraries than a fresh one), or its server failed under it: not the branch's doing.
+        Its processes start fresh from now on; the failed start is not counted."""
+        server = self._server
+        self._server = None
+        if server is None:
+            return False
+        why = refusal(code, self._log_tail()) or (
+            "" if server.usable else server.failure or "the fork server ended under it"
+        )
+        if not why:
+            return False
+        self.fresh_because = why
+        self.starts -= 1
+        return True
 
     def _answer(self, job: Job) -> Answer:
         started_at = time.time()
@@ -320,6 +358,10 @@ class WarmProcess:
         self._token = descendants.new_token()
         self._buffer = bytearray()
         self._answered = 0
+        env = {
+            **(self.environ or probe_environ(self.parallel)),
+            descendants.TOKEN_ENV: self._token,
+        }
         with open(self.log_path, "ab") as log:
             log.write(
                 (
@@ -328,6 +370,12 @@ class WarmProcess:
                 ).encode()
             )
             self._log_offset = log.tell()
+        self._proc = self._forked(env)
+        if self._proc is not None:
+            self.launch = "forked"
+            return
+        self.launch = "fresh"
+        with open(self.log_path, "ab") as log:
             tally.count("warm-probe", branch=self.branch, tier=self.tier)
             self._proc = start_probe_process(
                 [str(self.python), "-m", "difftest.probe", "--serve"],
@@ -338,13 +386,35 @@ class WarmProcess:
                 # As in `runner.run_probe`: not the caller's folder, whose difftest would shadow the
                 # env's probe.
                 cwd=self.work_dir,
-                env={
-                    **(self.environ or probe_environ(self.parallel)),
-                    descendants.TOKEN_ENV: self._token,
-                },
+                env=env,
                 nonce=self._nonce,
                 start_new_session=True,
             )
+
+    def _forked(self, env: dict[str, str]) -> ForkedPipes | None:
+        """A process forked from the fork server, its stdin and stdout piped here; None (it starts
+        fresh) without a usable server, or once this branch's forks were refused."""
+        if self.fork is None or self.fresh_because:
+            return None
+        server, note = self.fork.get()
+        if server is None or not server.usable:
+            self.fresh_because = note or (server.failure if server else "") or "no fork server"
+            return None
+        try:
+            proc = server.spawn_with_pipes(
+                self.python,
+                ["--serve"],  # the arguments after `python -m difftest.probe`
+                {**env, NONCE_ENV: self._nonce},
+                self.work_dir,
+                self.log_path,
+            )
+        except OSError as exc:
+            self.fresh_because = str(exc)
+            return None
+        hold_forked_probe(proc)
+        self._server = server
+        tally.count("warm-probe-forked", branch=self.branch, tier=self.tier)
+        return proc
 
     def _stop(self, grace_s: float = 0.0) -> int | None:
         """Kill the process group (if still running after `grace_s`) and forget the process; its

@@ -12,16 +12,22 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import EXIT_NOT_SHAREABLE, NOT_SHAREABLE_PREFIX
+from difftest.probe.protocol import (
+    EXIT_NOT_SHAREABLE,
+    FORKSERVER_PIPES_FD_ENV,
+    NOT_SHAREABLE_PREFIX,
+)
 
 
 class ProbeProcess(Protocol):
@@ -98,6 +104,16 @@ class ForkedProcess:
             return bool(readable)
 
 
+class ForkedPipes(ForkedProcess):
+    """A forked warm probe: a `ForkedProcess` with the host's ends of its stdin and stdout, as
+    `subprocess.Popen(..., stdin=PIPE, stdout=PIPE, bufsize=0)` gives them."""
+
+    def __init__(self, pid: int, server: ForkServer, stdin: int, stdout: int) -> None:
+        super().__init__(pid, server)
+        self.stdin = os.fdopen(stdin, "wb", buffering=0)
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+
+
 @dataclass
 class ServerState:
     """What the fork server said when it started."""
@@ -118,8 +134,15 @@ class ForkServer:
     or says something it should not, is killed and not used again (`failure`).
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], ready_timeout_s: float) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        ready_timeout_s: float,
+        pipes: socket.socket | None = None,
+    ) -> None:
         self._proc = proc
+        #: The host's end of the socket warm probes' pipes go over (None: the server takes none).
+        self._pipes = pipes
         self._lock = threading.Lock()
         self._next_id = 0
         self._answers: dict[int, int] = {}
@@ -158,6 +181,44 @@ class ForkServer:
         self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path
     ) -> ForkedProcess:
         """Fork a probe for `python`'s branch; raises OSError when the server cannot."""
+        return self._spawn(python, argv, env, cwd, log, None, lambda pid: ForkedProcess(pid, self))
+
+    def spawn_with_pipes(
+        self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path
+    ) -> ForkedPipes:
+        """Fork a warm probe whose stdin and stdout are pipes to this host (its stderr appended to
+        `log`); raises OSError when the server cannot."""
+        if self._pipes is None:
+            raise OSError("this fork server takes no pipes")
+        job_read, job_write = os.pipe()
+        answer_read, answer_write = os.pipe()
+        made: list[ForkedPipes] = []
+
+        def make(pid: int) -> ForkedPipes:
+            made.append(ForkedPipes(pid, self, job_write, answer_read))
+            return made[0]
+
+        try:
+            child = self._spawn(python, argv, env, cwd, log, (job_read, answer_write), make)
+        finally:
+            for fd in (job_read, answer_write):  # the child's ends: its own now
+                os.close(fd)
+            if not made:  # never forked: the host's ends go too
+                os.close(job_write)
+                os.close(answer_read)
+        assert isinstance(child, ForkedPipes)
+        return child
+
+    def _spawn(
+        self,
+        python: Path,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log: Path,
+        stdio: tuple[int, int] | None,
+        make: Callable[[int], ForkedProcess],
+    ) -> ForkedProcess:
         with self._lock:
             self._next_id += 1
             request_id = self._next_id
@@ -168,8 +229,12 @@ class ForkServer:
                 "env": env,
                 "cwd": str(cwd),
                 "log": str(log),
+                "pipes": stdio is not None,
             }
             assert self._proc.stdin is not None
+            if stdio is not None:
+                assert self._pipes is not None
+                socket.send_fds(self._pipes, [str(request_id).encode()], list(stdio))
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
             deadline = time.monotonic() + FORK_ANSWER_S
@@ -183,7 +248,7 @@ class ForkServer:
                 self._changed.wait(0.2)
             else:
                 pid = self._answers.pop(request_id)
-                child = ForkedProcess(pid, self)
+                child = make(pid)
                 if pid in self._early_ends:
                     child.ended(self._early_ends.pop(pid))
                 else:
@@ -204,6 +269,8 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        if self._pipes is not None:
+            self._pipes.close()
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
@@ -253,18 +320,26 @@ def start_fork_server(
     python: Path, env: dict[str, str], cwd: Path, log: Path, ready_timeout_s: float, start: Any
 ) -> ForkServer:
     """Start the server with `start` (the runner's registry-aware Popen) and wait for its
-    imports."""
-    with open(log, "wb") as stream:
-        proc = start(
-            [str(python), "-m", "difftest.probe.forkserver"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stream,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
-    server = ForkServer(proc, ready_timeout_s)
+    imports. It is given one end of a Unix socket, over which warm probes' pipes are sent."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        with open(log, "wb") as stream:
+            proc = start(
+                [str(python), "-m", "difftest.probe.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stream,
+                cwd=cwd,
+                env={**env, FORKSERVER_PIPES_FD_ENV: str(theirs.fileno())},
+                start_new_session=True,
+                pass_fds=(theirs.fileno(),),
+            )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    server = ForkServer(proc, ready_timeout_s, ours)
     if not server.state.ready and not server.state.why and not server.failure:
         code = proc.wait()
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []

@@ -223,8 +223,15 @@ def start_probe_process(
         os.close(read_end)
 
 
-def probe_process_ended(proc: subprocess.Popen[Any]) -> None:
+def probe_process_ended(proc: ProbeProcess) -> None:
     _LIVE.ended(proc)
+
+
+def hold_forked_probe(proc: ProbeProcess) -> None:
+    """Hold a probe forked by a fork server outside `run_probe` (a fuzz search's warm probe): killed
+    with the others on an interrupt or at exit; raises ProbesStopped once difftest was
+    interrupted."""
+    _LIVE.add(proc)
 
 
 atexit.register(stop_all_probes)  # no probe outlives difftest, whatever way it exits
@@ -870,9 +877,10 @@ def _close_server(server: ForkServer) -> None:
 
 class SharedServer:
     """A tier's fork server kept for several `run_branches` calls (`difftest blame`: batch after
-    batch), started when the first of them has a probe to start, and the probes-at-once it was
-    started for: every probe forked from it gets that same environment, which its shared libraries
-    were imported under. Where probes must start fresh it holds None and why."""
+    batch) or a fuzz search's warm probes, started when the first of them has a probe to start (a
+    kept one where `DIFFTEST_KEEP_FORK_SERVERS` is 1, as `fork_server_for`), and the probes-at-once
+    it was started for: every probe forked from it gets that same environment, which its shared
+    libraries were imported under. Where probes must start fresh it holds None and why."""
 
     def __init__(
         self,
@@ -895,7 +903,7 @@ class SharedServer:
             if self._started is None:
                 python, tier, work_dir, timeout_s, fork, log = self._start
                 self._started = _announced(
-                    warm_fork_server(python, tier, work_dir, timeout_s, self.parallel)
+                    fork_server_for(python, tier, work_dir, timeout_s, self.parallel)
                     if fork
                     else (None, ""),
                     tier,
@@ -906,9 +914,8 @@ class SharedServer:
     def close(self) -> None:
         with self._lock:
             server = self._started[0] if self._started is not None else None
-            if server is not None:
-                server.close()
-                _LIVE.ended(server.process)
+            if server is not None and not _release(server):
+                _close_server(server)
 
 
 @contextmanager
