@@ -264,27 +264,56 @@ def test_a_commit_without_tests_is_named(clone: git.Repo) -> None:
         tree_root(clone, clone.commit("main").hexsha)
 
 
+@pytest.mark.parametrize("bare", [False, True], ids=["clone", "bare"])
 def test_a_selection_naming_nothing_in_the_baselines_tree_is_refused_with_the_closest_name(
-    clone: git.Repo,
+    clone: git.Repo, tmp_path: Path, bare: bool
 ) -> None:
-    """#29, case 8: read from git objects (the baseline commit), before anything is built."""
-    tree = CommitTree(clone, clone.commit("main").hexsha, "main")
-    fine = selection_from(TestsSpec(select=["tests/test_a.py::test_a", "tests", "tests/"]))
-    refuse_paths_naming_nothing(fine, tree)
+    """#29, case 8: read from git objects (the baseline commit), before anything is built; the
+    same in a bare repository (the fixture repo is one) as in a clone."""
+    repo = (
+        git.Repo.clone_from(clone.working_dir, tmp_path / "bare.git", bare=True) if bare else clone
+    )
+    tree = CommitTree(repo, repo.commit("main").hexsha, "main")
+    fine = [
+        "tests/test_a.py::test_a",
+        "tests",
+        "tests/",
+        "./tests/test_a.py",
+        "tests//test_a.py",
+        ".",
+    ]
+    refuse_paths_naming_nothing(selection_from(TestsSpec(select=fine)), tree)
     for select, named in [
         (["tests/test_b.py"], "'tests/test_b.py' (did you mean 'tests/test_a.py'?)"),
-        (["test/test_a.py"], "'test/test_a.py' (did you mean 'tests'?)"),
-        (["tests/zzz.py", "tests/test_a.py"], "'tests/zzz.py':"),
+        (["tests/test_a.py", "tests/zzz.py"], "'tests/zzz.py':"),
         (["tests/zzz/qqq.py"], "'tests/zzz/qqq.py':"),
+        (["./tests/test_b.py::t"], "'./tests/test_b.py::t' (did you mean 'tests/test_a.py'?)"),
     ]:
         with pytest.raises(ConfigError) as err:
             refuse_paths_naming_nothing(selection_from(TestsSpec(select=select)), tree)
         assert str(err.value).startswith(f"tests.select: {named}"), str(err.value)
         assert f"no such file or folder in the baseline main ({tree.sha[:12]})" in str(err.value)
+        assert "correct the path in the `tests:` section of branches.yaml" in str(err.value)
+    # Outside tests/, pytest would collect nothing from the test tree; a suggestion keeps the rest
+    # of the path where the corrected one exists.
+    with pytest.raises(
+        ConfigError,
+        match=r"'vllm/__init__.py'; 'pyproject.toml'; 'test/test_a.py' \(did you mean "
+        r"'tests/test_a.py'\?\): not under tests/",
+    ):
+        refuse_paths_naming_nothing(
+            selection_from(
+                TestsSpec(select=["vllm/__init__.py", "pyproject.toml", "test/test_a.py"])
+            ),
+            tree,
+        )
+    # The default selection names vLLM 0.32's files: another vLLM's tree is told to write its own.
+    with pytest.raises(ConfigError, match="write a `tests:` section with a `select`"):
+        refuse_paths_naming_nothing(selection_from(TestsSpec()), tree)
     # A baseline without tests/ is left to the tier (could not measure there), not refused here.
-    bare = git.Repo.init(clone.working_dir + "-bare-tree")
-    commit_files(bare, {"vllm/__init__.py": ""}, "no tests")
+    bare_tree = git.Repo.init(tmp_path / "no-tests")
+    commit_files(bare_tree, {"vllm/__init__.py": ""}, "no tests")
     refuse_paths_naming_nothing(
         selection_from(TestsSpec(select=["tests/x.py"])),
-        CommitTree(bare, bare.commit("HEAD").hexsha, "main"),
+        CommitTree(bare_tree, bare_tree.commit("HEAD").hexsha, "main"),
     )

@@ -252,6 +252,6 @@ def test_a_tests_selection_naming_no_file_exits_2_before_any_branch_is_built(
         "tests.select: 'tests/v1/metrics/test_stat.py::t' (did you mean "
         "'tests/v1/metrics/test_stats.py'?): no such file or folder in the baseline main ("
     ) in err
-    assert "fix: fix the path in the `tests:` section of branches.yaml" in err
+    assert "fix: correct the path in the `tests:` section of branches.yaml" in err
     assert sorted(p.name for p in (home_with_base_copy / "envs").iterdir()) == envs_before
     assert not (tmp_path / "out" / "tests").exists()

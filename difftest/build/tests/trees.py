@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import posixpath
 import tarfile
 from pathlib import Path
 
@@ -68,14 +69,20 @@ class CommitTree:
         self.label = f"{name} ({sha[:12]})"
 
     def exists(self, path: str) -> bool:
-        return _object(self.repo, f"{self.sha}:{path.strip('/')}") is not None
+        return _object(self.repo, self._spec(path)) is not None
 
     def names_in(self, folder: str) -> list[str]:
         try:
-            listing = self.repo.git.ls_tree("--name-only", f"{self.sha}:{folder.strip('/')}")
+            listing = self.repo.git.ls_tree("--name-only", self._spec(folder))
         except GitCommandError:
             return []
         return listing.splitlines()
+
+    def _spec(self, path: str) -> str:
+        """`commit:path` with `path` as git names it from the root (`sha:` is the root tree): no
+        `./`, no doubled or trailing slash, whether the repository is bare or not."""
+        normal = posixpath.normpath(path or ".")
+        return f"{self.sha}:" if normal == "." else f"{self.sha}:{normal}"
 
 
 def suite_tree(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | None = None) -> Path:
