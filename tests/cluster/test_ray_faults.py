@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import pytest
 
 from difftest.run.probes.descendants import TOKEN_ENV
 from tests.conftest import RAY_GROUP
-from tests.e2e.cli_helpers import CONTROL, SCHEDULER, run_cli
+from tests.e2e.cli_helpers import CONTROL, SCHEDULER, capture_stderr, run_cli
 from tests.factories import shipped_branch, write_config
 from tests.patching import prepend
 from tests.processes import alive
@@ -133,26 +134,61 @@ def _findings(out: Path) -> list[tuple]:
     ]
 
 
+def _kill_a_warm_actor_once(killed: list[int], stop: threading.Event) -> None:
+    """SIGKILL the Ray worker of the first warm actor whose probe process has started (its node
+    stays up), once."""
+    while not stop.is_set():
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+                parent = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                title = Path(f"/proc/{parent}/cmdline").read_bytes()
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"--serve" in argv and title.startswith(b"ray::WarmActor"):
+                os.kill(parent, signal.SIGKILL)
+                killed.append(parent)
+                return
+        time.sleep(0.1)
+
+
 def test_fuzz_on_ray_finds_what_a_local_search_finds_with_the_same_seed(tmp_path, ray_cluster):
+    """The same findings as a local search, even with one actor's worker killed mid-search (#29,
+    case 4): its node stays up, so the actor is started again on that node and the job played
+    again; nothing is lost."""
     (tmp_path / "no-scenarios").mkdir()
     config = write_config(
         tmp_path, [shipped_branch("main")], scenarios_dir=str(tmp_path / "no-scenarios")
     )
     common = ("fuzz", "-c", config, "--seed", "0", "--examples", "5")
     local = run_cli(*common, "--out", tmp_path / "local")
-    remote = run_cli(
-        *common,
-        "--out",
-        tmp_path / "ray",
-        "--executor",
-        "ray",
-        "--ray-address",
-        ray_cluster.address,
-        "--ray-actors",
-        "2",
-        "--ray-place",
-        "main=node_b",
-    )
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_a_warm_actor_once, args=(killed, stop), daemon=True)
+    killer.start()
+    with capture_stderr() as captured:
+        remote = run_cli(
+            *common,
+            "--out",
+            tmp_path / "ray",
+            "--executor",
+            "ray",
+            "--ray-address",
+            ray_cluster.address,
+            "--ray-actors",
+            "2",
+            "--ray-place",
+            "main=node_b",
+        )
+    stop.set()
+    killer.join()
+    err = captured.getvalue()
+    assert killed, "no warm actor's probe was seen"
+    assert "main: warm probe ended early (node " in err
+    assert "its Ray worker died while the node stayed up" in err
+    assert "started again on the same node" in err
     assert remote == local == 1
     found = _findings(tmp_path / "ray")
     assert found and found == [

@@ -39,6 +39,7 @@ class _EndlessRay:
         RayTaskError=type("RayTaskError", (_RayError,), {}),
         OutOfMemoryError=type("OutOfMemoryError", (_RayError,), {}),
         WorkerCrashedError=type("WorkerCrashedError", (_RayError,), {}),
+        TaskUnschedulableError=type("TaskUnschedulableError", (_RayError,), {}),
         RayError=_RayError,
     )
 

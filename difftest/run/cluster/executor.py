@@ -63,12 +63,12 @@ Log = Callable[[str], None]
 #: How much of a placement resource one probe asks for: a marker, not a budget (a node offering
 #: `{"gpu_node": 1}` runs up to a thousand such probes at once, as its cores allow).
 PLACE_SHARE = 0.001
-#: Why a try ended when Ray says the worker died and the node did not: the worker was killed by
-#: a signal from outside Ray (the kernel's OOM killer, `kill -9`, or the branch's own code, which
-#: runs as the worker's child); Ray does not say which.
+#: Why a try ended when Ray says the worker died and its node is still live: killed from outside
+#: Ray (the kernel's OOM killer, another process, or the branch's own code, which runs as the
+#: worker's child) or crashed; Ray does not say which.
 WORKER_DIED = (
-    "its Ray worker died while the node stayed up (WorkerCrashedError: killed by a signal from "
-    "outside Ray: the kernel's OOM killer, another process, or the branch's own code)"
+    "its Ray worker died while the node stayed up (WorkerCrashedError: killed, e.g. by the "
+    "kernel's OOM killer or the branch's own code, or crashed)"
 )
 #: Seconds between looks at a task that has not started: is a node that can run it still alive?
 WATCH_S = 5.0
@@ -222,7 +222,10 @@ class RayExecutor:
             retry = _retry(failed)
             if retry is None:
                 break
-            self.log(f"{name}: {probes.tier} probe lost: {tried.named()}; trying once more {retry}")
+            ended = "ended early" if tried.worker_died else "lost"
+            self.log(
+                f"{name}: {probes.tier} probe {ended}: {tried.named()}; trying once more{retry}"
+            )
         return _lost(name, probes, failed)
 
     def _can_run(self, resources: Resources, excluded: set[str]) -> bool:
@@ -298,19 +301,25 @@ class RayExecutor:
             return Tried(node, f"the task failed on the node ({_first_line(exc)})")
         except ray.exceptions.OutOfMemoryError as exc:
             _unless_stopped(stops)
-            return Tried(
-                node or again_on,
-                f"Ray's memory monitor killed its worker ({_first_line(exc)})",
-                worker_died=True,
-            )
+            return Tried(node or again_on, out_of_memory(str(exc)), worker_died=True)
         except ray.exceptions.WorkerCrashedError:
             _unless_stopped(stops)  # a worker killed by the cancel is not a crash
-            return Tried(node or again_on, WORKER_DIED, worker_died=True)
+            where = node or again_on
+            if where is not None and not self._live(where):
+                return Tried(where, "lost mid-probe (its worker died with the node)")
+            return Tried(where, WORKER_DIED, worker_died=True)
+        except ray.exceptions.TaskUnschedulableError:
+            _unless_stopped(stops)  # pinned to a node that has died since
+            return Tried(None, _no_node(resources, bool(excluded), again_on))
         except ray.exceptions.RayError as exc:
             _unless_stopped(stops)
             return Tried(node, f"lost mid-probe ({type(exc).__name__}: {_first_line(exc)})")
         finally:
             remote_probe_ended(task)
+
+    def _live(self, node: NodeInfo) -> bool:
+        """Ray still counts the node live (it marks a dead one some seconds late)."""
+        return any(n.id == node.id for n in self.cluster.nodes())
 
     def _still_runnable(
         self, resources: Resources, excluded: set[str], again_on: NodeInfo | None
@@ -318,7 +327,7 @@ class RayExecutor:
         """A queued task can still start: its node is live (a retry kept there), or some live node
         outside `excluded` offers what it asks for."""
         if again_on is not None:
-            return any(n.id == again_on.id for n in self.cluster.nodes())
+            return self._live(again_on)
         return self._can_run(resources, excluded)
 
     def _read(
@@ -406,12 +415,36 @@ class Tried:
 
 
 def _retry(failed: list[Tried]) -> str | None:
-    """Where the next try goes ("on another node", "there"), or None when the probe is spent: one
-    more try per kind of loss (a node lost or refusing it; a worker that died on a live node)."""
+    """Where the next try goes (" there", " on another node", "" for anywhere), or None when the
+    probe is spent: one more try per kind of loss (a node lost or refusing it; a worker that died
+    on a live node, retried on that node when it is known)."""
     last = failed[-1]
     if last.worker_died:
-        return "there" if sum(t.worker_died for t in failed) == 1 else None
-    return "on another node" if sum(not t.worker_died for t in failed) == 1 else None
+        if sum(t.worker_died for t in failed) > 1:
+            return None
+        return " there" if last.node is not None else ""
+    return " on another node" if sum(not t.worker_died for t in failed) == 1 else None
+
+
+def out_of_memory(message: str) -> str:
+    """Ray's memory monitor killed the worker: what it says of the node's memory, in one line (it
+    kills by its own policy, not necessarily the worker that used the memory)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    said = next((line for line in lines if line.startswith("Memory on the node")), "")
+    said = said.split(". Ray killed")[0][:300]
+    return "the node ran low on memory: Ray's memory monitor killed its worker" + (
+        f" ({said})" if said else ""
+    )
+
+
+def worker_death(message: str) -> str | None:
+    """What Ray says ended an actor's worker on a node that stayed up ("Worker exit type: ..."),
+    or None when its error is not a worker's death (its node died, or it is unavailable)."""
+    marker = "because its worker process has died."
+    if marker not in message:
+        return None
+    detail = message.split(marker, 1)[1].split(" Some common causes", 1)[0].strip()
+    return f"its Ray worker died while the node stayed up ({detail[:300]})"
 
 
 def _where(node: NodeInfo) -> str:

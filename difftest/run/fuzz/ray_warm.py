@@ -8,9 +8,11 @@ the branch's actors in turn (`--ray-actors N`: examples spread over N actors per
 the raw answer back; `WarmProbe` checks it on the host with the reader a local answer goes through,
 so the search judges the same things and, with the same seed, finds the same findings.
 
-An actor whose node dies costs its job one more try on a new actor on another node; a second loss
-makes that job's runs `error`, naming the nodes. Ctrl-C kills every actor (`ray.kill`), and with it
-its probe (`protocol.die_with_host`) and what the probe started (the worker's keeper).
+An actor whose node dies costs its job one more try on a new actor on another node; one whose
+worker dies while its node stays up (killed, or crashed), one more try on a new actor on that same
+node, the cause named. A second loss makes that job's runs `error`, naming the nodes and causes.
+Ctrl-C kills every actor (`ray.kill`), and with it its probe (`protocol.die_with_host`) and what
+the probe started (the worker's keeper).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from difftest.core.errors import DifftestError
 from difftest.core.evidence import ProbeNode
 from difftest.probe.protocol import Job
 from difftest.run.cluster.connect import NODE_ID_LABEL, Cluster, NodeInfo
-from difftest.run.cluster.executor import Resources
+from difftest.run.cluster.executor import Resources, worker_death
 from difftest.run.cluster.keeper import scratch_dir
 from difftest.run.cluster.node import ensure_keeper, node_environ, this_node
 from difftest.run.fuzz.warm_probe import Answer, WarmProbeLimits, WarmProcess
@@ -164,22 +166,32 @@ class RayWarmProcess:
             answer: Answer = ray.get(actor.handle.answer.remote(job))
             return answer
         except ray.exceptions.RayActorError as exc:
-            lost = f"node {actor.node.id[:12]} at {actor.node.address}: lost mid-probe ({exc})"
-            lost = lost.splitlines()[0][:300]
+            died = worker_death(str(exc))
+            lost = f"node {actor.node.id[:12]} at {actor.node.address}: " + (
+                died or f"lost mid-probe ({str(exc).splitlines()[0][:200]})"
+            )
             self._lost.append(lost)
-        replacement = self._start({actor.node.id})
+        # A worker that died on a live node is started again there; a lost node, elsewhere.
+        replacement = self._start(set(), on=actor.node) if died else self._start({actor.node.id})
         if replacement is None:
             with self._lock:
                 self._actors.remove(actor)
-            return Answer([], "eof", None, f"could not measure on the cluster: {lost}", "")
+            why = f"{lost}; then {self.failure}" if self.failure else lost
+            return Answer([], "eof", None, f"could not measure on the cluster: {why}", "")
         with self._lock:
             self._actors[self._actors.index(actor)] = replacement
-        self.log(f"{self.branch}: warm probe lost ({lost}); started again on another node")
+        self.log(
+            f"{self.branch}: warm probe {'ended early' if died else 'lost'} ({lost}); started "
+            f"again {'on the same node' if died else 'on another node'}"
+        )
         try:
             answer = ray.get(replacement.handle.answer.remote(job))
             return answer
         except ray.exceptions.RayActorError as again:
-            why = f"{lost}; then node {replacement.node.id[:12]}: lost mid-probe ({again})"
+            then = worker_death(str(again)) or (
+                f"lost mid-probe ({str(again).splitlines()[0][:200]})"
+            )
+            why = f"{lost}; then node {replacement.node.id[:12]}: {then}"
             return Answer([], "eof", None, f"could not measure on the cluster: {why}", "")
 
     def close(self) -> None:
@@ -197,22 +209,29 @@ class RayWarmProcess:
             remote_probe_ended(actor.handle)
         self._actors = []
 
-    def _start(self, excluded: set[str]) -> _Actor | None:
-        """A new actor on a node outside `excluded`, its environment ready; None (`failure` says
-        why) when no node can hold it, after one more try on another node."""
+    def _start(self, excluded: set[str], on: NodeInfo | None = None) -> _Actor | None:
+        """A new actor on a node outside `excluded` (on node `on` alone, when given), its
+        environment ready; None (`failure` says why) when no node can hold it, after one more try
+        on another node."""
         ray = self.cluster.ray
         for _attempt in range(2):
-            if not any(
-                self.resources.fits(n) for n in self.cluster.nodes() if n.id not in excluded
-            ):
-                self.failure = f"no live node of the cluster offers {self.resources.describe()}"
+            if not self._can_place(excluded, on):
+                self.failure = (
+                    f"node {on.id[:12]} at {on.address} is no longer live"
+                    if on is not None
+                    else f"no live node of the cluster offers {self.resources.describe()}"
+                )
                 return None
             options: dict[str, Any] = {
                 **self.resources.options(),
                 "max_restarts": 0,
                 "max_task_retries": 0,
             }
-            if excluded:
+            if on is not None:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(on.id, soft=False)
+            elif excluded:
                 from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
 
                 options["scheduling_strategy"] = NodeLabelSchedulingStrategy(
@@ -235,7 +254,7 @@ class RayWarmProcess:
                 _kill(ray, handle)
                 raise
             try:
-                ready = self._placed(handle, excluded) and ray.get(handle.prepare.remote())
+                ready = self._placed(handle, excluded, on) and ray.get(handle.prepare.remote())
             except ray.exceptions.RayActorError as exc:
                 ready = {"node": None, "why": f"lost ({exc})"}
             if not ready:
@@ -258,9 +277,18 @@ class RayWarmProcess:
             self.log(f"{self.branch}: warm probe cannot start on {where}{ready['why']}")
             if node is not None:
                 excluded = excluded | {node.id}
+            on = None  # a node that refused or failed is not tried again
         return None
 
-    def _placed(self, handle: Any, excluded: set[str]) -> bool:
+    def _can_place(self, excluded: set[str], on: NodeInfo | None) -> bool:
+        """Some live node outside `excluded` (or `on`, when given) offers what an actor asks."""
+        return any(
+            self.resources.fits(n)
+            for n in self.cluster.nodes()
+            if (n.id == on.id if on is not None else n.id not in excluded)
+        )
+
+    def _placed(self, handle: Any, excluded: set[str], on: NodeInfo | None = None) -> bool:
         """The actor started on a node within `PLACE_S` (False: none took it; it would wait for
         ever, as an actor holds its cores for its whole life)."""
         ray = self.cluster.ray
@@ -270,9 +298,7 @@ class RayWarmProcess:
             ready, _ = ray.wait([ref], timeout=5.0)
             if ready:
                 return True
-            if not any(
-                self.resources.fits(n) for n in self.cluster.nodes() if n.id not in excluded
-            ):
+            if not self._can_place(excluded, on):
                 return False
         return False
 
