@@ -56,7 +56,13 @@ from difftest.run.context import (
 )
 from difftest.run.probes.capacity import available_memory_mb, probes_at_once
 from difftest.run.probes.environ import passed_environ
-from difftest.run.probes.runner import BranchRun, Progress, SharedServer, run_branches
+from difftest.run.probes.runner import (
+    BranchRun,
+    Progress,
+    SharedServer,
+    keeps_fork_servers,
+    run_branches,
+)
 from difftest.run.probes.sandbox import protection
 from difftest.run.suites.measure import measure_suites
 from difftest.tiers.base import Tier, TierOutcome
@@ -509,12 +515,13 @@ def measure_tier(
             context.timeouts.probe_s,
             jobs or probes_at_a_time(tier, len(targets), context.jobs)[0],
             progress,
-            # One probe has nothing to share: the server's warm-up would only come on top of its
-            # import.
-            fork=context.fork and len(targets) > 1,
+            # One probe has nothing to share (the server's warm-up would only come on top of its
+            # import), unless this process keeps servers for later runs.
+            fork=context.fork and (len(targets) > 1 or keeps_fork_servers()),
             log=context.log,
             exit_s=context.timeouts.exit_s,
             shared=shared,
+            share_key=str(context.workspace.base.path),
         )
         if targets
         else {}

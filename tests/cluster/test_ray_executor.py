@@ -239,6 +239,7 @@ def test_a_worker_killed_while_its_node_stays_up_is_retried_there_naming_what_en
 
     from tests.e2e.cli_helpers import SCHEDULER
     from tests.patching import prepend
+    from tests.processes import alive
 
     marker = tmp_path / "workers.txt"
     slow = (
@@ -276,6 +277,7 @@ def test_a_worker_killed_while_its_node_stays_up_is_retried_there_naming_what_en
     assert code == 0, err.getvalue()
     (first, second) = _probe_started(marker, 2)
     assert first[1] != second[1]  # a new worker
+    assert not alive(int(first[0]))  # the killed worker's probe died with it
     node = nodes_of(tmp_path / "out")[("slow", "scheduler")]
     assert node["id"] == ray_cluster.cluster.head_node.node_id
     (retried,) = node["retried"]

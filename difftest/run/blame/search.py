@@ -142,6 +142,7 @@ def blame(config: Config, request: BlameRequest, log: Log = lambda _m: None) -> 
                         _width(chosen, request.jobs),
                         request.fork,
                         log,
+                        share_key=str(workspace.base.path),
                     )
                 )
                 for chosen in selected

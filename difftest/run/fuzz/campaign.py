@@ -173,6 +173,7 @@ def _fuzz(
                     len(ready),
                     request.fork,
                     log,
+                    share_key=str(workspace.base.path),
                 )
             )
             if cluster is None and ready

@@ -748,6 +748,7 @@ def run_branches(
     log: Callable[[str], None] = lambda _m: None,
     exit_s: float = EXIT_S,
     shared: SharedServer | None = None,
+    share_key: str | None = None,
 ) -> dict[str, BranchRun]:
     """Probe every (branch, interpreter) concurrently; results keyed by branch name.
 
@@ -764,7 +765,7 @@ def run_branches(
     else:
         parallel = min(jobs, len(targets))
         server, note = _announced(
-            fork_server_for(targets[0][1], tier, work_dir, timeout_s, parallel)
+            fork_server_for(targets[0][1], tier, work_dir, timeout_s, parallel, share_key)
             if fork and targets
             else (None, ""),
             tier,
@@ -824,15 +825,29 @@ _KEPT: dict[tuple[Any, ...], _Kept] = {}
 _KEPT_LOCK = threading.Lock()
 
 
+def keeps_fork_servers() -> bool:
+    """This process keeps fork servers for later runs (`KEEP_FORK_SERVERS_ENV`)."""
+    return os.environ.get(KEEP_FORK_SERVERS_ENV) == "1"
+
+
 def fork_server_for(
-    python: Path, tier: str, work_dir: Path, timeout_s: float, parallel: int
+    python: Path,
+    tier: str,
+    work_dir: Path,
+    timeout_s: float,
+    parallel: int,
+    share_key: str | None = None,
 ) -> tuple[ForkServer | None, str]:
     """A warm fork server for this run: a kept one where `DIFFTEST_KEEP_FORK_SERVERS` is 1 and one
     was started the same way, still usable, and no stop (an interrupt) came since; else a new one
-    (`warm_fork_server`), kept in its turn. The caller hands a kept one back (`_release`)."""
-    if os.environ.get(KEEP_FORK_SERVERS_ENV) != "1":
+    (`warm_fork_server`), kept in its turn. The caller hands a kept one back (`_release`).
+
+    `share_key` names what every branch it serves shares (their base environment): a server
+    started with one branch's interpreter serves every branch over the same base, as it does
+    within one run; without it, only runs that start it with the same interpreter share it."""
+    if not keeps_fork_servers():
         return warm_fork_server(python, tier, work_dir, timeout_s, parallel)
-    key = (str(python), tier, parallel, tuple(sorted(probe_environ(parallel).items())))
+    key = (share_key or str(python), tier, parallel, tuple(sorted(probe_environ(parallel).items())))
     with _KEPT_LOCK:
         kept = _KEPT.pop(key, None)
         if kept is not None and not (kept.server.usable and kept.stops == _LIVE.stops):
@@ -891,9 +906,11 @@ class SharedServer:
         parallel: int,
         fork: bool,
         log: Callable[[str], None],
+        share_key: str | None = None,
     ) -> None:
         self.parallel = parallel
         self._start = (python, tier, work_dir, timeout_s, fork, log)
+        self._share_key = share_key
         self._lock = threading.Lock()
         self._started: tuple[ForkServer | None, str] | None = None
 
@@ -903,7 +920,9 @@ class SharedServer:
             if self._started is None:
                 python, tier, work_dir, timeout_s, fork, log = self._start
                 self._started = _announced(
-                    fork_server_for(python, tier, work_dir, timeout_s, self.parallel)
+                    fork_server_for(
+                        python, tier, work_dir, timeout_s, self.parallel, self._share_key
+                    )
                     if fork
                     else (None, ""),
                     tier,
@@ -927,10 +946,11 @@ def shared_fork_server(
     parallel: int,
     fork: bool = True,
     log: Callable[[str], None] = lambda _m: None,
+    share_key: str | None = None,
 ) -> Iterator[SharedServer]:
     """One tier's fork server for a caller that probes batch after batch: its warm-up is paid once,
     by the first batch with a probe to start; it ends with the block, whatever way it is left."""
-    shared = SharedServer(python, tier, work_dir, timeout_s, parallel, fork, log)
+    shared = SharedServer(python, tier, work_dir, timeout_s, parallel, fork, log, share_key)
     try:
         yield shared
     finally:
