@@ -25,14 +25,17 @@ not the threads).
 Wire format (JSON lines; requests on stdin, answers on a private copy of stdout):
 
     -> {"ready": true, "import_s": S, "modules": [...]}  or  {"ready": false, "why": "..."}
-    <- {"id": N, "python": P, "argv": [...], "env": {...}, "cwd": D, "log": F, "pipes": B}
+    <- {"id": N, "python": P, "argv": [...], "env": {...}, "cwd": D, "log": F, "fds": K, "pipes": B}
     -> {"id": N, "pid": PID}        the child started
+    -> {"id": N, "error": "..."}    it could not be started (the server goes on)
     -> {"pid": PID, "code": C}      the child ended (C as subprocess's returncode)
 
-With `"pipes": true` (a warm probe, `python -m difftest.probe --serve`), the host has first sent
-the child's stdin and stdout (the ends of two pipes) over the Unix socket whose descriptor
-`protocol.FORKSERVER_PIPES_FD_ENV` names, with the request's id as the message: never a path
-another process could open. The child's stderr is then its log, appended to.
+With `"fds": K`, the host has first sent K descriptors over the Unix socket whose descriptor
+`protocol.FORKSERVER_PIPES_FD_ENV` names, with the request's id as the message: the read end of a
+pipe holding the probe's nonce (never in the request, which every later child inherits in this
+server's memory), then with `"pipes": true` (a warm probe, `python -m difftest.probe --serve`) the
+child's stdin and stdout, ends of two pipes: never a path another process could open. A warm
+probe's stderr is its log, appended to.
 
 The end of stdin ends the server; its children then die with it (PR_SET_PDEATHSIG).
 Standard library only, like the rest of the probe.
@@ -130,6 +133,9 @@ IMPORT_TIME_ENV = (
     "XGRAMMAR",
 )
 
+#: How long the server waits for a request's descriptors (the host sends them just before it).
+FDS_WAIT_S = 5.0
+
 _PATH_QUERY = "import json, sys; print(json.dumps([sys.path[1:], sys.prefix, sys.exec_prefix]))"
 
 
@@ -217,11 +223,15 @@ def _serve(channel: TextIO, modules: list[str], pipes: socket.socket | None) -> 
             for line in lines:
                 if line.strip():
                     request = json.loads(line)
-                    stdio = _received_pipes(pipes, request) if request.get("pipes") else None
                     try:
-                        pid = _fork_child(request, channel, modules, stdio, pipes)
+                        fds = _received_fds(pipes, request)
+                    except (OSError, RuntimeError) as exc:  # this request's alone: serve the next
+                        _answer(channel, {"id": request["id"], "error": str(exc)})
+                        continue
+                    try:
+                        pid = _fork_child(request, channel, modules, fds, pipes)
                     finally:
-                        for fd in stdio or ():
+                        for fd in fds:
                             os.close(fd)  # the child's now: its end of file is the host's to see
                     children.add(pid)
                     _answer(channel, {"id": request["id"], "pid": pid})
@@ -232,23 +242,29 @@ def _serve(channel: TextIO, modules: list[str], pipes: socket.socket | None) -> 
                 _answer(channel, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _received_pipes(pipes: socket.socket | None, request: dict[str, Any]) -> tuple[int, int]:
-    """The child's stdin and stdout, sent by the host just before the request."""
+def _received_fds(pipes: socket.socket | None, request: dict[str, Any]) -> list[int]:
+    """The descriptors the host sent just before the request (`"fds"` of them): the nonce's pipe,
+    then a warm probe's stdin and stdout."""
+    wanted = int(request.get("fds", 0))
+    if not wanted:
+        return []
     if pipes is None:
-        raise RuntimeError("a request with pipes, but the server was given no socket for them")
-    message, fds, _flags, _address = socket.recv_fds(pipes, 64, 2)
-    if message.decode() != str(request["id"]) or len(fds) != 2:
+        raise RuntimeError("a request with descriptors, but the server was given no socket")
+    if not select.select([pipes], [], [], FDS_WAIT_S)[0]:
+        raise RuntimeError(f"the descriptors of request {request['id']} never came")
+    message, fds, _flags, _address = socket.recv_fds(pipes, 64, wanted)
+    if message.decode() != str(request["id"]) or len(fds) != wanted:
         for fd in fds:
             os.close(fd)
-        raise RuntimeError(f"pipes for request {message!r} came with request {request['id']}")
-    return fds[0], fds[1]
+        raise RuntimeError(f"descriptors for request {message!r} came with request {request['id']}")
+    return list(fds)
 
 
 def _fork_child(
     request: dict[str, Any],
     channel: TextIO,
     modules: list[str],
-    stdio: tuple[int, int] | None = None,
+    fds: list[int] | None = None,
     pipes: socket.socket | None = None,
 ) -> int:
     """In the server: the child's pid. In the child: never returns; it ends as
@@ -265,7 +281,7 @@ def _fork_child(
         channel.close()  # the server's answers are not the child's to write
         if pipes is not None:
             pipes.close()  # nor are other children's pipes its to receive
-        _become_probe(request, server, stdio)
+        _become_probe(request, server, fds or [])
         code = _run_probe(request, modules)
     except SystemExit as exc:  # what the interpreter does with `sys.exit(x)`
         if exc.code is not None and not isinstance(exc.code, int):
@@ -280,12 +296,20 @@ def _fork_child(
         finish(code)
 
 
-def _become_probe(request: dict[str, Any], server: int, stdio: tuple[int, int] | None) -> None:
+def _become_probe(request: dict[str, Any], server: int, fds: list[int]) -> None:
     """What `subprocess.Popen(..., start_new_session=True, stdout=log, stdin=DEVNULL, cwd=...)`
     gives a fresh probe (a warm one: `stdin=PIPE, stdout=PIPE, stderr=log`): its own session, log,
-    folder and environment; it dies with this server."""
+    folder and environment, its nonce on a pipe; it dies with this server."""
     os.setsid()  # signal dispositions stay the server's: those of a fresh interpreter, which it is
-    if stdio is None:
+    nonce, stdio = (fds[0], fds[1:]) if fds else (None, [])
+    if request.get("pipes"):
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(stdio[0], 0)
+        os.dup2(stdio[1], 1)
+        os.dup2(log, 2)
+        for fd in (log, *stdio):
+            os.close(fd)
+    else:
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -293,16 +317,11 @@ def _become_probe(request: dict[str, Any], server: int, stdio: tuple[int, int] |
         os.dup2(log, 2)
         os.close(log)
         os.close(devnull)
-    else:
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(stdio[0], 0)
-        os.dup2(stdio[1], 1)
-        os.dup2(log, 2)
-        for fd in (log, *stdio):
-            os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    if nonce is not None:
+        os.environ[protocol.NONCE_FD_ENV] = str(nonce)  # read and closed by `protocol.take_nonce`
     os.environ[protocol.HOST_PID_ENV] = str(
         server
     )  # `main` asks to die with this server, which dies with the host
@@ -319,7 +338,8 @@ def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
     if query.returncode != 0:
         print(
             f"difftest.probe.forkserver: cannot ask {python} for its sys.path: "
-            f"{query.stderr.strip()}"
+            f"{query.stderr.strip()}",
+            file=sys.stderr,  # the log (a warm probe's stdout is its answers' pipe)
         )
         return 3
     path, prefix, exec_prefix = json.loads(query.stdout)
@@ -334,7 +354,7 @@ def _run_probe(request: dict[str, Any], modules: list[str]) -> int:
     importlib.invalidate_caches()
     elsewhere = _not_shareable(modules)
     if elsewhere:
-        print(f"{protocol.NOT_SHAREABLE_PREFIX}{elsewhere}", flush=True)
+        print(f"{protocol.NOT_SHAREABLE_PREFIX}{elsewhere}", file=sys.stderr, flush=True)
         return protocol.EXIT_NOT_SHAREABLE
     entry = importlib.import_module("difftest.probe.__main__")
     importlib.import_module("difftest.probe.protocol").AFTER_VLLM_IMPORT.append(
@@ -348,7 +368,7 @@ def _check_import_env(given: dict[str, str]) -> None:
     shared libraries read at import to another value than they were imported with."""
     changed = _import_env_changed(given)
     if changed:
-        print(f"{protocol.NOT_SHAREABLE_PREFIX}{changed}", flush=True)
+        print(f"{protocol.NOT_SHAREABLE_PREFIX}{changed}", file=sys.stderr, flush=True)
         raise SystemExit(protocol.EXIT_NOT_SHAREABLE)
 
 

@@ -43,14 +43,16 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol, TextIO, TypedDict, cast
 
 PROTOCOL_VERSION = 4
-#: A forked probe reads its nonce from this variable and removes it before importing vLLM (a fork's
-#: `/proc/self/environ` shows the server's start environment, never what the child was given).
+#: A probe reads its nonce from this variable (where no pipe brought it: a fork server given no
+#: socket) and removes it before importing vLLM.
 NONCE_ENV = "DIFFTEST_PROBE_NONCE"
-#: A fresh probe reads its nonce from the pipe whose file descriptor this variable names, and closes
-#: it: an interpreter's own `/proc/self/environ` is its start environment, readable all its life.
+#: A probe, fresh or forked, reads its nonce from the pipe whose file descriptor this variable
+#: names, and closes it: an interpreter's own `/proc/self/environ` is its start environment,
+#: readable all its life, and a fork server's requests stay in the memory its later children
+#: inherit.
 NONCE_FD_ENV = "DIFFTEST_PROBE_NONCE_FD"
 #: Names, in the fork server's environment, the descriptor of the Unix socket over which the host
-#: sends each warm probe's stdin and stdout (`forkserver`).
+#: sends each forked probe's nonce pipe, and a warm probe's stdin and stdout (`forkserver`).
 FORKSERVER_PIPES_FD_ENV = "DIFFTEST_FORKSERVER_PIPES_FD"
 #: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
 HOST_PID_ENV = "DIFFTEST_HOST_PID"

@@ -62,6 +62,7 @@ from difftest.run.probes.runner import (
     SharedServer,
     keeps_fork_servers,
     run_branches,
+    share_key_of,
 )
 from difftest.run.probes.sandbox import protection
 from difftest.run.suites.measure import measure_suites
@@ -521,7 +522,7 @@ def measure_tier(
             log=context.log,
             exit_s=context.timeouts.exit_s,
             shared=shared,
-            share_key=str(context.workspace.base.path),
+            share_key=share_key_of(context.workspace.base.path),
         )
         if targets
         else {}

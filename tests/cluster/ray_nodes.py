@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from tests.processes import alive  # noqa: E402
 LOOPBACK = "127.0.0.1"
 #: Tries to start a node: Ray gives one 30 s to register, which a busy machine can miss.
 STARTS = 3
+#: How long the teardown waits for a run's own disconnect still under way.
+DISCONNECT_S = 120
 #: Small object stores: probes send back records and logs of a few MB at most.
 OBJECT_STORE = 80 * 1024 * 1024
 
@@ -118,8 +121,18 @@ class LoopbackCluster:
         raise AssertionError(f"node {node.node_id} is still alive after {limit_s} s")
 
     def shutdown(self) -> list[int]:
-        """End every node, then any process it started that is left (by pid); those left."""
+        """End every node, then any process it started that is left (by pid); those left. A
+        driver still connected is disconnected first (Ray refuses to end the head under it): a
+        run's own disconnect (`Cluster.close`) waits only so long and leaves a slow one to finish
+        on its thread, which a loaded machine can still be in."""
         loopback_only(self.descendant_pids())
+        import ray
+
+        for thread in threading.enumerate():
+            if thread.name == "ray-shutdown":
+                thread.join(DISCONNECT_S)
+        if ray.is_initialized():
+            ray.shutdown()
         self.cluster.shutdown()
         if self.cluster.head_node is not None:
             self.cluster.remove_node(self.cluster.head_node)

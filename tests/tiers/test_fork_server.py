@@ -30,6 +30,7 @@ from difftest.run.probes.runner import (
     close_kept_fork_servers,
     run_branches,
     run_probe,
+    share_key_of,
     stop_all_probes,
     warm_fork_server,
 )
@@ -399,6 +400,27 @@ def test_a_branch_whose_vllm_import_sets_torch_differently_is_probed_fresh(
         threads.launch_note
     )
     assert threads.error is None and {r.status for r in threads.runs} == {"ok"}
+
+
+def test_a_kept_server_serves_every_branch_over_its_base_whichever_comes_first(
+    workspace, shipped_scenarios, tmp_path, monkeypatch
+) -> None:
+    """Kept by the base it shares (`share_key_of`), not by the interpreter it was started with: a
+    run whose first branch is another one forks from the same server."""
+    monkeypatch.setenv(KEEP_FORK_SERVERS_ENV, "1")
+    control = [s for s in shipped_scenarios("scheduler") if s.name == "eos-on-bonus"]
+    job = make_job(TIER, control, run_timeout_s=120)
+    key = share_key_of(workspace.base.path)
+    targets = [(name, workspace.branch(name).env.python) for name in BRANCHES[:2]]
+    try:
+        for folder, order in (("first", targets), ("reversed", targets[::-1])):
+            delivered = run_branches(
+                order, job, TIER.name, tmp_path / folder, 600, 2, fork=True, share_key=key
+            )
+            assert {d.launch for d in delivered.values()} == {"forked"}
+            assert len(_server_pids()) == 1
+    finally:
+        close_kept_fork_servers()
 
 
 def test_a_kept_fork_server_serves_the_next_run_and_a_stop_retires_it(

@@ -219,3 +219,27 @@ def test_a_forked_warm_probe_refused_or_left_by_its_server_plays_the_job_again_f
             assert answer.error is None and [r.status for r in answer.runs] == ["ok"]
             assert left.starts == 1 and left.process.launch == "fresh"
             assert "fork server" in left.process.fresh_because
+
+
+def test_a_forked_warm_probe_that_would_see_another_shared_library_refuses_before_its_first_answer(
+    workspace, tmp_path
+) -> None:
+    """The refusal is said on stderr (the log): a warm probe's stdout is its answers' pipe, where
+    the host would read it as no answer at all and blame the branch for a crash."""
+    import shutil
+
+    from tests.tiers.test_fork_server import copy_env
+
+    env = copy_env(workspace.branch("main").env.path, tmp_path / "env")
+    shutil.copytree(workspace.base.site_packages / "cpuinfo", env / "overlay" / "cpuinfo")
+    main = workspace.branch("main").env.python
+    with (
+        shared_fork_server(main, TIER.name, tmp_path / "fork", 600, 1) as fork,
+        WarmProbe(
+            "shadowing", env / "bin" / "python", TIER.name, tmp_path / "w", LIMITS, fork=fork
+        ) as refused,
+    ):
+        answer = refused.play(job(scenario(3)))
+        assert answer.error is None and [r.status for r in answer.runs] == ["ok"]
+        assert refused.starts == 1 and refused.process.launch == "fresh"
+        assert "cpuinfo would come from" in refused.process.fresh_because

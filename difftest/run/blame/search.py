@@ -62,7 +62,7 @@ from difftest.run.pipeline import (
     probes_at_a_time,
     select_scenarios,
 )
-from difftest.run.probes.runner import BranchRun, SharedServer, shared_fork_server
+from difftest.run.probes.runner import BranchRun, SharedServer, share_key_of, shared_fork_server
 from difftest.tiers.common.scenario import read_scenario_file
 
 Log = Callable[[str], None]
@@ -142,7 +142,7 @@ def blame(config: Config, request: BlameRequest, log: Log = lambda _m: None) -> 
                         _width(chosen, request.jobs),
                         request.fork,
                         log,
-                        share_key=str(workspace.base.path),
+                        share_key=share_key_of(workspace.base.path),
                     )
                 )
                 for chosen in selected

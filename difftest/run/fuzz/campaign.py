@@ -45,7 +45,12 @@ from difftest.run.fuzz.ray_warm import RayWarmProcess
 from difftest.run.fuzz.search import Found, SearchResult, search
 from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 from difftest.run.pipeline import TierScenarios, check_placement, make_evidence, make_job
-from difftest.run.probes.runner import BranchRun, shared_fork_server, stop_all_probes
+from difftest.run.probes.runner import (
+    BranchRun,
+    share_key_of,
+    shared_fork_server,
+    stop_all_probes,
+)
 from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, read_scenario_file, scenario_file_text
 from difftest.tiers.door import JUDGED_ROLES, judge_runs, judge_scenario
@@ -173,7 +178,7 @@ def _fuzz(
                     len(ready),
                     request.fork,
                     log,
-                    share_key=str(workspace.base.path),
+                    share_key=share_key_of(workspace.base.path),
                 )
             )
             if cluster is None and ready

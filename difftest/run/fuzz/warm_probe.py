@@ -43,13 +43,14 @@ from typing import IO, Any, Protocol
 
 from difftest.core import tally
 from difftest.core.verdicts import one_line
-from difftest.probe.protocol import NONCE_ENV, Job
+from difftest.probe.protocol import Job
 from difftest.run.probes import descendants
 from difftest.run.probes.environ import probe_environ
 from difftest.run.probes.forking import ForkedPipes, ForkServer, refusal
 from difftest.run.probes.read_records import check_lines
 from difftest.run.probes.runner import (
     BranchRun,
+    ProbesStopped,
     SharedServer,
     hold_forked_probe,
     kill_group,
@@ -247,6 +248,8 @@ class WarmProcess:
         self._last_death = ""
         #: The fork server the current process was forked from (None: it started fresh).
         self._server: ForkServer | None = None
+        #: The server the process that ended last was forked from (None: it started fresh).
+        self._ended_server: ForkServer | None = None
         self._lock = threading.Lock()
 
     def answer(self, job: Job) -> Answer:
@@ -260,8 +263,7 @@ class WarmProcess:
         """The process that just ended was forked and refused its branch (it would see other
         shared libraries than a fresh one), or its server failed under it: not the branch's doing.
         Its processes start fresh from now on; the failed start is not counted."""
-        server = self._server
-        self._server = None
+        server, self._ended_server = self._ended_server, None
         if server is None:
             return False
         why = refusal(code, self._log_tail()) or (
@@ -358,6 +360,7 @@ class WarmProcess:
         self._token = descendants.new_token()
         self._buffer = bytearray()
         self._answered = 0
+        self._ended_server = None
         env = {
             **(self.environ or probe_environ(self.parallel)),
             descendants.TOKEN_ENV: self._token,
@@ -404,14 +407,21 @@ class WarmProcess:
             proc = server.spawn_with_pipes(
                 self.python,
                 ["--serve"],  # the arguments after `python -m difftest.probe`
-                {**env, NONCE_ENV: self._nonce},
+                env,
                 self.work_dir,
                 self.log_path,
+                self._nonce,
             )
         except OSError as exc:
             self.fresh_because = str(exc)
             return None
-        hold_forked_probe(proc)
+        try:
+            hold_forked_probe(proc)
+        except ProbesStopped:
+            kill_group(proc, wait=False)
+            for stream in (proc.stdin, proc.stdout):
+                _close_quietly(stream)
+            raise
         self._server = server
         tally.count("warm-probe-forked", branch=self.branch, tier=self.tier)
         return proc
@@ -422,6 +432,7 @@ class WarmProcess:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
+        self._ended_server, self._server = self._server, None
         try:
             proc.wait(timeout=grace_s)  # a probe that closed its output is exiting: let it say how
         except subprocess.TimeoutExpired:

@@ -26,6 +26,7 @@ from difftest.core.verdicts import one_line
 from difftest.probe.protocol import (
     EXIT_NOT_SHAREABLE,
     FORKSERVER_PIPES_FD_ENV,
+    NONCE_ENV,
     NOT_SHAREABLE_PREFIX,
 )
 
@@ -145,7 +146,8 @@ class ForkServer:
         self._pipes = pipes
         self._lock = threading.Lock()
         self._next_id = 0
-        self._answers: dict[int, int] = {}
+        #: Request id -> the child's pid, or why the server could not start it.
+        self._answers: dict[int, int | str] = {}
         self._children: dict[int, ForkedProcess] = {}
         self._early_ends: dict[int, int] = {}
         self._changed = threading.Condition(self._lock)
@@ -178,13 +180,22 @@ class ForkServer:
         self._proc.kill()
 
     def spawn(
-        self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path
+        self,
+        python: Path,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log: Path,
+        nonce: str | None = None,
     ) -> ForkedProcess:
-        """Fork a probe for `python`'s branch; raises OSError when the server cannot."""
-        return self._spawn(python, argv, env, cwd, log, None, lambda pid: ForkedProcess(pid, self))
+        """Fork a probe for `python`'s branch, its `nonce` on a pipe of its own; raises OSError
+        when the server cannot."""
+        return self._spawn(
+            python, argv, env, cwd, log, nonce, None, lambda pid: ForkedProcess(pid, self)
+        )
 
     def spawn_with_pipes(
-        self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path
+        self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path, nonce: str
     ) -> ForkedPipes:
         """Fork a warm probe whose stdin and stdout are pipes to this host (its stderr appended to
         `log`); raises OSError when the server cannot."""
@@ -199,7 +210,7 @@ class ForkServer:
             return made[0]
 
         try:
-            child = self._spawn(python, argv, env, cwd, log, (job_read, answer_write), make)
+            child = self._spawn(python, argv, env, cwd, log, nonce, (job_read, answer_write), make)
         finally:
             for fd in (job_read, answer_write):  # the child's ends: its own now
                 os.close(fd)
@@ -216,7 +227,33 @@ class ForkServer:
         env: dict[str, str],
         cwd: Path,
         log: Path,
+        nonce: str | None,
         stdio: tuple[int, int] | None,
+        make: Callable[[int], ForkedProcess],
+    ) -> ForkedProcess:
+        fds: list[int] = []
+        if nonce is not None and self._pipes is not None:
+            # Never in the request: every child forked later inherits the server's memory.
+            read_end, write_end = os.pipe()
+            os.write(write_end, nonce.encode("ascii"))
+            os.close(write_end)
+            fds.append(read_end)
+        elif nonce is not None:
+            env = {**env, NONCE_ENV: nonce}
+        try:
+            return self._request(python, argv, env, cwd, log, fds + list(stdio or ()), make)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _request(
+        self,
+        python: Path,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log: Path,
+        fds: list[int],
         make: Callable[[int], ForkedProcess],
     ) -> ForkedProcess:
         with self._lock:
@@ -229,12 +266,22 @@ class ForkServer:
                 "env": env,
                 "cwd": str(cwd),
                 "log": str(log),
-                "pipes": stdio is not None,
+                "fds": len(fds),
+                "pipes": len(fds) == 3,
             }
             assert self._proc.stdin is not None
-            if stdio is not None:
+            if fds:
                 assert self._pipes is not None
-                socket.send_fds(self._pipes, [str(request_id).encode()], list(stdio))
+                try:
+                    socket.send_fds(self._pipes, [str(request_id).encode()], fds)
+                except OSError as exc:  # its buffer full for `FORK_ANSWER_S`: it is stuck
+                    self.failure = (
+                        self.failure or f"the fork server failed: it took no descriptors ({exc})"
+                    )
+                    self._end_children()
+                    self._changed.notify_all()
+                    self._proc.kill()
+                    raise OSError(self.failure) from None
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
             deadline = time.monotonic() + FORK_ANSWER_S
@@ -247,12 +294,14 @@ class ForkServer:
                     break
                 self._changed.wait(0.2)
             else:
-                pid = self._answers.pop(request_id)
-                child = make(pid)
-                if pid in self._early_ends:
-                    child.ended(self._early_ends.pop(pid))
+                answer = self._answers.pop(request_id)
+                if isinstance(answer, str):
+                    raise OSError(f"the fork server could not start it: {answer}")
+                child = make(answer)
+                if answer in self._early_ends:
+                    child.ended(self._early_ends.pop(answer))
                 else:
-                    self._children[pid] = child
+                    self._children[answer] = child
                 return child
         self.fail(f"it did not fork a probe within {FORK_ANSWER_S:.0f} s")
         raise OSError(self.failure)
@@ -306,7 +355,9 @@ class ForkServer:
                 )
                 self._got_state.set()
         elif "id" in message:
-            self._answers[int(message["id"])] = int(message["pid"])
+            self._answers[int(message["id"])] = (
+                clean(str(message["error"])) if "error" in message else int(message["pid"])
+            )
         else:
             pid, code = int(message["pid"]), int(message["code"])
             child = self._children.pop(pid, None)
@@ -339,6 +390,7 @@ def start_fork_server(
         raise
     finally:
         theirs.close()
+    ours.settimeout(FORK_ANSWER_S)  # a server that takes no descriptors fails, never hangs us
     server = ForkServer(proc, ready_timeout_s, ours)
     if not server.state.ready and not server.state.why and not server.failure:
         code = proc.wait()

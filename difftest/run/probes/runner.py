@@ -404,9 +404,7 @@ def play_probe(
     watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
     try:
         if server is not None:
-            proc = _forked(
-                server, python, argv, {**env, NONCE_ENV: nonce}, work_dir, log_path, result
-            )
+            proc = _forked(server, python, argv, env, nonce, work_dir, log_path, result)
         if proc is not None:
             assert server is not None
             watch.follow(proc, started, result)
@@ -574,6 +572,7 @@ def _forked(
     python: Path,
     argv: list[str],
     env: dict[str, str],
+    nonce: str,
     work_dir: Path,
     log_path: Path,
     result: _Building,
@@ -584,7 +583,7 @@ def _forked(
         result.set(launch_note=server.failure or "the fork server ended before this probe started")
         return None
     try:
-        proc = server.spawn(python, argv[2:], env, work_dir, log_path)
+        proc = server.spawn(python, argv[2:], env, work_dir, log_path, nonce)
     except OSError as exc:
         result.set(launch_note=str(exc))
         return None
@@ -823,6 +822,14 @@ class _Kept:
 
 _KEPT: dict[tuple[Any, ...], _Kept] = {}
 _KEPT_LOCK = threading.Lock()
+
+
+def share_key_of(base: Path) -> str:
+    """What a kept fork server serving every branch over the base at `base` is known by: the
+    folder and which build of it (a base rebuilt in place is another folder to the kernel), so a
+    server that imported the old build's libraries never serves the new one."""
+    found = base.stat()
+    return f"{base}@{found.st_ino}:{found.st_ctime_ns}"
 
 
 def keeps_fork_servers() -> bool:
