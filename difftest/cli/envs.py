@@ -25,7 +25,7 @@ class EnvsCommand(Command):
         parser.add_argument(
             "--build",
             action="store_true",
-            help="build (or reuse) the base and every branch environment",
+            help="build (or reuse) the base and every branch environment, and list those",
         )
         parser.add_argument(
             "--prune", action="store_true", help="remove stale or unfinished environments"
@@ -70,6 +70,10 @@ class EnvsCommand(Command):
                 else:
                     log(f"{branch.name}: {branch.resolved.sha[:12]} -> {branch.env.python}")
             log(f"ready in {time.monotonic() - started:.1f} s")
+            # What this config uses; `difftest envs` lists the whole cache.
+            built = [workspace.base.path, *(b.env.path for b in workspace.branches if b.env)]
+            _print_table(list_envs(only=built))
+            return status
         _print_table(list_envs())
         return status
 

@@ -65,6 +65,11 @@ def test_pull_request_head_needs_fetch_then_builds_its_code(tmp_path, clone, cap
     )  # not fetched yet: a clear error, nothing built
     assert "pull/7/head" in capsys.readouterr().err
     assert main(["envs", "--build", "--fetch", "-c", str(config)]) == 0
+    # The listing is what this config uses (the base and its two branches' environments; upstream's
+    # may carry the name of whichever branch first built the same code), not the whole cache.
+    listing = capsys.readouterr().out
+    rows = [line for line in listing.splitlines() if "│ branch │" in line or "│ base " in line]
+    assert len(rows) == 3 and "pr7 @" in listing, listing
     workspace = prepare(load_config(config))
     pr7 = workspace.branch("pr7")
     assert pr7.resolved.sha == git.Repo(clone).commit("refs/pull/7/head").hexsha

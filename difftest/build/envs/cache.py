@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,16 @@ def own_bytes(root: Path, shared_ok: bool) -> int:
     return total
 
 
-def list_envs(with_sizes: bool = True) -> list[CachedEnv]:
+def list_envs(with_sizes: bool = True, only: Collection[Path] | None = None) -> list[CachedEnv]:
+    """Every cached environment, or those of `only` (what a build just made or reused: checking
+    and sizing the whole cache grows with every environment it holds)."""
     root = paths.envs_dir()
     current_probe = probe_digest()
     found = []
+    wanted = None if only is None else {p.resolve() for p in only}
     for path in sorted(p for p in root.iterdir() if p.is_dir()):
+        if wanted is not None and path.resolve() not in wanted:
+            continue
         fp = read_fingerprint(path)
         kind = fp.get("kind", "unfinished") if fp else "unfinished"
         stale = None
