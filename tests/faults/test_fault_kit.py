@@ -48,8 +48,8 @@ from tests.processes import survivors
 
 pytestmark = pytest.mark.slow
 
-#: run_s: far above main's slowest run on a busy machine, short enough for a hung schedule() x 4
-#: runs. exit_s: the probe that hangs at exit is killed this long after its trailer.
+#: run_s: far above main's slowest run on a busy machine, short enough for a hung schedule() (once
+#: per probe). exit_s: the probe that hangs at exit is killed this long after its trailer.
 TIMEOUTS = {"run_s": 8, "exit_s": 3, "probe_s": 300}
 #: The two scenarios a sharded run splits (one each), both passing on main.
 SHARDED = f"{CONTROL} or grammar-trim-sync"
