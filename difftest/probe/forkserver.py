@@ -116,7 +116,6 @@ SHARED_MODULES = (
     # its vLLM import took 1.3 s of CPU without them and 0.47 s with them (docs/benchmarks.md).
     "torch._inductor.compile_fx",
     "torch._functorch.aot_autograd",
-    "torch._dynamo.repro",
     "torch._export.non_strict_utils",
     "functorch.compile",
     "setuptools",
@@ -408,10 +407,11 @@ def _import_env_changed(given: dict[str, str]) -> str | None:
 
 def _not_shareable(modules: list[str]) -> str | None:
     """A shared module this branch's path would find in another file than the one already
-    imported."""
+    imported. Top-level names are what the path decides (`functorch.compile` comes with
+    `functorch`), so each shared module's top-level package is checked."""
     from importlib.machinery import PathFinder
 
-    for name in (m for m in modules if "." not in m):
+    for name in sorted({m.split(".")[0] for m in modules}):
         loaded = getattr(sys.modules.get(name), "__file__", None)
         spec = PathFinder.find_spec(name, sys.path)
         found = spec.origin if spec is not None else None

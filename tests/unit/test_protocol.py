@@ -122,6 +122,20 @@ def test_a_call_past_its_time_limit_is_a_timeout() -> None:
     assert "0.05 s" in call.failure["summary"]
 
 
+def test_the_time_limit_fires_again_in_the_same_process() -> None:
+    """A probe keeps going after a run hit its limit: the next hung run must be stopped too, and a
+    run after both must still complete (the fault kit's sched-hang hangs once per probe)."""
+
+    def hung() -> protocol.RunResult:
+        time.sleep(5)
+        return RESULT
+
+    first = CallInfo.from_call(hung, limit_s=0.05)
+    second = CallInfo.from_call(hung, limit_s=0.05)
+    after = CallInfo.from_call(lambda: RESULT, limit_s=0.05)
+    assert (first.status, second.status, after.status) == ("timeout", "timeout", "ok")
+
+
 def test_the_nonce_is_read_from_its_pipe_and_leaves_no_trace(monkeypatch) -> None:
     """A fresh probe's nonce comes over a pipe (`NONCE_FD_ENV` names its fd): after `take_nonce`
     neither variable is left for branch code to read, and the pipe is closed."""
