@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import RAY_GROUP
 from tests.e2e.cli_helpers import CONTROL, capture_stderr, run_cli
 from tests.factories import SHIPPED_BRANCHES, shipped_branch, write_config
+from tests.sessions import shipped_scheduler_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(RAY_GROUP)]
 
@@ -62,18 +63,21 @@ def nodes_of(out: Path) -> dict[tuple[str, str], dict | None]:
 
 
 def test_the_shipped_scheduler_run_on_ray_reads_as_the_local_run(
-    tmp_path, ray_cluster, monkeypatch
+    tmp_path, ray_cluster, monkeypatch, tmp_path_factory
 ):
-    """Every verdict, measured total and difference of the shipped branches equals the local run's;
-    a branch forced onto node B was measured there, and node B built its environment from what the
-    host shipped (its own DIFFTEST_HOME held none). The result cache's key does not include the
-    node: what the cluster measured (`--no-cache`: measured, then stored over the local run's
-    entries) is reused by a later local run, and judged again to the same verdicts."""
+    """Every verdict, measured total and difference of the shipped branches equals the local run's
+    (the session's shipped run, `tests/sessions.py`, measured with no result cache); a branch
+    forced onto node B was measured there, and node B built its environment from what the host
+    shipped (its own DIFFTEST_HOME held none). The result cache's key does not include the node:
+    what the cluster measured (`--no-cache`: measured, then stored) is reused by a later local run,
+    and judged again to the same verdicts."""
+    shipped = shipped_scheduler_run(tmp_path_factory)
+    assert shipped.code == 1, shipped.printed
+    local = shipped.out
     monkeypatch.setenv("DIFFTEST_RESULT_CACHE", str(tmp_path / "results"))
     config = write_config(tmp_path, [shipped_branch(b) for b in SHIPPED_BRANCHES])
-    local, remote, again = tmp_path / "local", tmp_path / "ray", tmp_path / "again"
+    remote, again = tmp_path / "ray", tmp_path / "again"
     common = ("run", "-c", config, "--tier", "scheduler")
-    assert run_cli(*common, "--out", local) == 1
     with capture_stderr() as err:
         code = run_cli(
             *common,

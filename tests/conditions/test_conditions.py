@@ -6,8 +6,9 @@ branch (main plus the kit's patch):
   refactor as head it exits 0 (not worse);
 - `difftest fuzz --against main --examples 300` finds every mutant (its
   findings, shrunk, still under the condition), and nothing on any refactor.
-Main's runs are measured once and reused from a result cache of the module's
-own (the cache is keyed by everything a run depends on).
+Main's gate runs are measured once and reused from a result cache of the test
+session's own, shared by the xdist workers (the cache is keyed by everything a
+run depends on).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import yaml
 from tests.conditions.kit import CONDITIONS, Condition
 from tests.e2e.cli_helpers import run_cli
 from tests.factories import shipped_branch, write_config
+from tests.sessions import session_folder
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +47,9 @@ def kit_config(tmp_path_factory: pytest.TempPathFactory, fixture_repo) -> Path:
 
 @pytest.fixture(scope="session")
 def result_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("result-cache")
+    """The module's result cache, one for the test session (both xdist workers write and read it:
+    an entry is written whole, then renamed into place)."""
+    return session_folder(tmp_path_factory, "conditions-result-cache")
 
 
 def _gate(config: Path, head: str, scenario: str, out: Path, cache: Path, monkeypatch) -> dict:

@@ -12,12 +12,10 @@ lenient reading pr-56137-style shows only the padding of new decodes (#50518).
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pytest
 import yaml
-from filelock import FileLock
 
 from difftest.build.refs import read_blob
 from difftest.core.evidence import read_evidence
@@ -25,6 +23,7 @@ from difftest.core.fuzz import FuzzReport
 from tests.e2e.cli_helpers import SCHEDULER, results_of, run_cli
 from tests.factories import shipped_branch, write_config
 from tests.patching import make_patch
+from tests.sessions import once_per_session
 
 pytestmark = pytest.mark.slow
 
@@ -34,29 +33,24 @@ EXAMPLES = 300
 
 @pytest.fixture(scope="session")
 def shipped(tmp_path_factory) -> tuple[int, Path, FuzzReport]:
-    """The search, run once per test session: xdist workers share it through a folder and a lock."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the session's folder, above each worker's own
-    shared = root / "fuzz-shipped"
-    shared.mkdir(exist_ok=True)
-    out = shared / "out"
-    with FileLock(str(shared / "lock")):
-        if not (shared / "code").exists():
-            (shared / "no-scenarios").mkdir(
-                exist_ok=True
-            )  # an empty scenarios_dir: fuzz reads none
-            config = write_config(
-                shared,
-                [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
-                scenarios_dir=str(shared / "no-scenarios"),
-            )
-            code = run_cli(
-                "fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", out
-            )
-            (shared / "code").write_text(str(code))
-    code = int((shared / "code").read_text())
-    return code, out, FuzzReport.model_validate_json((out / "fuzz.json").read_text())
+    """The search, run once per test session and shared by the xdist workers
+    (`tests/sessions.py`)."""
+
+    def search(folder: Path) -> dict[str, int]:
+        (folder / "no-scenarios").mkdir()  # an empty scenarios_dir: fuzz reads none
+        config = write_config(
+            folder,
+            [shipped_branch(n) for n in ("main", "pr-56137-style", "pr-56195-style")],
+            scenarios_dir=str(folder / "no-scenarios"),
+        )
+        code = run_cli(
+            "fuzz", "-c", config, "--seed", "0", "--examples", EXAMPLES, "--out", folder / "out"
+        )
+        return {"code": code}
+
+    folder, answer = once_per_session(tmp_path_factory, "fuzz-shipped", search)
+    out = folder / "out"
+    return int(answer["code"]), out, FuzzReport.model_validate_json((out / "fuzz.json").read_text())
 
 
 def kinds(report: FuzzReport, branch: str) -> dict[tuple[str, str], Path]:

@@ -1,7 +1,8 @@
 """`difftest run` and `verify` on the shipped branches, through the CLI (slow: real vLLM).
 
 One scheduler-tier run of the shipped config serves every test here that only
-reads its outputs (`shipped_run`); the verify tests re-run it, as a reviewer would.
+reads its outputs (`shipped_run`, made once per test session: the Ray comparison
+reads it too); the verify tests re-run it, as a reviewer would.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,34 +25,19 @@ from difftest.reports.markdown import render_markdown
 from tests.browser import measure
 from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
 from tests.factories import ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
+from tests.sessions import ShippedRun, shipped_scheduler_run
 
-#: One worker runs this module's tests, so the shared run happens once (`--dist loadgroup`).
+#: The module's tests run on one worker (`--dist loadgroup`): the worker that makes the shared run
+#: (`shipped_run`) reads it, and the other is left the rest of the suite.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shipped-run")]
 
 SHIPPED = ROOT / "branches.yaml"
 
 
-@dataclass(frozen=True)
-class ShippedRun:
-    code: int
-    out: Path
-    printed: str
-
-    @property
-    def evidence(self) -> dict:
-        return json.loads((self.out / "evidence.json").read_text())
-
-
 @pytest.fixture(scope="session")
 def shipped_run(tmp_path_factory) -> ShippedRun:
-    """`difftest run --tier scheduler` on the shipped branches.yaml, once for this module, printed
-    as into a pipe of an 80-column terminal (`COLUMNS=80`, not a TTY)."""
-    out = tmp_path_factory.mktemp("run") / "out"
-    printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
-        env.setenv("COLUMNS", "80")
-        code = run_cli("run", "-c", SHIPPED, "--tier", "scheduler", "--out", out)
-    return ShippedRun(code, out, printed.getvalue())
+    """The shipped scheduler-tier run, once per test session (`tests/sessions.py`)."""
+    return shipped_scheduler_run(tmp_path_factory)
 
 
 def show(*args: object) -> tuple[int, str]:

@@ -192,7 +192,7 @@ def test_a_forked_probe_past_its_time_limit_is_killed_and_reads_timeout(
     assert server is not None, why
     try:
         delivered = run_probe(
-            "hanging", env / "bin" / "python", job, TIER.name, tmp_path, 25.0, server=server
+            "hanging", env / "bin" / "python", job, TIER.name, tmp_path, 15.0, server=server
         )
     finally:
         server.close()
