@@ -7,8 +7,9 @@
 - A small selection (tests/v1/metrics/test_stats.py) beside REAL faulty branches: a planted
   undercount that upstream's test catches (broken, with the assertion), a renamed function the test
   module imports (could not measure, for that branch only); `verify` re-runs it; the gate fails on
-  the planted branch; and with the workers left on the controller's sys.path (xdist's default) the
-  planted bug would have "passed": the worker's foreign vLLM is caught and reads could not measure.
+  the planted branch; and with the workers left on the controller's sys.path (xdist's default)
+  the planted bug would have "passed": the worker's foreign vLLM is caught and reads could not
+  measure (these two select only the upstream test that catches the planted bug).
 """
 
 from __future__ import annotations
@@ -200,11 +201,16 @@ def renamed_patch(path: Path, repo) -> Path:
     return path
 
 
-def small_config(tmp: Path, *branches: dict) -> Path:
+#: The one upstream test of STATS_TESTS that catches the planted undercount (the faulty run shows
+#: it: `test_a_planted_bug_upstreams_tests_catch_reads_broken`).
+CATCHES_UNDERCOUNT = f"{STATS_TESTS}::test_prefix_cache_stats_record_hits_by_source"
+
+
+def small_config(tmp: Path, *branches: dict, select: str = STATS_TESTS) -> Path:
     return write_config(
         tmp,
         list(branches),
-        tests={"select": [STATS_TESTS]},
+        tests={"select": [select]},
         timeouts={"probe_s": 600, "run_s": 300},
     )
 
@@ -252,6 +258,7 @@ def test_a_planted_bug_upstreams_tests_catch_reads_broken(faulty_tests_run):
         r for r in evidence["tests"] if r["code"] == "undercount" and r["judgement"] == "regression"
     ]
     assert regressions, "some upstream test of the stats module catches the planted undercount"
+    assert CATCHES_UNDERCOUNT in {r["test"] for r in regressions}  # the gate's selection below
     for regression in regressions:
         caught = records(evidence, UPSTREAM, regression["test"])
         assert caught["main"]["outcome"] == "passed" and caught["undercount"]["outcome"] == "failed"
@@ -288,7 +295,9 @@ def test_verify_reruns_the_tests_tier(faulty_tests_run, tmp_path, capsys):
 def test_the_gate_fails_on_a_head_that_breaks_an_upstream_test(
     faulty_tests_run, faulty_branches, tmp_path, capsys
 ):
-    config = small_config(tmp_path, faulty_branches["main"], faulty_branches["undercount"])
+    config = small_config(
+        tmp_path, faulty_branches["main"], faulty_branches["undercount"], select=CATCHES_UNDERCOUNT
+    )
     code = run_cli(
         "gate",
         "-c",
@@ -315,7 +324,12 @@ def test_workers_on_the_controllers_path_are_caught_not_passed(faulty_branches, 
     main's vLLM and its planted bug would pass. With the plugin's fix off, the host must catch
     it."""
     config = load_config(
-        small_config(tmp_path, faulty_branches["main"], faulty_branches["undercount"])
+        small_config(
+            tmp_path,
+            faulty_branches["main"],
+            faulty_branches["undercount"],
+            select=CATCHES_UNDERCOUNT,
+        )
     )
     workspace = prepare(config)
     tier = tiers.get("tests")
