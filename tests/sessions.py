@@ -1,7 +1,8 @@
 """Expensive set-ups made once per test session and shared by every xdist worker.
 
 A set-up runs in whichever worker asks first, under a file lock in the session's own temporary
-folder (above each worker's), and writes its outputs there; the others wait for it and read them.
+folder (above each worker's), and writes its outputs into a new folder there; the others wait for
+it and read them.
 Every result is still measured by the code under test in this very session: nothing is kept
 between sessions. A set-up that failed is remembered as failed, so the other workers fail with its
 error at once instead of running it again.
@@ -13,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +34,8 @@ DONE, FAILED = "done.json", "failed.txt"
 def session_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     """`name`'s folder in this test session's temporary root, the same for every xdist worker."""
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and root.name == f"popen-{worker}":
         root = root.parent  # the session's folder, above each worker's own
     folder = root / name
     folder.mkdir(exist_ok=True)
@@ -44,25 +47,30 @@ def once_per_session(
 ) -> tuple[Path, Any]:
     """(folder, answer): `make(folder)` run once in this test session, its JSON answer shared.
 
-    `make` writes what it makes under `folder` and returns what the tests need to find it again
-    (JSON). A `make` that raised fails every later caller with its traceback."""
-    folder = session_folder(tmp_path_factory, name)
-    done, failed = folder / DONE, folder / FAILED
-    with FileLock(str(folder / "lock")):
+    `make` writes what it makes under a new, empty `folder` (a worker that died mid-way leaves
+    its own behind, never in the way of the next try) and returns what the tests need to find
+    it again (JSON). A `make` that failed fails every later caller with its traceback; one that
+    was skipped or interrupted leaves no mark, so the next caller tries again."""
+    root = session_folder(tmp_path_factory, name)
+    done, failed = root / DONE, root / FAILED
+    with FileLock(str(root / "lock")):
         if not done.exists() and not failed.exists():
+            folder = Path(tempfile.mkdtemp(prefix="made-", dir=root))
             try:
-                answer = make(folder)
-            except BaseException:
+                answer = {"folder": folder.name, "answer": make(folder)}
+                text = json.dumps(answer)
+            except (Exception, pytest.fail.Exception):
                 failed.write_text(traceback.format_exc(), encoding="utf-8")
                 raise
-            done.write_text(json.dumps(answer), encoding="utf-8")
+            done.write_text(text, encoding="utf-8")
     if failed.exists():
         pytest.fail(
             f"the shared set-up {name!r} failed in this session:\n"
             f"{failed.read_text(encoding='utf-8')}",
             pytrace=False,
         )
-    return folder, json.loads(done.read_text(encoding="utf-8"))
+    made = json.loads(done.read_text(encoding="utf-8"))
+    return root / made["folder"], made["answer"]
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ branch (main plus the kit's patch):
   refactor as head it exits 0 (not worse);
 - `difftest fuzz --against main --examples 300` finds every mutant (its
   findings, shrunk, still under the condition), and nothing on any refactor.
-Main's gate runs are measured once and reused from a result cache of the test
-session's own, shared by the xdist workers (the cache is keyed by everything a
-run depends on).
+Main's gate runs are reused from a result cache of the test session's own,
+shared by the xdist workers (the cache is keyed by everything a run depends on;
+two workers may both measure an entry not yet there, never read a half-written
+one).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from tests.e2e.cli_helpers import CONTROL, results_of, run_cli
 from tests.factories import ROOT, SCENARIOS_DIR, SHIPPED_BRANCHES, shipped_branch, write_config
 from tests.sessions import ShippedRun, shipped_scheduler_run
 
-#: The module's tests run on one worker (`--dist loadgroup`): the worker that makes the shared run
-#: (`shipped_run`) reads it, and the other is left the rest of the suite.
+#: The module's tests run on one worker (`--dist loadgroup`), together: whichever worker makes the
+#: shared run first (this group's or the Ray group's, `tests/sessions.py`), both read it.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shipped-run")]
 
 SHIPPED = ROOT / "branches.yaml"
