@@ -81,27 +81,25 @@ def _run(config: Path, out: Path, *extra: str, select: str = CONTROL) -> tuple[i
 
 
 @pytest.fixture(scope="session", params=PATHS)
-def path_run(request, tmp_path_factory, fixture_repo, monkeypatch_module):
+def path_run(request, tmp_path_factory, fixture_repo):
     """(path, exit code, out folder, log, tmp folder) of one path's run of every fault beside main;
     once per path and process (pytest may set a parametrized module fixture up again when it
     reorders)."""
-    return _path_run(request.param, request, tmp_path_factory, fixture_repo, monkeypatch_module)
+    return _path_run(request.param, request, tmp_path_factory, fixture_repo)
 
 
 def _path_run(
-    path: str, request, tmp_path_factory, fixture_repo, monkeypatch_module
+    path: str, request, tmp_path_factory, fixture_repo
 ) -> tuple[str, int, Path, str, Path]:
     if path not in _PATH_RUNS:
         cluster = request.getfixturevalue("ray_cluster") if path == "ray" else None
         # The cached path's first run is the forked path's (which stores into a result cache).
         first = (
-            _path_run("forked", request, tmp_path_factory, fixture_repo, monkeypatch_module)
+            _path_run("forked", request, tmp_path_factory, fixture_repo)
             if path == "cached"
             else None
         )
-        _PATH_RUNS[path] = _run_path(
-            path, tmp_path_factory, fixture_repo, monkeypatch_module, cluster, first
-        )
+        _PATH_RUNS[path] = _run_path(path, tmp_path_factory, fixture_repo, cluster, first)
     return _PATH_RUNS[path]
 
 
@@ -110,17 +108,13 @@ _PATH_RUNS: dict[str, tuple[str, int, Path, str, Path]] = {}
 
 
 def _run_path(
-    path: str, tmp_path_factory, fixture_repo, monkeypatch_module, cluster=None, first=None
+    path: str, tmp_path_factory, fixture_repo, cluster=None, first=None
 ) -> tuple[str, int, Path, str, Path]:
     if path == "cached":
         # The forked path's run wrote the result cache: the same config (its faults record what
         # they see in that run's folder, which both runs share), run again reading the cache.
         _path, first_code, _out, _log, tmp = first
-        monkeypatch_module.setenv("DIFFTEST_RESULT_CACHE", str(tmp / "results"))
-        try:
-            code, log = _run(tmp / "branches.yaml", tmp / "cached-out")
-        finally:
-            monkeypatch_module.setenv("DIFFTEST_RESULT_CACHE", "off")
+        code, log = _run_cached(tmp / "branches.yaml", tmp / "cached-out", tmp / "results")
         assert first_code == code
         return path, code, tmp / "cached-out", log, tmp
     tmp = tmp_path_factory.mktemp(f"faults-{path}")
@@ -131,12 +125,7 @@ def _run_path(
     if path == "fresh":
         code, log = _run(config, out, "--no-fork")
     elif path == "forked":
-        # Into a result cache of its own, which the cached path then reads.
-        monkeypatch_module.setenv("DIFFTEST_RESULT_CACHE", str(tmp / "results"))
-        try:
-            code, log = _run(config, out)
-        finally:
-            monkeypatch_module.setenv("DIFFTEST_RESULT_CACHE", "off")
+        code, log = _run_cached(config, out, tmp / "results")  # which the cached path then reads
     elif path == "ray":
         nodes = ("node_a", "node_b")
         place = [f"{f.name}={nodes[i % 2]}" for i, f in enumerate((*FAULTS, KILLS_ITS_RAY_WORKER))]
@@ -167,11 +156,11 @@ def _run_path(
     return path, code, out, log, tmp
 
 
-@pytest.fixture(scope="session")
-def monkeypatch_module():
-    patcher = pytest.MonkeyPatch()
-    yield patcher
-    patcher.undo()
+def _run_cached(config: Path, out: Path, cache: Path) -> tuple[int, str]:
+    """`_run` with a result cache of the kit's own (the suite's is off)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DIFFTEST_RESULT_CACHE", str(cache))
+        return _run(config, out)
 
 
 def _evidence(out: Path) -> dict:
@@ -212,13 +201,11 @@ def test_each_fault_reads_what_the_kit_says_on_every_path(path_run, fault):
 
 @pytest.mark.xdist_group("fault-kit")
 def test_a_branch_that_kills_its_ray_worker_is_retried_there_then_could_not_measure(
-    request, tmp_path_factory, fixture_repo, monkeypatch_module
+    request, tmp_path_factory, fixture_repo
 ):
     """#29, case 4, hostile: the worker's death is named on both tries, on the same node, and the
     other branches' results are kept (the Ray path's run, shared with the tests above)."""
-    _path, _code, out, log, _tmp = _path_run(
-        "ray", request, tmp_path_factory, fixture_repo, monkeypatch_module
-    )
+    _path, _code, out, log, _tmp = _path_run("ray", request, tmp_path_factory, fixture_repo)
     runs = [r for r in _results(out) if r["branch"] == KILLS_ITS_RAY_WORKER.name]
     assert runs and {r["verdict"] for r in runs} == KILLS_ITS_RAY_WORKER.expect
     for run in runs:
