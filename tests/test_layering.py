@@ -29,13 +29,23 @@ BASE_PACKAGES = {"vllm", "torch", "tokenizers", "transformers", "safetensors", "
 SUITE_PLUGIN_PACKAGES = {"pytest"}
 #: Layer -> the difftest layers it may import (itself included). cli sits on top and may import all.
 #: `probe.protocol` and `probe.tests.contract` are the wire contracts between the host and what runs
-#: inside branch environments (the probe; the tests tier's pytest plugin), shared by both sides.
+#: inside branch environments (the probe; the tests tier's pytest plugin), shared by both sides;
+#: `probe.confine` is the wrapper the host starts every confined process through (its exit code and
+#: message prefix are the contract).
 ALLOWED = {
     "probe": {"probe"},
     "core": {"core", "probe.protocol"},
     "tiers": {"tiers", "core", "probe.protocol", "probe.scheduler.script", "probe.tests.contract"},
     "build": {"build", "core"},
-    "run": {"run", "build", "tiers", "core", "probe.protocol", "probe.tests.contract"},
+    "run": {
+        "run",
+        "build",
+        "tiers",
+        "core",
+        "probe.protocol",
+        "probe.tests.contract",
+        "probe.confine",
+    },
     "reports": {"reports", "tiers", "core"},
     "cli": {"cli", "run", "build", "reports", "tiers", "core", "probe.protocol"},
 }

@@ -19,7 +19,10 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.markup import escape
 
+# First of difftest's modules: it points GitPython at the system's git before anything imports it.
+import difftest.cli.pin_git  # noqa: F401
 from difftest import __version__
+from difftest.build.refs import use_system_git
 from difftest.cli.base import Command
 from difftest.cli.blame import BlameCommand
 from difftest.cli.envs import EnvsCommand
@@ -117,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     become_subreaper()
     with _terminate_as_interrupt(every_orphan=argv is None):
         try:
+            # Every git command runs the system's git, never one found through PATH (issue #47).
+            use_system_git()
             config = load_config(args.config) if command.needs_config(args) else None
             return command.run(config, args, log)
         except DifftestError as exc:

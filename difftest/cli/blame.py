@@ -18,10 +18,6 @@ from difftest.core.errors import EXIT_OK, EXIT_UNMEASURED, ConfigError
 from difftest.reports import locked_out, prepare_out, registry, write_report
 from difftest.reports.sources import BlameReport
 
-#: What an earlier blame left in `--out` besides the registry's reports (its config and the patch
-#: series that config names).
-OWN_FILES = ("blame.yaml", "blame-*.patch")
-
 
 class BlameCommand(Command):
     name = "blame"
@@ -91,10 +87,9 @@ class BlameCommand(Command):
             reuse_cached=not args.no_cache,
         )
         with locked_out(request.out):  # before prepare_out clears what another command may write
-            prepare_out(request.out)
-            for pattern in OWN_FILES:
-                for stale in request.out.glob(pattern):
-                    stale.unlink(missing_ok=True)
+            # An earlier blame's config and patches go with its reports: write_report recorded them
+            # in the manifest. A blame.yaml of a person's own there is kept.
+            prepare_out(request.out, log)
             outcome = blame(config, request, log)
             blamed = outcome.evidence.blame
             assert blamed is not None

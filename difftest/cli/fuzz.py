@@ -18,7 +18,7 @@ from difftest.cli.base import (
 from difftest.cli.progress import fuzz_progress
 from difftest.core.config import Config
 from difftest.core.fuzz import fuzz_exit_code
-from difftest.reports import locked_out, registry, write_files
+from difftest.reports import locked_out, prepare_out, record_written, registry, write_files
 
 DEFAULT_EXAMPLES = 100
 
@@ -118,7 +118,7 @@ class FuzzCommand(Command):
     def run(self, config: Config | None, args: argparse.Namespace, log: Log) -> int:
         assert config is not None
         # Imported here: the search pulls in Hypothesis (0.2 s), which no other command needs.
-        from difftest.run.fuzz.campaign import FuzzRequest, fuzz
+        from difftest.run.fuzz.campaign import FuzzRequest, OutFolder, fuzz
 
         examples = (
             args.examples
@@ -138,9 +138,15 @@ class FuzzCommand(Command):
             actors=int(args.ray_actors),
             fork=not args.no_fork,
         )
-        with locked_out(request.out):  # before fuzz clears what an earlier fuzz wrote there
+        # Cleared (once the request is known valid) and recorded through the manifest, as every
+        # command's --out: never by what an earlier fuzz.json names.
+        out = OutFolder(
+            clear=lambda: prepare_out(request.out, log),
+            record=lambda files: record_written(request.out, files),
+        )
+        with locked_out(request.out):  # before fuzz clears what an earlier command wrote there
             with fuzz_progress() as progress:
-                report = fuzz(config, request, log, progress).report
+                report = fuzz(config, request, log, progress, out).report
             written = write_files(report, request.out)
         registry.show(report, self.name, args.format)
         log(

@@ -68,7 +68,7 @@ class GateCommand(Command):
         request = compare_request(args, [args.base, args.head], baseline=base_name)
         check_request(config, request)  # a usage error touches nothing in --out
         with locked_out(args.out):  # before prepare_out clears what another command may be writing
-            prepare_out(args.out)
+            prepare_out(args.out, log)
             hits = head_stats_path_changes(config, args.base, args.head, args.fetch, log)
             if not hits and not args.always:
                 message = (

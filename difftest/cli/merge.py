@@ -68,7 +68,7 @@ class MergeCommand(Command):
                 judged[index] = rejudge(
                     config, shard.evidence, folders[index], shard.name, shard.evidence.shard.order
                 )
-            prepare_out(out)
+            prepare_out(out, log)
 
             def moved(index: int, files: ProbeFiles) -> ProbeFiles:
                 target = out / "probe" / f"shard-{index}"

@@ -74,7 +74,7 @@ class RunCommand(Command):
         with locked_out(
             request.out
         ):  # before prepare_out clears what another command may be writing
-            prepare_out(request.out)
+            prepare_out(request.out, log)
             progress_console = Console(stderr=True, highlight=False)
 
             def tier_done(tier: str, results: list[Result], more: bool) -> None:

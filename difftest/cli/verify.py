@@ -67,7 +67,7 @@ class VerifyCommand(Command):
                 "pass --out another folder (default: out-verify)",
             )
         with locked_out(args.out):  # before prepare_out clears what another command may be writing
-            prepare_out(args.out)
+            prepare_out(args.out, log)
             check_reproducible(config, recorded, log, recorded_scenarios)
             names = [
                 name if config.branch(name) else then.ref

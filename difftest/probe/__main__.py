@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import protocol
+from . import confine, protocol
 
 #: Probe entries by name (a host tier names its entry): module with `start(job) -> Session`.
 ENTRIES = {
@@ -72,7 +72,9 @@ def _serve(nonce: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     nonce = protocol.take_nonce()
+    records_fd = protocol.take_records_fd()
     protocol.die_with_host()
+    confine.hide_memory()
     protocol.dump_stacks_on_signal()
     parser = argparse.ArgumentParser(prog="python -m difftest.probe")
     parser.add_argument("--job", type=Path)
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve:
         return _serve(nonce)
-    if args.job is None or args.out is None:
+    out: Path | int | None = args.out if args.out is not None else records_fd
+    if args.job is None or out is None:
         parser.error("--job and --out are required (or --serve)")
     try:
         job = protocol.read_job(args.job)
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    return protocol.serve(job, args.out, nonce, _start)
+    return protocol.serve(job, out, nonce, _start)
 
 
 if __name__ == "__main__":

@@ -25,17 +25,19 @@ not the threads).
 Wire format (JSON lines; requests on stdin, answers on a private copy of stdout):
 
     -> {"ready": true, "import_s": S, "modules": [...]}  or  {"ready": false, "why": "..."}
-    <- {"id": N, "python": P, "argv": [...], "env": {...}, "cwd": D, "log": F, "fds": K, "pipes": B}
+    <- {"id": N, "python": P, "argv": [...], "env": {...}, "cwd": D, "log": F, "fds": [NAMES],
+        "scratch": S, "scratch_root": R, "confine": B}
     -> {"id": N, "pid": PID}        the child started
     -> {"id": N, "error": "..."}    it could not be started (the server goes on)
     -> {"pid": PID, "code": C}      the child ended (C as subprocess's returncode)
 
-With `"fds": K`, the host has first sent K descriptors over the Unix socket whose descriptor
-`protocol.FORKSERVER_PIPES_FD_ENV` names, with the request's id as the message: the read end of a
-pipe holding the probe's nonce (never in the request, which every later child inherits in this
-server's memory), then with `"pipes": true` (a warm probe, `python -m difftest.probe --serve`) the
-child's stdin and stdout, ends of two pipes: never a path another process could open. A warm
-probe's stderr is its log, appended to.
+With `"fds": [NAMES]`, the host has first sent those descriptors over the Unix socket whose
+descriptor `protocol.FORKSERVER_PIPES_FD_ENV` names, with the request's id as the message, in that
+order: `nonce`, the read end of a pipe holding the probe's nonce (never in the request, which every
+later child inherits in this server's memory); a warm probe's `stdin` and `stdout` (`python -m
+difftest.probe --serve`), ends of two pipes; the `log` the host opened (a warm probe's stderr,
+appended to); the `records` file the host opened. Never a path the child opens itself: with
+`"confine": true` it can write nothing but its `scratch` folder (`confine.confine_forked_child`).
 
 The end of stdin ends the server; its children then die with it (PR_SET_PDEATHSIG).
 Standard library only, like the rest of the probe.
@@ -55,7 +57,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
-from . import protocol
+from . import confine, protocol
 
 #: Shared third-party imports, in the order a fresh scheduler probe first imports them
 #: (`sys.modules` order; their cost measured with `python -X importtime`: about three quarters of
@@ -201,6 +203,7 @@ _SERVER_ENV: dict[str, str] = {}
 
 def main() -> int:
     protocol.die_with_host()
+    confine.hide_memory()  # its children inherit it: none may ptrace the server or another child
     given = os.environ.pop(protocol.FORKSERVER_PIPES_FD_ENV, "")
     pipes = socket.socket(fileno=int(given)) if given.isdigit() else None
     _SERVER_ENV.update(os.environ)
@@ -259,9 +262,9 @@ def _serve(channel: TextIO, modules: list[str], pipes: socket.socket | None) -> 
 
 
 def _received_fds(pipes: socket.socket | None, request: dict[str, Any]) -> list[int]:
-    """The descriptors the host sent just before the request (`"fds"` of them): the nonce's pipe,
-    then a warm probe's stdin and stdout."""
-    wanted = int(request.get("fds", 0))
+    """The descriptors the host sent just before the request, in the order `"fds"` names them (the
+    nonce's pipe, a warm probe's stdin and stdout, the log, the records)."""
+    wanted = len(request.get("fds") or [])
     if not wanted:
         return []
     if pipes is None:
@@ -315,29 +318,38 @@ def _fork_child(
 def _become_probe(request: dict[str, Any], server: int, fds: list[int]) -> None:
     """What `subprocess.Popen(..., start_new_session=True, stdout=log, stdin=DEVNULL, cwd=...)`
     gives a fresh probe (a warm one: `stdin=PIPE, stdout=PIPE, stderr=log`): its own session, log,
-    folder and environment, its nonce on a pipe; it dies with this server."""
+    folder and environment, its nonce on a pipe, confined as a fresh probe is (its own namespaces,
+    only its scratch folder writable, no capability); it dies with this server."""
     os.setsid()  # signal dispositions stay the server's: those of a fresh interpreter, which it is
-    nonce, stdio = (fds[0], fds[1:]) if fds else (None, [])
-    if request.get("pipes"):
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(stdio[0], 0)
-        os.dup2(stdio[1], 1)
+    given = dict(zip(request.get("fds") or [], fds, strict=True))
+    if "log" in given:
+        log = given.pop("log")
+    else:  # a server given no socket: the host sent no descriptors (nor confines its children)
+        mode = os.O_APPEND if "stdin" in given else os.O_TRUNC
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | mode, 0o644)
+    if "stdin" in given:
+        os.dup2(given["stdin"], 0)
+        os.dup2(given["stdout"], 1)
         os.dup2(log, 2)
-        for fd in (log, *stdio):
+        for fd in (log, given.pop("stdin"), given.pop("stdout")):
             os.close(fd)
     else:
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
         os.close(devnull)
+    if request.get("confine"):
+        confine.confine_forked_child(request["scratch"], request["scratch_root"])
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if nonce is not None:
-        os.environ[protocol.NONCE_FD_ENV] = str(nonce)  # read and closed by `protocol.take_nonce`
+    if "nonce" in given:
+        # read and closed by `protocol.take_nonce`
+        os.environ[protocol.NONCE_FD_ENV] = str(given["nonce"])
+    if "records" in given:
+        os.environ[protocol.RECORDS_FD_ENV] = str(given["records"])
     os.environ[protocol.HOST_PID_ENV] = str(
         server
     )  # `main` asks to die with this server, which dies with the host

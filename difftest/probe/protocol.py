@@ -56,6 +56,9 @@ NONCE_FD_ENV = "DIFFTEST_PROBE_NONCE_FD"
 FORKSERVER_PIPES_FD_ENV = "DIFFTEST_FORKSERVER_PIPES_FD"
 #: The host's pid: the probe asks the kernel to kill it when that process dies (`die_with_host`).
 HOST_PID_ENV = "DIFFTEST_HOST_PID"
+#: The descriptor of the records file the host opened for this probe (a confined probe can write
+#: no path outside its scratch folder, so its records come through a descriptor).
+RECORDS_FD_ENV = "DIFFTEST_RECORDS_FD"
 #: A probe forked from the fork server exits with this code when its branch would import a shared
 #: library from another file than the server imported (`forkserver`): the host then starts it fresh.
 EXIT_NOT_SHAREABLE = 86
@@ -622,8 +625,16 @@ def die_with_host() -> None:
         os._exit(3)
 
 
-def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session]) -> int:
-    """Start the tier's session, play every planned run, write header, runs and trailer.
+def take_records_fd() -> int | None:
+    """The descriptor the host opened for this probe's records, if it gave one (removed from the
+    environment before any branch code runs)."""
+    given = os.environ.pop(RECORDS_FD_ENV, "")
+    return int(given) if given.isdigit() else None
+
+
+def serve(job: Job, out: Path | int, nonce: str, start: Callable[[Job], Session]) -> int:
+    """Start the tier's session, play every planned run, write header, runs and trailer to `out`
+    (a path, or the descriptor the host opened).
 
     A session that cannot start (vLLM does not import, the engine does not
     build) exits 3 with its traceback on stderr: nothing could be measured.
@@ -631,7 +642,12 @@ def serve(job: Job, out_path: Path, nonce: str, start: Callable[[Job], Session])
     started = _start(job, start)
     if started is None:
         return 3
-    with Path(out_path).open("w", encoding="utf-8") as stream:
+    opened = (
+        open(out, "w", encoding="utf-8")
+        if isinstance(out, int)
+        else Path(out).open("w", encoding="utf-8")
+    )
+    with opened as stream:
         _answer(job, started, stream, nonce)
     sys.stdout.flush()
     return 0

@@ -6,6 +6,14 @@ package importable without rich or jinja2 loaded. This module owns `--out` as
 a folder: the lock a writing command holds on it (`locked_out`), clearing it
 (`prepare_out`) and writing the reports into it as one set (`write_report`,
 `write_report_set`).
+
+Branch code runs with the user's rights and may write into `--out` (its probe
+records go there), so everything this module reads back from `--out` is
+untrusted: the manifest of what difftest wrote (`WROTE_FILE`) may list any path
+and any folder below `--out` may be a symlink. Clearing therefore walks each
+listed path from `--out`'s own descriptor without following a symlink
+(O_NOFOLLOW, dir_fd), removes only regular files with names difftest writes,
+and says in one line what it ignored; nothing outside `--out` is ever removed.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ import os
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +38,7 @@ from filelock import FileLock, Timeout
 
 from difftest.core.errors import ConfigError, DifftestError
 from difftest.core.evidence import Evidence, atomic_write_text
+from difftest.core.locks import own_lock
 from difftest.reports import registry
 from difftest.reports.sources import RunReport
 
@@ -39,8 +50,24 @@ if TYPE_CHECKING:
 #: What a measuring command writes into `--out` (`registry.report_files`); removed when the next
 #: command starts.
 REPORT_FILES = registry.report_files()
-#: What the runner writes into `--out/probe/` per branch and tier.
-PROBE_FILES = ("*-job.json", "*-runs.jsonl", "*-probe.log")
+#: What the runner writes into `--out/probe/` per branch and tier (a warm probe's and the fork
+#: server's logs too).
+PROBE_FILES = ("*-job.json", "*-runs.jsonl", "*-probe.log", "*-server.log", "*-forkserver.log")
+#: What commands write into `--out` besides the registry's outputs, as paths relative to it, each
+#: part a pattern (`**`: any folders): the probe files; blame's config and the patch series it
+#: names (`run.blame.record`); fuzz's summary and findings, each with its evidence and probe files
+#: (`run.fuzz.campaign`). A path the manifest lists is removed only when it matches one of these
+#: (or is an output's file): a tampered manifest cannot name a person's notes.txt.
+OWN_FILES = (
+    *(f"probe/**/{pattern}" for pattern in PROBE_FILES),
+    "blame.yaml",
+    "blame-*.patch",
+    "fuzz.json",
+    "found/branches.yaml",
+    "found/*/*.yaml",
+    "found/evidence/*/evidence.json",
+    *(f"found/evidence/*/probe/{pattern}" for pattern in PROBE_FILES),
+)
 #: The lock a command that writes into `--out` holds for as long as it runs (kept in place: see
 #: `locked_out`).
 LOCK_FILE = ".difftest.lock"
@@ -64,6 +91,19 @@ SYSTEM_ROOTS = frozenset(
 )  # fmt: skip
 #: Errors that mean the file system has no room left, whatever was being written.
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+#: Opening a folder below `--out` on the way to a listed file: never through a symlink.
+_SUBFOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: The most of the manifest (or holder file) read: a tampered one cannot fill memory.
+MANIFEST_LIMIT = 16 << 20
+#: Entries the line about an ignored manifest shows (the count says how many there were).
+_SHOWN = 3
+
+Log = Callable[[str], None]
+
+
+def _say(message: str) -> None:
+    """Where `prepare_out` reports when no log is given: stderr, as the CLI's own log."""
+    print(f"difftest: {message}", file=sys.stderr, flush=True)
 
 
 def _why(exc: OSError) -> str:
@@ -162,7 +202,7 @@ def _acquire(out: Path) -> FileLock:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _unusable(out, exc) from None
-        lock = FileLock(str(out / LOCK_FILE))
+        lock = own_lock(out / LOCK_FILE)  # a symlink put there is replaced, never followed
         try:
             lock.acquire(timeout=0)
             return lock
@@ -214,7 +254,7 @@ def _holder(out: Path) -> str:
     """Who holds `out`'s lock, in words, from its holder file (which it may not have written
     yet)."""
     try:
-        record = json.loads((out / HOLDER_FILE).read_text(encoding="utf-8"))
+        record = json.loads(_read_untrusted(out / HOLDER_FILE, MANIFEST_LIMIT))
         return (
             f"PID {record['pid']} on {record['host']}, started {record['started']}: "
             f"{record['command']}"
@@ -223,65 +263,190 @@ def _holder(out: Path) -> str:
         return f"it has not recorded itself in {str(out / HOLDER_FILE)!r} (yet)"
 
 
-def prepare_out(out_dir: str | Path) -> Path:
+def prepare_out(out_dir: str | Path, log: Log | None = None) -> Path:
     """Make `out_dir` usable and clear what an earlier command wrote there, before anything runs.
 
     Reports are only ever written as a whole set at the end of a command
     (`write_report_set`); clearing the old ones first means that a command that
     crashes or is interrupted leaves no report at all, never an older one that
-    looks current. Call it holding `locked_out`. Raises ConfigError (exit 2)
-    naming the folder when it cannot be written.
+    looks current. Only what the manifest lists is removed, and of that only
+    regular files difftest names (`_ours`) reached without passing a symlink: the
+    manifest and the folders below `--out` are writable by branch code. What was
+    listed but ignored is said in one line to `log` (default: stderr). Call it
+    holding `locked_out`. Raises ConfigError (exit 2) naming the folder when it
+    cannot be written.
     """
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
         listed = _wrote(out)["files"] or _written_before_manifests(out)
-        for rel in listed:
-            if _ours(rel):
-                (out / rel).unlink(missing_ok=True)
+        ignored = _clear_listed(out, listed)
         for staging in out.glob(f"{STAGING_PREFIX}*"):
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)  # never through a symlink (safe rmtree)
         atomic_write_text(out / ".difftest-write-test", "").unlink()
         _record_wrote(out, [], started=time.time())
     except OSError as exc:
         raise _unusable(out, exc) from None
+    if ignored:
+        (log or _say)(_ignored_line(out, ignored))
     return out
 
 
-def _ours(rel: str) -> bool:
-    """A listed path difftest may remove: a report or a probe file, nothing above `--out`."""
-    path = Path(rel)
-    if path.is_absolute() or ".." in path.parts:
-        return False
-    if len(path.parts) == 1:
-        return rel in registry.report_files()
-    return path.parts[0] == "probe" and any(path.match(pattern) for pattern in PROBE_FILES)
+def _ignored_line(out: Path, ignored: list[str]) -> str:
+    """The one line saying which listed entries were not removed, and why that is safe."""
+    shown = ", ".join(repr(rel) for rel in ignored[:_SHOWN])
+    more = f" and {len(ignored) - _SHOWN} more" if len(ignored) > _SHOWN else ""
+    return (
+        f"--out {str(out)!r}: left {len(ignored)} entr{'y' if len(ignored) == 1 else 'ies'} of "
+        f"{WROTE_FILE} in place ({shown}{more}): absolute, with '..', through a symlink, not a "
+        "regular file or not a file difftest writes; nothing outside --out is removed"
+    )
+
+
+def _clear_listed(out: Path, listed: list[str]) -> list[str]:
+    """Remove each listed file difftest may remove (`_entry_parts`, `_ours`) from inside `out`,
+    never through a symlink (`_remove_inside`); the entries ignored."""
+    ignored: list[str] = []
+    if not listed:
+        return ignored
+    top = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for rel in listed:
+            parts = _entry_parts(rel)
+            if parts is None or not _ours(parts) or not _remove_inside(top, parts):
+                ignored.append(rel)
+    finally:
+        os.close(top)
+    return ignored
+
+
+def _entry_parts(rel: str) -> list[str] | None:
+    """A manifest entry as the names it passes below `--out`; None for one that could lead
+    anywhere else (absolute, '..', '.', an empty part, a NUL)."""
+    if not rel or rel.startswith("/") or "\0" in rel:
+        return None
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    return parts
+
+
+def _ours(parts: list[str]) -> bool:
+    """Whether a path below `--out` is one difftest writes: an output's file (`registry.OUTPUTS`)
+    at the top, or one of `OWN_FILES`."""
+    if len(parts) == 1 and parts[0] in {o.file for o in registry.OUTPUTS if o.file}:
+        return True
+    return any(_matches(parts, pattern.split("/")) for pattern in OWN_FILES)
+
+
+def _matches(parts: list[str], pattern: list[str]) -> bool:
+    """`parts` against `pattern` part by part (fnmatch each; `**`: any number of folders)."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_matches(parts[skip:], pattern[1:]) for skip in range(len(parts) + 1))
+    return bool(parts) and fnmatchcase(parts[0], pattern[0]) and _matches(parts[1:], pattern[1:])
+
+
+def _remove_inside(top: int, parts: list[str]) -> bool:
+    """Unlink the regular file `parts` names below the folder open as `top`, opening each folder on
+    the way with O_NOFOLLOW, so that no symlink is followed and nothing outside is reached; then
+    the folders it leaves empty. True when removed (or already gone); False when the way passes a
+    symlink or a file, or what is there is not a regular file (nothing is removed)."""
+    opened: list[int] = []
+    try:
+        at = top
+        for name in parts[:-1]:
+            try:
+                at = os.open(name, _SUBFOLDER, dir_fd=at)
+            except FileNotFoundError:
+                return True
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    return False  # a symlink (or a file) where a folder should be
+                raise
+            opened.append(at)
+        try:
+            found = os.stat(parts[-1], dir_fd=at, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        if not stat.S_ISREG(found.st_mode):
+            return False  # a symlink, folder or FIFO: difftest writes none of these
+        # A symlink swapped in since the stat: unlink removes the link, never its target.
+        os.unlink(parts[-1], dir_fd=at)
+        _remove_emptied(top, opened, parts)
+        return True
+    finally:
+        for fd in reversed(opened):
+            os.close(fd)
+
+
+def _remove_emptied(top: int, opened: list[int], parts: list[str]) -> None:
+    """Remove the folders below `top` that the removal of `parts` left empty (found/evidence/NAME/
+    probe/ ...), deepest first; stops at the first that is not empty. rmdir never follows a link."""
+    for depth in range(len(opened) - 1, -1, -1):
+        try:
+            os.rmdir(parts[depth], dir_fd=opened[depth - 1] if depth else top)
+        except OSError:
+            return
 
 
 def _written_before_manifests(out: Path) -> list[str]:
     """What a difftest from before `WROTE_FILE` wrote into `out`: its reports and probe files, where
     `out` holds no list but difftest's own evidence (else nothing: a person's folder is kept)."""
-    if (out / WROTE_FILE).exists():
+    if os.path.lexists(out / WROTE_FILE):
         return []
     try:
-        Evidence.model_validate_json((out / "evidence.json").read_text())
+        Evidence.model_validate_json(_read_untrusted(out / "evidence.json"))
     except (OSError, ValueError):
         return []
-    probe = out / "probe"
     found = [name for name in registry.report_files() if (out / name).is_file()]
-    found += [
-        str(path.relative_to(out))
-        for pattern in PROBE_FILES
-        for path in (probe.rglob(pattern) if probe.is_dir() else [])
-    ]
+    return found + _probe_files(out, since=None)
+
+
+def _probe_files(out: Path, since: float | None) -> list[str]:
+    """The probe files (`PROBE_FILES`) below `out/probe/`, relative to `out`, modified since
+    `since` (None: any): regular files only, never in or below a symlinked folder."""
+    probe = out / "probe"
+    try:
+        if not stat.S_ISDIR(os.lstat(probe).st_mode):
+            return []
+    except OSError:
+        return []
+    found = []
+    for folder, _dirs, files in os.walk(probe):  # symlinked folders are listed, never entered
+        for name in files:
+            path = Path(folder) / name
+            if not any(fnmatchcase(name, pattern) for pattern in PROBE_FILES):
+                continue
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISREG(info.st_mode) and (since is None or info.st_mtime >= since - 1):
+                found.append(str(path.relative_to(out)))
     return found
+
+
+def _read_untrusted(path: Path, limit: int | None = None) -> str:
+    """The text of a file in `--out` that branch code may have replaced: never through a symlink,
+    a regular file only (a FIFO would block for ever), at most `limit` bytes (ValueError beyond)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = handle.read() if limit is None else handle.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data.decode("utf-8")
 
 
 def _wrote(out: Path) -> dict[str, Any]:
     """`WROTE_FILE`'s content ({"files": [...], "started": seconds}); empty when absent or not
-    difftest's (a file that does not parse lists nothing, so nothing is removed)."""
+    difftest's (a file that does not parse lists nothing, so nothing is removed). Its entries are
+    untrusted: `prepare_out` checks each before it removes anything."""
     try:
-        data = json.loads((out / WROTE_FILE).read_text())
+        data = json.loads(_read_untrusted(out / WROTE_FILE, MANIFEST_LIMIT))
         files = [str(f) for f in data.get("files", []) if isinstance(f, str)]
         return {"files": files, "started": float(data.get("started") or 0)}
     except (OSError, ValueError, TypeError, AttributeError):
@@ -299,17 +464,10 @@ def _record_wrote(out: Path, files: list[str], started: float | None = None) -> 
 
 
 def record_written(out: Path, names: list[str]) -> None:
-    """Record the report set just written, and the probe files this command wrote (in `probe/`,
-    modified since it started: a person's file there, older, is never listed)."""
-    started = _wrote(out)["started"]
-    probe = out / "probe"
-    probe_files = [
-        str(path.relative_to(out))
-        for pattern in PROBE_FILES
-        for path in (probe.rglob(pattern) if probe.is_dir() else [])
-        if path.is_file() and path.stat().st_mtime >= started - 1
-    ]
-    _record_wrote(out, [*names, *probe_files])
+    """Record `names` (paths relative to `out` that this command wrote there), and the probe files
+    this command wrote (in `probe/`, modified since it started: a person's file there, older, is
+    never listed), so that the next command clears them and nothing else."""
+    _record_wrote(out, [*names, *_probe_files(out, since=_wrote(out)["started"])])
 
 
 def write_report_set(out_dir: str | Path, files: Mapping[str, str]) -> dict[str, Path]:
@@ -388,10 +546,13 @@ def write_report(
 def write_files(source: object, out_dir: str | Path) -> dict[str, Path]:
     """Every file output of `source` written into `out_dir`, each on its own (`atomic_write_text`):
     a summary written beside files its command writes itself (fuzz.md, beside fuzz.json and found/).
-    Keyed by output name; everything is rendered before anything is written."""
+    Keyed by output name; everything is rendered before anything is written. Each is recorded in
+    the manifest (`record_written`), so the next command clears it."""
     out = Path(out_dir)
     rendered = registry.rendered_files(source)
-    return {o.name: atomic_write_text(out / o.file, text) for o, text in rendered if o.file}
+    written = {o.name: atomic_write_text(out / o.file, text) for o, text in rendered if o.file}
+    record_written(out, [o.file for o, _ in rendered if o.file])
+    return written
 
 
 def write_reports(

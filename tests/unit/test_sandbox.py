@@ -1,33 +1,48 @@
-"""Probe processes cannot write what other branches read (`run.probes.sandbox`): real processes,
-real user and mount namespaces, a DIFFTEST_HOME of the test's own. The kit's `tamper-shared` fault
-(tests/faults) does the same through a real branch's vLLM import."""
+"""A probe writes its own scratch folder and nothing else (`run.probes.sandbox`, `probe.confine`):
+real processes, real user and mount namespaces, started as difftest starts every probe
+(`start_probe_process`), with a DIFFTEST_HOME, a home, a config and a clone of the test's own. The
+fault kit's `escape` branch (tests/faults) does the same from a real branch's vLLM import."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from difftest.probe import confine
 from difftest.run.probes import sandbox
 from difftest.run.probes.runner import probe_process_ended, start_probe_process
+from difftest.run.probes.scratch import Scratch
 
 
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:
-    home = tmp_path / "home"
+    home = tmp_path / "difftest-home"
     monkeypatch.setenv("DIFFTEST_HOME", str(home))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    (tmp_path / "uv-cache").mkdir()
     shared = home / "envs" / "base-x" / "vllm"
     shared.mkdir(parents=True)
     (shared / "metrics.py").write_text("num_drafts += 1\n")
     return home
 
 
-def probe_shell(script: str, cwd: Path) -> tuple[int, str]:
+def needs_namespaces() -> None:
+    guard = sandbox.protection()
+    if not guard.active:
+        pytest.skip(f"this machine cannot confine probes: {guard.why_not}")
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("this case is about difftest running as root (as in many CI containers)")
+
+
+def probe_shell(script: str, cwd: Path, **kwargs) -> tuple[int, str]:
     """Run `script` as a probe process is run (`start_probe_process`): (exit code, its output)."""
     proc = start_probe_process(
         ["sh", "-c", script],
@@ -36,6 +51,7 @@ def probe_shell(script: str, cwd: Path) -> tuple[int, str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        **kwargs,
     )
     try:
         out, _ = proc.communicate(timeout=60)
@@ -44,71 +60,275 @@ def probe_shell(script: str, cwd: Path) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def needs_namespaces() -> None:
-    guard = sandbox.protection()
-    if not guard.active:
-        pytest.skip(f"this machine cannot sandbox probes: {guard.why_not}")
-
-
-def test_a_probe_cannot_write_a_shared_file_but_can_write_its_own_folder(home, tmp_path):
+def test_a_probe_writes_its_scratch_folder_and_nothing_else(home, tmp_path):
+    """The places the hostile sweep of #47 wrote from a branch: the user's home (a git config,
+    a `git` on PATH, pip's and uv's config), the config and its patches, the configured clone, the
+    models, a result cache outside difftest's home, the lock files, `--out`, difftest's
+    environments; and the probe's own working folder. Only its HOME and TMPDIR take a write."""
     needs_namespaces()
-    shared = home / "envs" / "base-x" / "vllm" / "metrics.py"
-    _code, out = probe_shell(
-        f"echo 'num_drafts += 2' > {shared}; echo shared=$?; "
-        f"echo mine > {tmp_path}/mine; echo own=$?",
-        tmp_path,
+    user_home = tmp_path / "user-home"
+    targets = {
+        "gitconfig": user_home / ".gitconfig",
+        "planted git": user_home / ".local" / "bin" / "git",
+        "pip.conf": user_home / ".config" / "pip" / "pip.conf",
+        "uv.toml": user_home / ".config" / "uv" / "uv.toml",
+        "config": tmp_path / "project" / "branches.yaml",
+        "patch": tmp_path / "project" / "patches" / "main.patch",
+        "clone ref": tmp_path / "vllm-clone" / ".git" / "refs" / "heads" / "main",
+        "tokenizer": home / "models" / "model-x" / "tokenizer.json",
+        "result cache": tmp_path / "results-elsewhere" / "ab" / "abcd.json",
+        "lock": home / "locks" / "branch-x.lock",
+        "out manifest": tmp_path / "out" / ".difftest-wrote.json",
+        "shared vllm": home / "envs" / "base-x" / "vllm" / "metrics.py",
+    }
+    for path in targets.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("original\n")
+    script = "".join(
+        f'(echo tampered > "{path}") 2>/dev/null && echo "WROTE {name}"; '
+        for name, path in targets.items()
     )
-    assert "shared=0" not in out and "Read-only file system" in out and "own=0" in out, out
-    assert shared.read_text() == "num_drafts += 1\n"
-    assert (tmp_path / "mine").read_text() == "mine\n"
+    script += (
+        'echo mine > "$HOME/x" && echo home-ok; echo mine > "$TMPDIR/x" && echo tmp-ok; '
+        '(echo x > ./here) 2>/dev/null && echo "WROTE cwd"; echo "home=$HOME"'
+    )
+    code, out = probe_shell(script, tmp_path / "out")
+    assert code == 0, out
+    assert "WROTE" not in out and "home-ok" in out and "tmp-ok" in out, out
+    assert all(path.read_text() == "original\n" for path in targets.values())
+    assert f"home={user_home}" not in out and "difftest-probe-" in out
 
 
-def test_a_probe_cannot_lift_the_protection_from_inside(home, tmp_path):
-    """Root in its own namespace, yet the read-only mounts are locked: no remount, no unmount, and
-    the host's view through /proc is closed."""
+def test_a_mount_below_a_read_only_folder_is_read_only_too(home, tmp_path):
+    """#47 case 13: a bind mount below a folder (as a container's /etc/hosts) stayed writable when
+    only the top mount was made read-only. Every mount is checked, one by one."""
+    needs_namespaces()
+    needs_root()
+    below = tmp_path / "shared" / "mounted"
+    source = tmp_path / "source"
+    below.mkdir(parents=True)
+    source.mkdir()
+    (source / "hosts").write_text("original\n")
+    subprocess.run(["mount", "--bind", str(source), str(below)], check=True)
+    try:
+        _code, out = probe_shell(
+            f'echo tampered > "{below}/hosts" || echo refused; '
+            f"grep ' {below} ' /proc/self/mountinfo",
+            tmp_path,
+        )
+    finally:
+        subprocess.run(["umount", str(below)], check=True)
+    assert "refused" in out and "Read-only file system" in out, out
+    assert (source / "hosts").read_text() == "original\n"
+    options = out.strip().splitlines()[-1].split(" ")[5].split(",")
+    assert "ro" in options, out
+
+
+def test_a_probe_can_neither_mount_nor_lift_the_protection_as_root(home, tmp_path):
+    """#47 cases 6 and 7 start here: a probe of a difftest running as root is an unprivileged
+    uid in its namespace, with no capability to mount; in a namespace of its own making the
+    mounts it inherited are locked (no remount, no unmount), and the host's view through /proc is
+    closed."""
     needs_namespaces()
     envs = home / "envs"
     shared = envs / "base-x" / "vllm" / "metrics.py"
+    decoy = tmp_path / "decoy.py"
+    decoy.write_text("num_drafts += 2\n")
     script = (
-        f"mount -o remount,bind,rw {envs}; umount {envs}; "
-        f"echo x > {shared}; echo x > /proc/{os.getpid()}/root{shared}; "
-        f"echo x > /proc/1/root{shared}"
+        'echo "uid=$(id -u)"; '
+        f'mount --bind "{decoy}" "{shared}" 2>/dev/null && echo MOUNTED; '
+        f'mount -o remount,bind,rw "{envs}" 2>/dev/null && echo REMOUNTED; '
+        f"unshare -Urm sh -c 'mount -o remount,bind,rw {envs} 2>/dev/null && echo LIFTED; "
+        f"umount {envs} 2>/dev/null && echo UNMOUNTED; echo x > {shared}' 2>/dev/null; "
+        f'echo x > "/proc/{os.getpid()}/root{shared}" 2>/dev/null && echo VIA-PROC; '
+        f'echo x > "/proc/1/root{shared}" 2>/dev/null && echo VIA-INIT; true'
     )
-    probe_shell(script, tmp_path)
+    _code, out = probe_shell(script, tmp_path)
+    assert "uid=0" not in out, out
+    for done in ("MOUNTED", "REMOUNTED", "LIFTED", "UNMOUNTED", "VIA-PROC", "VIA-INIT"):
+        assert done not in out, out
     assert shared.read_text() == "num_drafts += 1\n"
 
 
-def test_the_protection_covers_every_shared_folder_and_can_be_turned_off(home, monkeypatch):
-    folders = sandbox.shared_folders()
-    assert (home / "envs").resolve() in folders
-    assert Path(os.environ["UV_CACHE_DIR"]).resolve() in folders
+#: A fork server in miniature: confined as one, it makes itself non-dumpable as `forkserver.main`
+#: does, then forks two children, each confined as `forkserver._become_probe` confines them; the
+#: first tries what a hostile branch would, against its sibling and the server.
+_FORKED = """
+import os, sys, time
+from difftest.probe import confine
+root, mine, sibling = sys.argv[1:4]
+confine.hide_memory()
+server = os.getpid()
+def child(scratch, act):
+    pid = os.fork()
+    if pid:
+        return pid
+    confine.confine_forked_child(scratch, root)
+    if act:
+        for what, call in [
+            ("own", lambda: open(os.path.join(mine, "x"), "w").close()),
+            ("sibling", lambda: open(os.path.join(sibling, "x"), "w").close()),
+            ("root", lambda: open(os.path.join(root, "x"), "w").close()),
+            ("server memory", lambda: open(f"/proc/{server}/mem", "rb").close()),
+            ("server environ", lambda: open(f"/proc/{server}/environ", "rb").read()),
+            ("mount", lambda: os.system(f"mount --bind {mine} {sibling} 2>/dev/null") == 0 or 1/0),
+        ]:
+            try:
+                call()
+                print("DID", what, flush=True)
+            except Exception as exc:
+                print("REFUSED", what, type(exc).__name__, flush=True)
+    else:
+        time.sleep(3)
+    os._exit(0)
+quiet = child(sibling, False)
+time.sleep(0.3)
+os.waitpid(child(mine, True), 0)
+os.waitpid(quiet, 0)
+"""
+
+
+def test_a_forked_child_writes_only_its_own_scratch_and_reaches_no_other_process(home, tmp_path):
+    """#47 cases 6 and 7: forked probes once shared the fork server's mount namespace (and, as
+    root, could bind-mount a file over another branch's). Each child now has namespaces of its
+    own, only its scratch folder writable, no capability, and neither its sibling's folder nor the
+    server's memory in reach."""
+    needs_namespaces()
+    scratch = Scratch.create()
+    children = scratch.root / "children"
+    mine, sibling = children / "a", children / "b"
+    for folder in (mine, sibling):
+        folder.mkdir(parents=True)
+    proc = start_probe_process(
+        [sys.executable, "-c", _FORKED, str(scratch.root), str(mine), str(sibling)],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        scratch=scratch,
+    )
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        probe_process_ended(proc)
+    assert "DID own" in out, out
+    for refused in ("sibling", "root", "server memory", "server environ", "mount"):
+        assert f"REFUSED {refused}" in out, out
+    assert not scratch.root.exists(), "the scratch folder outlived its probe"
+
+
+def test_probes_cannot_read_each_others_memory(home, tmp_path):
+    """Two probes run as the same user: the real probe entry makes itself non-dumpable before any
+    branch code, so another probe can neither open its memory nor read its environment."""
+    needs_namespaces()
+    waiting = start_probe_process(
+        [sys.executable, "-m", "difftest.probe", "--serve"],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "difftest.probe" not in Path(f"/proc/{waiting.pid}/cmdline").read_text(
+            errors="replace"
+        ):
+            assert time.monotonic() < deadline, "the probe never started"
+            time.sleep(0.05)
+        time.sleep(1.0)  # past its start: it made itself non-dumpable
+        _code, out = probe_shell(
+            f"cat /proc/{waiting.pid}/environ >/dev/null 2>&1 && echo READ-ENVIRON; "
+            f"head -c1 /proc/{waiting.pid}/mem >/dev/null 2>&1 && echo READ-MEMORY; true",
+            tmp_path,
+        )
+    finally:
+        waiting.send_signal(signal.SIGKILL)
+        waiting.wait()
+        probe_process_ended(waiting)
+    assert "READ-ENVIRON" not in out and "READ-MEMORY" not in out, out
+
+
+def test_records_reach_the_host_through_the_descriptor_it_opened(home, tmp_path):
+    """`--out` is read-only to a probe: its records go to the descriptor the host opened, and a
+    link planted where the records file goes is removed, never followed."""
+    needs_namespaces()
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("the user's\n")
+    records = out / "main-scheduler-runs.jsonl"
+    records.symlink_to(victim)
+    code, said = probe_shell(
+        f"{sys.executable} -c \"import os; os.write(int(os.environ['DIFFTEST_RECORDS_FD']), "
+        "b'record\\n')\" && echo sent; (echo x > other) 2>/dev/null && echo WROTE; true",
+        out,
+        records=records,
+    )
+    assert code == 0 and "WROTE" not in said, said
+    assert records.read_text() == "record\n" and not records.is_symlink()
+    assert victim.read_text() == "the user's\n"
+
+
+def test_a_probes_scratch_folder_is_its_home_and_goes_when_it_ends(home, tmp_path):
+    scratch = Scratch.create(parent=tmp_path)
+    _code, out = probe_shell('echo "$HOME $TMPDIR $VLLM_CACHE_ROOT"', tmp_path, scratch=scratch)
+    assert out.split() == [str(scratch.root / f) for f in ("home", "tmp", "vllm-cache")]
+    assert not scratch.root.exists()
+
+
+def test_the_seeded_cache_is_a_copy_never_a_link(tmp_path):
+    """A hard link into a writable scratch folder would reach the shared file through it."""
+    seed = tmp_path / "seed" / "modelinfos"
+    seed.mkdir(parents=True)
+    (seed / "llama.json").write_text("{}")
+    scratch = Scratch.create(seed.parent, parent=tmp_path)
+    copied = scratch.root / "vllm-cache" / "modelinfos" / "llama.json"
+    assert copied.read_text() == "{}"
+    assert copied.stat().st_ino != (seed / "llama.json").stat().st_ino
+    scratch.remove()
+
+
+def test_the_protection_can_be_turned_off_and_says_so(monkeypatch):
     monkeypatch.setenv(sandbox.SANDBOX_ENV, "off")
     guard = sandbox.protection()
-    assert not guard.active and "DIFFTEST_SANDBOX=off" in guard.describe()
-    assert sandbox.wrap(["python", "-V"]) == ["python", "-V"]
+    assert not guard.active and guard.label == "unconfined"
+    assert "DIFFTEST_SANDBOX=off" in guard.describe()
+    assert sandbox.wrap(["python", "-V"], []) == ["python", "-V"]
 
 
-def test_the_judge_the_interpreter_and_the_system_are_read_only_too(home, tmp_path):
-    """A probe must not rewrite difftest's own code, the interpreter's standard library or the
-    programs the next probe's sandbox is built with."""
-    needs_namespaces()
-    targets = [sandbox.PACKAGE_ROOT, Path(sys.base_prefix), Path("/usr/bin")]
-    script = "; ".join(f"touch {t}/.difftest-tampered && echo WROTE {t}" for t in targets)
-    _code, out = probe_shell(script, tmp_path)
-    assert "WROTE" not in out and out.count("Read-only file system") == len(targets), out
-
-
-def test_the_sandbox_is_built_with_the_systems_programs_not_the_callers_path(
-    home, tmp_path, monkeypatch
-):
-    """A `mount` planted first on PATH (a folder a probe could write) is never the one run."""
+def test_the_wrapper_is_difftests_own_interpreter_not_the_callers_path(tmp_path, monkeypatch):
+    """A `python`, `unshare` or `mount` planted first on PATH (a folder a probe could once write)
+    is never what confines a probe."""
     planted = tmp_path / "bin"
     planted.mkdir()
-    for tool in ("unshare", "mount", "sh"):
+    for tool in ("python", "python3", "unshare", "mount", "sh"):
         (planted / tool).write_text("#!/bin/sh\nexec true\n")
         (planted / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{planted}:{os.environ['PATH']}")
     needs_namespaces()
-    argv = sandbox.wrap(["true"])
+    argv = sandbox.wrap(["true"], [tmp_path])
+    assert argv[:4] == [sys.executable, "-I", "-S", str(sandbox.CONFINE_SCRIPT)]
     assert not any(str(planted) in part for part in argv)
-    assert Path(argv[0]).parent.as_posix() in sandbox.SYSTEM_PATH.split(":")
+
+
+def test_a_mount_left_writable_fails_the_confinement_naming_it(monkeypatch):
+    """The per-mount check is what catches a mount the read-only pass missed: it names the mount
+    and the wrapper exits with its own code, never the probe's."""
+    monkeypatch.setattr(confine, "mounts", lambda: [("/", "ro"), ("/data", "rw,relatime")])
+    assert confine.writable_mounts(["/tmp/scratch"]) == ["/data"]
+    assert confine.writable_mounts(["/data"]) == []
+
+
+def test_a_wrapper_that_cannot_confine_exits_with_its_own_code(tmp_path):
+    if shutil.which("true") is None:
+        pytest.skip("no `true` program")
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(sandbox.CONFINE_SCRIPT), "{}", "true"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == sandbox.MOUNT_FAILED
+    assert done.stderr.startswith(confine.FAILED_PREFIX)

@@ -38,7 +38,7 @@ _LOCK = threading.Lock()
 
 def record_contents(base: Path, vllm_dir: Path) -> None:
     """Write what `vllm_dir` holds now (called when the base is built or first seen)."""
-    contents = {rel: _digest(path) for rel, path in _walk(vllm_dir).items()}
+    contents = {rel: file_digest(path) for rel, path in _walk(vllm_dir).items()}
     target = base / CONTENTS_FILE
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps({"version": 1, "files": contents}, sort_keys=True))
@@ -69,7 +69,7 @@ def changed_contents(base: Path, vllm_dir: Path) -> str | None:
             with _LOCK:
                 if _INTACT.get(path) == now:
                     continue
-            if _digest(path, st) != recorded[rel]:
+            if file_digest(path, st) != recorded[rel]:
                 return f"vllm/{rel} was changed after the base was built (its content differs)"
         except OSError as exc:
             return f"vllm/{rel} cannot be read ({exc.strerror or exc})"
@@ -78,7 +78,7 @@ def changed_contents(base: Path, vllm_dir: Path) -> str | None:
     return None
 
 
-def _digest(path: str, st: os.stat_result | None = None) -> str:
+def file_digest(path: str, st: os.stat_result | None = None) -> str:
     """sha256 of a regular file, read without following a link or blocking on a FIFO put in its
     place; a compiled library by size and mtime (see above)."""
     st = st or os.lstat(path)

@@ -12,11 +12,13 @@ from pathlib import Path
 from filelock import FileLock
 
 from difftest.core import paths
+from difftest.core.locks import own_lock
 
 
 def env_lock(folder_name: str) -> FileLock:
-    """The lock of the environment that will live in `envs/<folder_name>`."""
-    return FileLock(str(paths.locks_dir() / f"{folder_name}.lock"))
+    """The lock of the environment that will live in `envs/<folder_name>` (`own_lock`: never
+    through a symlink)."""
+    return own_lock(paths.locks_dir() / f"{folder_name}.lock")
 
 
 def owner_name(folder: Path) -> str:

@@ -4,6 +4,7 @@ Everything here runs real git through GitPython and writes commits with a fixed
 identity and date, so a branch spec gives the same SHA on every machine.
 """
 
+from difftest.build.refs._git import use_system_git
 from difftest.build.refs.branch import BRANCH_PREFIX, BranchContext, ResolvedBranch, resolve_branch
 from difftest.build.refs.diff import (
     NATIVE_PATHS,
@@ -53,4 +54,5 @@ __all__ = [
     "source_digest",
     "touches",
     "TransplantInfo",
+    "use_system_git",
 ]

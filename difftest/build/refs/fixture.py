@@ -29,12 +29,13 @@ import time
 from pathlib import Path
 
 import git
-from filelock import FileLock, Timeout
+from filelock import Timeout
 from git.exc import GitCommandError
 
 from difftest.build.refs._git import git_message, isolated_env
 from difftest.core import paths
 from difftest.core.errors import RefError
+from difftest.core.locks import own_lock
 
 _log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def build_fixture_repo(
     dest.parent.mkdir(parents=True, exist_ok=True)
     lock_path = dest.parent / f".{dest.name}.lock"
     try:
-        with FileLock(str(lock_path), timeout=LOCK_TIMEOUT_S):
+        with own_lock(lock_path, timeout=LOCK_TIMEOUT_S):
             if _is_complete(dest, version):
                 return dest
             _remove_untrusted(dest)

@@ -15,7 +15,7 @@ from pathlib import Path
 import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from difftest.build.refs._git import git_message
+from difftest.build.refs._git import git_message, host_git
 from difftest.core.errors import RefError
 
 _PULL_HEAD = re.compile(r"^(?:refs/)?pull/(\d+)/head$")
@@ -32,14 +32,18 @@ def repo_label(repo: git.Repo) -> str:
 
 def open_repo(path: str | Path) -> git.Repo:
     """The git repository at exactly `path` (parent folders are not searched, so a
-    folder inside some other repository is not silently taken for vLLM)."""
+    folder inside some other repository is not silently taken for vLLM), set to run every git
+    command the host's way (`host_git`: the system's git, no hook, no program named by a config
+    file a branch could write)."""
     path = Path(path).expanduser()
     if not path.exists():
         raise RefError(f"repository {path} does not exist", _REPO_HINT)
     try:
-        return git.Repo(path)
+        repo = git.Repo(path)
     except (InvalidGitRepositoryError, NoSuchPathError):
         raise RefError(f"{path} is not a git repository", _REPO_HINT) from None
+    host_git(repo.git)
+    return repo
 
 
 def fetch(repo: git.Repo, remote: str = "origin", refs: Iterable[str] = ()) -> None:
@@ -58,10 +62,13 @@ def fetch(repo: git.Repo, remote: str = "origin", refs: Iterable[str] = ()) -> N
         if match:
             refspecs.append(f"+refs/pull/{match[1]}/head:refs/pull/{match[1]}/head")
     no_prompt = {"GIT_TERMINAL_PROMPT": "0"}  # fail on missing credentials instead of hanging
+    # git's own upload-pack: `remote.<name>.uploadpack` in `.git/config` (which a branch can write)
+    # is a shell command, run here for a local or ssh remote.
+    options = ["--quiet", "--upload-pack=git-upload-pack"]
     try:
-        repo.git.fetch("--quiet", remote, env=no_prompt)
+        repo.git.fetch(*options, remote, env=no_prompt)
         if refspecs:
-            repo.git.fetch("--quiet", remote, *refspecs, env=no_prompt)
+            repo.git.fetch(*options, remote, *refspecs, env=no_prompt)
     except GitCommandError as exc:
         raise RefError(
             f"`git fetch {remote}` failed in {repo_label(repo)}: {git_message(exc)}",

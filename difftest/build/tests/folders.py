@@ -13,9 +13,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
-
 from difftest.core import paths
+from difftest.core.locks import own_lock
 
 
 def build_once(dest: Path, marker: str, build: Callable[[Path], None]) -> Path:
@@ -23,7 +22,7 @@ def build_once(dest: Path, marker: str, build: Callable[[Path], None]) -> Path:
     marker."""
     if (dest / marker).is_file():
         return dest
-    with FileLock(str(paths.locks_dir() / f"{dest.parent.name}-{dest.name}.lock")):
+    with own_lock(paths.locks_dir() / f"{dest.parent.name}-{dest.name}.lock"):
         if (dest / marker).is_file():
             return dest
         shutil.rmtree(dest, ignore_errors=True)

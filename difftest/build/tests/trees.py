@@ -2,8 +2,9 @@
 
 Only those two are written: the repository's own `vllm/` next to `tests/`
 would shadow every environment's vLLM (pytest puts the root on sys.path). The
-files come from git objects (`git archive`), never from a working tree, so a
-user's uncommitted edits cannot leak in. Grafts add copies of other commits'
+files come from git objects, never from a working tree, so a user's uncommitted
+edits cannot leak in, and as git stores them (not through `git archive`, which runs the filter
+programs a repository's config names). Grafts add copies of other commits'
 files (a pull request's changed test modules, under new names) so that several
 branches' tests share one pytest session. Folders are cached by content and
 built in a temporary folder renamed into place.
@@ -14,12 +15,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import posixpath
 import tarfile
 from pathlib import Path
 
 import git
-from git.exc import GitCommandError
+from git.exc import BadName, GitCommandError
+from git.objects import Blob, Submodule, Tree
 
 from difftest.build.refs import changed_files, read_blob, repo_label
 from difftest.build.refs._git import git_message
@@ -123,15 +126,55 @@ def suite_tree(repo: git.Repo, sha: str, grafts: dict[str, tuple[str, str]] | No
 
 
 def _archive(repo: git.Repo, sha: str, members: list[str], dest: Path) -> None:
+    """Write `members` (folders or files) of commit `sha` under `dest`, each file's bytes as git
+    stores them, executable bits and symbolic links kept, dated the commit's time.
+
+    Not `git archive`: it runs the smudge filter that a repository's `.git/config` names for a
+    path's `filter` attribute (set in `.git/info/attributes`), and a branch can write both in a
+    user's clone (issue #47). The files go through a tar read with tarfile's `data` filter as
+    before, so no link leads out of `dest` and no special mode comes in.
+    """
+    buffer = io.BytesIO()
     try:
-        data = repo.git.archive("--format=tar", sha, "--", *members, stdout_as_string=False)
-    except GitCommandError as exc:
+        commit = repo.commit(sha)
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for member in members:
+                for blob in _blobs(commit.tree / member):
+                    _add(archive, blob, commit.committed_date)
+    except (GitCommandError, BadName, ValueError, KeyError) as exc:
+        reason = git_message(exc) if isinstance(exc, GitCommandError) else repr(exc)
         raise RefError(
-            f"cannot read {', '.join(members)} at {sha[:12]}: {git_message(exc)}",
-            "check the repository",
+            f"cannot read {', '.join(members)} at {sha[:12]}: {reason}", "check the repository"
         ) from None
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as archive:
         archive.extractall(dest, filter="data")
+
+
+def _blobs(item: Tree | Blob | Submodule) -> list[Blob]:
+    """The files at or under `item` (a submodule's commit holds none here, as in `git archive`)."""
+    if isinstance(item, Blob):
+        return [item]
+    if isinstance(item, Tree):
+        return [found for found in item.traverse() if isinstance(found, Blob)]
+    return []
+
+
+def _add(archive: tarfile.TarFile, blob: Blob, mtime: int) -> None:
+    """One file into the tar as `git archive` wrote it (mode 644 or 755, or a symbolic link), but
+    its bytes unconverted: no attribute of the tree (`eol`, `export-subst`, `export-ignore`) or of
+    the repository applies, so none can name a program."""
+    data = blob.data_stream.read()
+    info = tarfile.TarInfo(os.fspath(blob.path))
+    info.mtime = mtime
+    if blob.mode == Blob.link_mode:
+        info.type = tarfile.SYMTYPE
+        info.linkname = os.fsdecode(data)
+        archive.addfile(info)
+        return
+    info.mode = 0o755 if blob.mode & 0o111 else 0o644
+    info.size = len(data)
+    archive.addfile(info, io.BytesIO(data))
 
 
 def _object(repo: git.Repo, spec: str) -> str | None:

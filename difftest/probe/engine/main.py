@@ -18,6 +18,23 @@ from typing import Any
 from ..protocol import Job, JobScenario, PlannedRun, RunResult, vllm_imported
 
 
+def prebuild(job: Job, fresh: bool) -> Path:
+    """The model folder every probe of `job` reads (the scenarios' own, or the tiny model built
+    before they run, `probe.prebuild`); `fresh`: a tiny model already there is removed first."""
+    import shutil
+
+    from .session import engine_config
+    from .tiny_model import ensure_tiny_model, recipe_key
+
+    scenarios = [s["data"] for s in job["scenarios"]]
+    named = engine_config(scenarios).get("model") if scenarios else None
+    if named:
+        return Path(named)
+    if fresh:
+        shutil.rmtree(Path(job["work_dir"]) / f"tiny-llama-{recipe_key()}", ignore_errors=True)
+    return ensure_tiny_model(Path(job["work_dir"]))
+
+
 class EngineTierSession:
     def __init__(self, job: Job) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

@@ -10,6 +10,18 @@ from typing import Any
 from ..protocol import Job, JobScenario, PlannedRun, RunResult, vllm_imported
 
 
+def prebuild(job: Job, fresh: bool) -> Path:
+    """The model folder every probe of `job` reads, built before they run (`probe.prebuild`);
+    `fresh`: one already there is removed first."""
+    import shutil
+
+    from .model_dir import ensure_model_dir, recipe_key
+
+    if fresh:
+        shutil.rmtree(Path(job["work_dir"]) / f"model-{recipe_key()}", ignore_errors=True)
+    return ensure_model_dir(Path(job["work_dir"]))
+
+
 class SchedulerSession:
     def __init__(self, job: Job) -> None:
         started = time.perf_counter()

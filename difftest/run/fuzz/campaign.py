@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -91,12 +90,26 @@ class FuzzRequest:
     fork: bool = True
 
 
+@dataclass(frozen=True)
+class OutFolder:
+    """What fuzz asks of the module that owns `--out` (`difftest.reports`, which `run` may not
+    import; the CLI passes it in): `clear` what an earlier command wrote there, once the request is
+    known to be valid, and `record` each file fuzz writes (paths relative to `--out`), so that the
+    next command clears exactly those. Nothing is ever removed because an earlier fuzz.json names
+    it: that file is as writable by branch code as the rest of `--out`."""
+
+    clear: Callable[[], object] = lambda: None
+    record: Callable[[list[str]], None] = lambda _files: None
+
+
 @dataclass
 class FuzzOutcome:
     report: FuzzReport
     workspace: Workspace
     #: Finding name -> its evidence (also written to <out>/found/evidence/<name>/evidence.json).
     evidence: dict[str, Evidence] = field(default_factory=dict)
+    #: Where each file written into `--out` is recorded.
+    out: OutFolder = field(default_factory=OutFolder)
 
 
 def fuzzable_tier() -> ProbeTier[Any]:
@@ -112,9 +125,11 @@ def fuzz(
     request: FuzzRequest,
     log: Log = lambda _m: None,
     progress: FuzzProgress | None = None,
+    out: OutFolder | None = None,
 ) -> FuzzOutcome:
     """Search for failures of every branch, shrink them, write them as scenario files; never raises
-    for a branch."""
+    for a branch. `out` clears `--out` first and records each file written there (default:
+    neither)."""
     tier = fuzzable_tier()
     if request.out.exists() and not request.out.is_dir():
         raise ConfigError(
@@ -127,7 +142,9 @@ def fuzz(
     # Connected before anything is built: a wrong address costs seconds, not a base build.
     cluster = connect(request.cluster.address) if request.cluster is not None else None
     try:
-        return _fuzz(config, request, tier, fuzzed, against, cluster, log, progress)
+        return _fuzz(
+            config, request, tier, fuzzed, against, cluster, log, progress, out or OutFolder()
+        )
     finally:
         if cluster is not None:
             cluster.close()
@@ -142,6 +159,7 @@ def _fuzz(
     cluster: Cluster | None,
     log: Log,
     progress: FuzzProgress | None,
+    out: OutFolder,
 ) -> FuzzOutcome:
     workspace = prepare(
         config, fuzzed + ([against] if against else []), do_fetch=request.fetch, log=log
@@ -158,8 +176,8 @@ def _fuzz(
         branches=fuzzed,
         out=str(request.out),
     )
-    outcome = FuzzOutcome(report, workspace)
-    _clear_previous(request.out)
+    outcome = FuzzOutcome(report, workspace, out=out)
+    out.clear()
     limits = WarmProbeLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
     ready = {b.name: b.env for b in workspace.branches if b.env is not None}
     report.unmeasured.update(
@@ -230,6 +248,7 @@ def _fuzz(
         report.probe_starts = {name: s.starts for name, s in servers.items()}
     request.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(request.out / SUMMARY, report.model_dump_json(indent=1))
+    out.record([SUMMARY])
     return outcome
 
 
@@ -516,6 +535,7 @@ def _write_findings(
     scenario_dir = found_dir / tier.folder
     scenario_dir.mkdir(parents=True, exist_ok=True)
     outcome.report.baseline = _write_config(config, outcome.workspace, found_dir)
+    outcome.out.record([f"{FOUND}/branches.yaml"])
     for index, found in enumerate(result.found, 1):
         name = _finding_name(index, found)
         path = scenario_dir / f"{name}.yaml"
@@ -525,6 +545,7 @@ def _write_findings(
                 _comments(name, found, request),
             )
         )
+        outcome.out.record([str(path.relative_to(request.out))])
         # Read back as `run` reads it: the file is the finding, so it must load (name, hash) and
         # show it again.
         scenario = tier.parse_scenario(read_scenario_file(path, GUIDE), str(path))
@@ -545,6 +566,7 @@ def _write_findings(
             out=evidence_dir,
         )
         evidence_path = write_evidence(evidence, evidence_dir / "evidence.json")
+        outcome.out.record(_written_below(request.out, evidence_path, evidence_dir / "probe"))
         outcome.evidence[name] = evidence
         outcome.report.findings.append(
             Finding(
@@ -619,22 +641,8 @@ def _write_config(config: Config, workspace: Workspace, found_dir: Path) -> str:
     return str(raw["baseline"])
 
 
-def _clear_previous(out: Path) -> None:
-    """Remove what an earlier `fuzz` wrote to this folder (it named its files in its summary)."""
-    summary = out / SUMMARY
-    if not summary.is_file():
-        return
-    try:
-        previous = FuzzReport.model_validate_json(summary.read_text())
-    except ValueError:
-        return
-    for finding in previous.findings:
-        (out / finding.file).unlink(missing_ok=True)
-        evidence = out / finding.evidence
-        if (
-            evidence.parent.name == finding.name
-        ):  # the finding's own folder: evidence.json and probe/
-            shutil.rmtree(evidence.parent, ignore_errors=True)
-        else:
-            evidence.unlink(missing_ok=True)
-    summary.unlink()
+def _written_below(out: Path, evidence: Path, probe: Path) -> list[str]:
+    """A finding's evidence file and the probe files kept in `probe` (each branch's job and
+    records), relative to `out`: what its evidence wrote, for the manifest."""
+    kept = sorted(p for p in probe.iterdir() if p.is_file()) if probe.is_dir() else []
+    return [str(p.relative_to(out)) for p in [evidence, *kept]]

@@ -47,6 +47,7 @@ from difftest.probe.protocol import Job
 from difftest.run.probes import descendants
 from difftest.run.probes.environ import probe_environ
 from difftest.run.probes.forking import ForkedPipes, ForkServer, refusal
+from difftest.run.probes.prebuilt import ensure_prebuilt
 from difftest.run.probes.read_records import check_lines
 from difftest.run.probes.runner import (
     BranchRun,
@@ -58,6 +59,7 @@ from difftest.run.probes.runner import (
     probe_process_ended,
     start_probe_process,
 )
+from difftest.run.probes.scratch import Scratch
 
 #: Seconds a closing probe gets to exit after its stdin is closed.
 CLOSE_GRACE_S = 5.0
@@ -285,7 +287,7 @@ class WarmProcess:
             )
             return Answer([], "refused", None, refused, "", started_at=started_at)
         if self._proc is None:
-            self._spawn()
+            self._spawn(job)
         assert self._proc is not None and self._proc.stdin is not None
         limit = self.limits.run_s * planned_count(job) + self.limits.slack_s
         if self._answered == 0:
@@ -353,8 +355,14 @@ class WarmProcess:
 
     # -- the process ---------------------------------------------------------
 
-    def _spawn(self) -> None:
+    def _spawn(self, job: Job) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        # What every job of this probe reads (its model folder), built before it starts; a build
+        # that fails leaves the probe to fail on its own, saying why, as a fresh probe would.
+        try:
+            seed = ensure_prebuilt(job, self.python).vllm_cache
+        except (OSError, subprocess.SubprocessError, ValueError):
+            seed = None
         self.starts += 1
         self._nonce = secrets.token_hex(16)
         self._token = descendants.new_token()
@@ -373,7 +381,7 @@ class WarmProcess:
                 ).encode()
             )
             self._log_offset = log.tell()
-        self._proc = self._forked(env)
+        self._proc = self._forked(env, seed)
         if self._proc is not None:
             self.launch = "forked"
             return
@@ -392,9 +400,10 @@ class WarmProcess:
                 env=env,
                 nonce=self._nonce,
                 start_new_session=True,
+                scratch=Scratch.create(seed),
             )
 
-    def _forked(self, env: dict[str, str]) -> ForkedPipes | None:
+    def _forked(self, env: dict[str, str], seed: Path | None) -> ForkedPipes | None:
         """A process forked from the fork server, its stdin and stdout piped here; None (it starts
         fresh) without a usable server, or once this branch's forks were refused."""
         if self.fork is None or self.fresh_because:
@@ -411,6 +420,7 @@ class WarmProcess:
                 self.work_dir,
                 self.log_path,
                 self._nonce,
+                seed,
             )
         except OSError as exc:
             self.fresh_because = str(exc)

@@ -19,6 +19,21 @@ from pathlib import Path
 MAX_PROBE_FILE_BYTES = 256 * 1024 * 1024
 
 
+def open_records(path: Path) -> int:
+    """A new, empty file for a probe to write (its records or its log), opened here and given to
+    it as a descriptor (a confined probe can open no path outside its scratch folder): whatever
+    was at `path`, a link included, is removed first, never followed."""
+    path.unlink(missing_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
+def open_log_for_append(path: Path) -> int:
+    """A warm probe's log, appended to across its restarts; never through a link."""
+    return os.open(
+        path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+    )
+
+
 def open_probe_file(path: Path) -> int:
     """A file descriptor for reading `path`, which must be a regular file (not a FIFO, a device or a
     link)."""

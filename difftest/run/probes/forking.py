@@ -29,6 +29,9 @@ from difftest.probe.protocol import (
     NONCE_ENV,
     NOT_SHAREABLE_PREFIX,
 )
+from difftest.run.probes.files import open_log_for_append, open_records
+from difftest.run.probes.sandbox import protection
+from difftest.run.probes.scratch import Scratch
 
 
 class ProbeProcess(Protocol):
@@ -47,6 +50,8 @@ class ProbeProcess(Protocol):
 REPORT_GRACE_S = 5.0
 #: How long the server may take to fork a probe once asked.
 FORK_ANSWER_S = 30.0
+#: The folder below the fork server's scratch folder that holds each child's.
+CHILDREN = "children"
 #: The code of a forked probe whose end the server never reported.
 UNREPORTED = -1
 
@@ -56,10 +61,12 @@ class ForkedProcess:
     its parent; it is also watched directly (a pidfd), so a stuck server never leaves the host
     waiting."""
 
-    def __init__(self, pid: int, server: ForkServer) -> None:
+    def __init__(self, pid: int, server: ForkServer, scratch: Scratch | None = None) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._server = server
+        #: Its scratch folder below the server's (`scratch`), removed when it ends.
+        self._scratch = scratch
         self._ended = threading.Event()
         self._gone_since: float | None = None
         #: The pidfd is closed by whichever thread learns of the end first, and read by the watcher.
@@ -76,6 +83,9 @@ class ForkedProcess:
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
+            scratch, self._scratch = self._scratch, None
+        if scratch is not None:
+            scratch.remove()
         self._ended.set()
 
     def poll(self) -> int | None:
@@ -109,8 +119,10 @@ class ForkedPipes(ForkedProcess):
     """A forked warm probe: a `ForkedProcess` with the host's ends of its stdin and stdout, as
     `subprocess.Popen(..., stdin=PIPE, stdout=PIPE, bufsize=0)` gives them."""
 
-    def __init__(self, pid: int, server: ForkServer, stdin: int, stdout: int) -> None:
-        super().__init__(pid, server)
+    def __init__(
+        self, pid: int, server: ForkServer, stdin: int, stdout: int, scratch: Scratch | None = None
+    ) -> None:
+        super().__init__(pid, server, scratch)
         self.stdin = os.fdopen(stdin, "wb", buffering=0)
         self.stdout = os.fdopen(stdout, "rb", buffering=0)
 
@@ -140,10 +152,17 @@ class ForkServer:
         proc: subprocess.Popen[bytes],
         ready_timeout_s: float,
         pipes: socket.socket | None = None,
+        scratch: Path | None = None,
+        confined: bool = False,
     ) -> None:
         self._proc = proc
-        #: The host's end of the socket warm probes' pipes go over (None: the server takes none).
+        #: The host's end of the socket descriptors go over (None: the server takes none).
         self._pipes = pipes
+        #: The server's own scratch folder: each child gets one below it (None: children share the
+        #: server's), the only folder it may write when `confined`
+        #: (`probe.confine.confine_forked_child`).
+        self._scratch = scratch
+        self._confined = confined and scratch is not None
         self._lock = threading.Lock()
         self._next_id = 0
         #: Request id -> the child's pid, or why the server could not start it.
@@ -187,15 +206,31 @@ class ForkServer:
         cwd: Path,
         log: Path,
         nonce: str | None = None,
+        seed: Path | None = None,
+        records: Path | None = None,
     ) -> ForkedProcess:
-        """Fork a probe for `python`'s branch, its `nonce` on a pipe of its own; raises OSError
-        when the server cannot."""
-        return self._spawn(
-            python, argv, env, cwd, log, nonce, None, lambda pid: ForkedProcess(pid, self)
-        )
+        """Fork a probe for `python`'s branch, its `nonce` on a pipe of its own, its log and
+        `records` opened here and sent as descriptors; raises OSError when the server cannot."""
+        fds: dict[str, int] = {}
+        try:
+            if self._pipes is not None:
+                fds["log"] = open_records(log)
+                if records is not None:
+                    fds["records"] = open_records(records)
+            return self._spawn(python, argv, env, cwd, log, nonce, fds, seed, ForkedProcess)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     def spawn_with_pipes(
-        self, python: Path, argv: list[str], env: dict[str, str], cwd: Path, log: Path, nonce: str
+        self,
+        python: Path,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log: Path,
+        nonce: str,
+        seed: Path | None = None,
     ) -> ForkedPipes:
         """Fork a warm probe whose stdin and stdout are pipes to this host (its stderr appended to
         `log`); raises OSError when the server cannot."""
@@ -205,14 +240,16 @@ class ForkServer:
         answer_read, answer_write = os.pipe()
         made: list[ForkedPipes] = []
 
-        def make(pid: int) -> ForkedPipes:
-            made.append(ForkedPipes(pid, self, job_write, answer_read))
+        def make(pid: int, server: ForkServer, scratch: Scratch | None) -> ForkedPipes:
+            made.append(ForkedPipes(pid, server, job_write, answer_read, scratch))
             return made[0]
 
+        fds = {"stdin": job_read, "stdout": answer_write}
         try:
-            child = self._spawn(python, argv, env, cwd, log, nonce, (job_read, answer_write), make)
+            fds["log"] = open_log_for_append(log)
+            child = self._spawn(python, argv, env, cwd, log, nonce, fds, seed, make)
         finally:
-            for fd in (job_read, answer_write):  # the child's ends: its own now
+            for fd in fds.values():  # the child's ends: its own now
                 os.close(fd)
             if not made:  # never forked: the host's ends go too
                 os.close(job_write)
@@ -228,22 +265,31 @@ class ForkServer:
         cwd: Path,
         log: Path,
         nonce: str | None,
-        stdio: tuple[int, int] | None,
-        make: Callable[[int], ForkedProcess],
+        given: dict[str, int],
+        seed: Path | None,
+        make: Callable[[int, ForkServer, Scratch | None], ForkedProcess],
     ) -> ForkedProcess:
-        fds: list[int] = []
+        fds: dict[str, int] = {}
+        scratch = None
+        if self._scratch is not None:
+            scratch = Scratch.create(seed, parent=self._scratch / CHILDREN)
+            env = {**env, **scratch.environ()}
         if nonce is not None and self._pipes is not None:
             # Never in the request: every child forked later inherits the server's memory.
             read_end, write_end = os.pipe()
             os.write(write_end, nonce.encode("ascii"))
             os.close(write_end)
-            fds.append(read_end)
+            fds["nonce"] = read_end
         elif nonce is not None:
             env = {**env, NONCE_ENV: nonce}
         try:
-            return self._request(python, argv, env, cwd, log, fds + list(stdio or ()), make)
+            return self._request(python, argv, env, cwd, log, {**fds, **given}, scratch, make)
+        except BaseException:
+            if scratch is not None:
+                scratch.remove()
+            raise
         finally:
-            for fd in fds:
+            for fd in fds.values():
                 os.close(fd)
 
     def _request(
@@ -253,8 +299,9 @@ class ForkServer:
         env: dict[str, str],
         cwd: Path,
         log: Path,
-        fds: list[int],
-        make: Callable[[int], ForkedProcess],
+        fds: dict[str, int],
+        scratch: Scratch | None,
+        make: Callable[[int, ForkServer, Scratch | None], ForkedProcess],
     ) -> ForkedProcess:
         with self._lock:
             self._next_id += 1
@@ -266,14 +313,16 @@ class ForkServer:
                 "env": env,
                 "cwd": str(cwd),
                 "log": str(log),
-                "fds": len(fds),
-                "pipes": len(fds) == 3,
+                "fds": list(fds),
+                "scratch": str(scratch.root) if scratch is not None else None,
+                "scratch_root": str(self._scratch) if self._scratch is not None else None,
+                "confine": self._confined,
             }
             assert self._proc.stdin is not None
             if fds:
                 assert self._pipes is not None
                 try:
-                    socket.send_fds(self._pipes, [str(request_id).encode()], fds)
+                    socket.send_fds(self._pipes, [str(request_id).encode()], list(fds.values()))
                 except OSError as exc:  # its buffer full for `FORK_ANSWER_S`: it is stuck
                     self.failure = (
                         self.failure or f"the fork server failed: it took no descriptors ({exc})"
@@ -297,7 +346,7 @@ class ForkServer:
                 answer = self._answers.pop(request_id)
                 if isinstance(answer, str):
                     raise OSError(f"the fork server could not start it: {answer}")
-                child = make(answer)
+                child = make(answer, self, scratch)
                 if answer in self._early_ends:
                     child.ended(self._early_ends.pop(answer))
                 else:
@@ -373,6 +422,9 @@ def start_fork_server(
     """Start the server with `start` (the runner's registry-aware Popen) and wait for its
     imports. It is given one end of a Unix socket, over which warm probes' pipes are sent."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    confined = protection().active
+    scratch = Scratch.create()
+    (scratch.root / CHILDREN).mkdir()
     try:
         with open(log, "wb") as stream:
             proc = start(
@@ -384,6 +436,7 @@ def start_fork_server(
                 env={**env, FORKSERVER_PIPES_FD_ENV: str(theirs.fileno())},
                 start_new_session=True,
                 pass_fds=(theirs.fileno(),),
+                scratch=scratch,
             )
     except BaseException:
         ours.close()
@@ -391,7 +444,7 @@ def start_fork_server(
     finally:
         theirs.close()
     ours.settimeout(FORK_ANSWER_S)  # a server that takes no descriptors fails, never hangs us
-    server = ForkServer(proc, ready_timeout_s, ours)
+    server = ForkServer(proc, ready_timeout_s, ours, scratch.root, confined)
     if not server.state.ready and not server.state.why and not server.failure:
         code = proc.wait()
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,15 +39,18 @@ from difftest.probe.protocol import (
     HOST_PID_ENV,
     NONCE_ENV,
     NONCE_FD_ENV,
+    RECORDS_FD_ENV,
     STACK_DUMP_SIGNAL,
     STUCK_PREFIX,
     Job,
 )
 from difftest.run.probes import descendants, sandbox
 from difftest.run.probes.environ import probe_environ
-from difftest.run.probes.files import open_probe_file, read_probe_text
+from difftest.run.probes.files import open_probe_file, open_records, read_probe_text
 from difftest.run.probes.forking import ForkServer, ProbeProcess, refusal, start_fork_server
+from difftest.run.probes.prebuilt import ensure_prebuilt
 from difftest.run.probes.read_records import check_lines, read_delivery
+from difftest.run.probes.scratch import Scratch
 
 #: (branch, finished runs, expected runs, scenario and label of the last finished run). Called once
 #: with 0 runs and an empty scenario when the branch's probe process starts (it then imports vLLM):
@@ -60,6 +63,9 @@ _CAPTURE_TAIL = 40
 EXIT_S = 10.0
 #: How long a stuck probe gets to write its threads' stacks before it is killed.
 STACK_DUMP_S = 1.0
+#: The exit code a probe that could not start reports (`protocol.serve`'s): its runs could not
+#: be measured.
+SETUP_FAILED = 3
 
 
 class ProbesStopped(Exception):
@@ -78,6 +84,8 @@ class _LiveProbes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._procs: set[Any] = set()
+        #: Each started process's scratch folder (by pid), removed when it ends.
+        self._scratches: dict[int, Scratch] = {}
         self._killed: set[int] = set()
         #: Processes killed with the probes but not counted as probes (fork servers).
         self._helpers: set[int] = set()
@@ -89,16 +97,30 @@ class _LiveProbes:
         #: (rather than dying on its own) even after the stop was handled.
         self.stops = 0
 
-    def start(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
-        """Start a probe process with the files other branches read made read-only to it
-        (`sandbox`)."""
-        argv = sandbox.wrap(argv)
-        with self._lock:
-            if self._stopped:
-                raise ProbesStopped("difftest was interrupted: no new probe is started")
-            proc = subprocess.Popen(argv, **kwargs)
-            self._procs.add(proc)
-            return proc
+    def start(
+        self,
+        argv: list[str],
+        writable: Sequence[Path] = (),
+        scratch: Scratch | None = None,
+        **kwargs: Any,
+    ) -> subprocess.Popen[Any]:
+        """Start a probe process confined (`sandbox`): it can write its `scratch` folder (its
+        `HOME` and `TMPDIR`, made here when not given, removed when it ends) and `writable`, and
+        nothing else."""
+        scratch = scratch or Scratch.create()
+        kwargs["env"] = {**kwargs.get("env", {}), **scratch.environ()}
+        try:
+            argv = sandbox.wrap(argv, [scratch.root, *writable])
+            with self._lock:
+                if self._stopped:
+                    raise ProbesStopped("difftest was interrupted: no new probe is started")
+                proc = subprocess.Popen(argv, **kwargs)
+                self._procs.add(proc)
+                self._scratches[proc.pid] = scratch
+                return proc
+        except BaseException:
+            scratch.remove()
+            raise
 
     def start_helper(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """`start`, for a process that serves probes (a fork server) rather than being one."""
@@ -106,6 +128,14 @@ class _LiveProbes:
         with self._lock:
             self._helpers.add(proc.pid)
         return proc
+
+    def remove_scratches(self) -> None:
+        """At exit: every scratch folder of a probe still listed."""
+        with self._lock:
+            scratches = list(self._scratches.values())
+            self._scratches.clear()
+        for scratch in scratches:
+            scratch.remove()
 
     def add(self, proc: Any) -> None:
         """Hold a probe started some other way (a child of the fork server); killed as the others
@@ -119,6 +149,9 @@ class _LiveProbes:
     def ended(self, proc: Any) -> None:
         with self._lock:
             self._procs.discard(proc)
+            scratch = self._scratches.pop(proc.pid, None)
+        if scratch is not None:
+            scratch.remove()
 
     def add_remote(self, key: object, stop: Callable[[], None]) -> None:
         """Hold a probe that runs on another machine (`run.cluster`): `stop` ends it there."""
@@ -202,25 +235,32 @@ def remote_probe_ended(key: object) -> None:
 
 
 def start_probe_process(
-    *args: Any, nonce: str | None = None, **kwargs: Any
+    *args: Any, nonce: str | None = None, records: Path | None = None, **kwargs: Any
 ) -> subprocess.Popen[Any]:
-    """`subprocess.Popen`, for a probe: killed with the others on an interrupt or at exit, told to
-    die with this host (`protocol.die_with_host`); raises ProbesStopped once difftest was
-    interrupted. The `nonce` goes over a pipe (`protocol.take_nonce`), never into the environment,
-    which a process can read from `/proc/self/environ` all its life."""
+    """`subprocess.Popen`, for a probe: confined (`_LiveProbes.start`), killed with the others on
+    an interrupt or at exit, told to die with this host (`protocol.die_with_host`); raises
+    ProbesStopped once difftest was interrupted. The `nonce` goes over a pipe
+    (`protocol.take_nonce`), never into the environment, which a process can read from
+    `/proc/self/environ` all its life; `records` is created here and given as a descriptor
+    (`protocol.take_records_fd`)."""
     kwargs["env"] = {**kwargs.get("env", {}), HOST_PID_ENV: str(os.getpid())}
     kwargs["env"].pop(NONCE_ENV, None)
-    if nonce is None:
-        return _LIVE.start(*args, **kwargs)
-    read_end, write_end = os.pipe()
+    given: list[int] = []
     try:
-        os.write(write_end, nonce.encode("ascii"))
-        os.close(write_end)
-        kwargs["env"][NONCE_FD_ENV] = str(read_end)
-        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), read_end)
+        if nonce is not None:
+            read_end, write_end = os.pipe()
+            given.append(read_end)
+            os.write(write_end, nonce.encode("ascii"))
+            os.close(write_end)
+            kwargs["env"][NONCE_FD_ENV] = str(read_end)
+        if records is not None:
+            given.append(open_records(records))
+            kwargs["env"][RECORDS_FD_ENV] = str(given[-1])
+        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), *given)
         return _LIVE.start(*args, **kwargs)
     finally:
-        os.close(read_end)
+        for fd in given:
+            os.close(fd)
 
 
 def probe_process_ended(proc: ProbeProcess) -> None:
@@ -234,6 +274,7 @@ def hold_forked_probe(proc: ProbeProcess) -> None:
     _LIVE.add(proc)
 
 
+atexit.register(_LIVE.remove_scratches)  # runs after the stop below (atexit: last in, first out)
 atexit.register(stop_all_probes)  # no probe outlives difftest, whatever way it exits
 
 
@@ -392,7 +433,14 @@ def play_probe(
     expected = planned_count(job)
     if progress is not None:
         progress(branch, 0, expected, "", "")
-    argv = ["-m", "difftest.probe", "--job", str(job_path), "--out", str(out_path)]
+    argv = ["-m", "difftest.probe", "--job", str(job_path)]
+    try:
+        seed = ensure_prebuilt(job, python).vllm_cache
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        # difftest's own setup, not the branch's: its runs read "could not measure", saying why.
+        log_path.write_text(f"difftest: {one_line(str(exc))}\n")
+        result.set(launch_note="", duration_s=0.0, ended_at=time.time())
+        return result.run, Ended(SETUP_FAILED)
     token = descendants.new_token()
     env = {
         **(environ if environ is not None else probe_environ(parallel)),
@@ -404,7 +452,9 @@ def play_probe(
     watch = _Watch(out_path, branch, expected, progress, timeout_s, exit_s)
     try:
         if server is not None:
-            proc = _forked(server, python, argv, env, nonce, work_dir, log_path, result)
+            proc = _forked(
+                server, python, argv, env, nonce, work_dir, (log_path, out_path), result, seed
+            )
         if proc is not None:
             assert server is not None
             watch.follow(proc, started, result)
@@ -428,6 +478,8 @@ def play_probe(
             with open(log_path, "wb") as log:
                 proc = start_probe_process(
                     [str(python), *argv],
+                    records=out_path,
+                    scratch=Scratch.create(seed),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -574,8 +626,9 @@ def _forked(
     env: dict[str, str],
     nonce: str,
     work_dir: Path,
-    log_path: Path,
+    files: tuple[Path, Path],
     result: _Building,
+    seed: Path | None = None,
 ) -> ProbeProcess | None:
     """Fork the probe from the warm server; None (the reason in `result.launch_note`) if it
     cannot."""
@@ -583,7 +636,8 @@ def _forked(
         result.set(launch_note=server.failure or "the fork server ended before this probe started")
         return None
     try:
-        proc = server.spawn(python, argv[2:], env, work_dir, log_path, nonce)
+        log_path, records = files
+        proc = server.spawn(python, argv[2:], env, work_dir, log_path, nonce, seed, records)
     except OSError as exc:
         result.set(launch_note=str(exc))
         return None

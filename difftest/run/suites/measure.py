@@ -353,6 +353,8 @@ def run_session(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            # The session's report folder is the one place it writes besides its scratch folder.
+            writable=(out,),
             env={
                 **session_environ(session, setup.python_path, setup.hub, out, len(setup.workers)),
                 **({INHERIT_PATH_ENV: "1"} if setup.inherit_controller_path else {}),

@@ -1,0 +1,249 @@
+"""Confining a probe: everything it can see read-only but its own scratch folder, no capabilities.
+
+A branch's code runs inside its probe with the caller's rights. This module takes those rights
+away before that code runs, with Linux user and mount namespaces (user_namespaces(7),
+mount_namespaces(7)), in two places:
+
+* `python -I -S confine.py SPEC -- ARGV...` (the host's wrapper around every fresh probe, fork
+  server and test session, `run.probes.sandbox`): a user and mount namespace mapping the caller
+  to root, every mount made read-only at once (`mount_setattr(2)` with `AT_RECURSIVE`), the
+  folders SPEC names bound writable on top, a private `/dev/shm`, every mount checked read-only
+  in `/proc/self/mountinfo`, then a second, nested user and mount namespace mapping the caller
+  to an unprivileged uid, in which the kernel locks every mount (a locked read-only mount cannot
+  be made writable again, nor unmounted to reveal what is below); then `exec ARGV`, which drops
+  every capability (an unprivileged uid keeps none across `execve`).
+* `confine_forked_child(scratch)` (a child of the fork server, which forks rather than execs):
+  a user and mount namespace of the child's own, its scratch folder bound writable and the fork
+  server's scratch root made read-only (the other children's folders below it included), a
+  private `/dev/shm`, then every capability dropped (`capset(2)`) and no new privileges.
+
+Every confined process is also made non-dumpable, so a probe cannot ptrace or read the memory of
+another probe or of the fork server (they share a uid, but not a user namespace: attaching to a
+non-dumpable process needs CAP_SYS_PTRACE in the target's namespace).
+
+Standard library only: it runs in the host's interpreter with `-I -S` (nothing of the caller's or
+a branch's on its path) and inside branch environments.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import sys
+from collections.abc import Iterable, Sequence
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+#: `mount_setattr(2)`: the same number on every architecture (Linux 5.12+).
+SYS_MOUNT_SETATTR = 442
+#: `capset(2)`, by machine (glibc exports no wrapper).
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91}
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+#: The uid and gid a confined process has inside its namespace when the caller is root: never 0,
+#: so that `execve` leaves it no capability.
+UNPRIVILEGED_ID = 1000
+#: The wrapper's own exit code when it could not confine (never the probe's): the host reads it as
+#: "the sandbox failed", not as the branch's fault.
+CONFINE_FAILED = 121
+#: What the wrapper prints before that exit code.
+FAILED_PREFIX = "difftest.confine: "
+#: Mounts a confined process may write besides its own folders: its private `/dev/shm` (a tmpfs
+#: of its own) and `/proc` (its own entries; what the kernel guards there it guards by capability).
+OWN_MOUNTS = ("/dev/shm", "/proc")
+
+
+class ConfineError(OSError):
+    """A step of the confinement failed (the kernel refused, a mount stayed writable)."""
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise ConfineError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def enter_namespaces(inside_uid: int, inside_gid: int) -> None:
+    """A new user and mount namespace in which this process has uid `inside_uid` (the caller's own
+    uid outside). Needs a single-threaded process."""
+    outside_uid, outside_gid = os.geteuid(), os.getegid()
+    _check(_LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{inside_uid} {outside_uid} 1\n")
+    _write("/proc/self/gid_map", f"{inside_gid} {outside_gid} 1\n")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    result = _LIBC.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    _check(result, f"mount {source or fstype or ''} on {target}")
+
+
+def _set_read_only(path: str, read_only: bool, recursive: bool) -> None:
+    attr = _MountAttr(
+        attr_set=MOUNT_ATTR_RDONLY if read_only else 0,
+        attr_clr=0 if read_only else MOUNT_ATTR_RDONLY,
+    )
+    flags = AT_RECURSIVE if recursive else 0
+    result = _LIBC.syscall(
+        SYS_MOUNT_SETATTR,
+        ctypes.c_int(AT_FDCWD),
+        path.encode(),
+        ctypes.c_uint(flags),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    _check(result, f"mount_setattr {path} {'ro' if read_only else 'rw'}")
+
+
+def bind_writable(folder: str) -> None:
+    """`folder` as a writable mount of its own (the mounts below it stay as they are)."""
+    _mount(folder, folder, None, MS_BIND | MS_REC)
+    _set_read_only(folder, read_only=False, recursive=False)
+
+
+def private_shm() -> None:
+    """A `/dev/shm` of this process's own: shared memory and POSIX semaphores work, and nobody
+    else's are reachable."""
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
+
+
+def mounts() -> list[tuple[str, str]]:
+    """(mount point, per-mount options) of every mount this process sees."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        for line in table:
+            fields = line.split(" ")
+            point = fields[4].encode().decode("unicode_escape")
+            found.append((point, fields[5]))
+    return found
+
+
+def writable_mounts(allowed: Iterable[str]) -> list[str]:
+    """The mount points still writable other than `allowed` (and below an allowed one's own
+    mounts nothing is exempt: a mount below a writable folder must be read-only too)."""
+    exempt = {os.path.realpath(path) for path in allowed}
+    return [
+        point
+        for point, options in mounts()
+        if "ro" not in options.split(",") and os.path.realpath(point) not in exempt
+    ]
+
+
+def hide_memory() -> None:
+    """Non-dumpable: no other probe may ptrace this process or open its memory (Linux only)."""
+    prctl = getattr(_LIBC, "prctl", None)
+    if prctl is not None and sys.platform.startswith("linux"):
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def drop_capabilities() -> None:
+    """Every capability gone from this process (it forks, never execs), and none to be regained by
+    executing a set-uid program."""
+    _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    number = SYS_CAPSET.get(platform.machine())
+    if number is None:
+        raise ConfineError(0, f"capset is not known on {platform.machine()}")
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(_LIBC.syscall(number, ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def inside_ids() -> tuple[int, int]:
+    """The uid and gid a confined process gets: the caller's own, or `UNPRIVILEGED_ID` for root."""
+    uid, gid = os.geteuid(), os.getegid()
+    return (uid or UNPRIVILEGED_ID, gid or UNPRIVILEGED_ID)
+
+
+def confine(writable: Sequence[str]) -> None:
+    """This process, from here on: everything read-only but `writable`, its own `/dev/shm`,
+    checked; then in a nested namespace as an unprivileged uid, where those mounts are locked."""
+    uid, gid = inside_ids()
+    enter_namespaces(0, 0)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _set_read_only("/", read_only=True, recursive=True)
+    for folder in writable:
+        bind_writable(folder)
+    private_shm()
+    if os.path.isdir("/proc"):
+        _set_read_only("/proc", read_only=False, recursive=False)
+    left = writable_mounts([*writable, *OWN_MOUNTS])
+    if left:
+        raise ConfineError(0, f"mounts still writable after the read-only pass: {', '.join(left)}")
+    enter_namespaces(uid, gid)
+    hide_memory()
+
+
+def confine_forked_child(scratch: str, scratch_root: str) -> None:
+    """In a child of the fork server, before any branch code: its own namespaces, only `scratch`
+    writable of the server's `scratch_root`, its own `/dev/shm`, no capability."""
+    uid, gid = os.geteuid(), os.getegid()
+    os.makedirs(scratch, exist_ok=True)
+    _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files, to write its id maps
+    enter_namespaces(uid, gid)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    bind_writable(scratch)
+    _set_read_only(scratch_root, read_only=True, recursive=False)
+    private_shm()
+    drop_capabilities()
+    hide_memory()
+
+
+def main(argv: list[str]) -> int:
+    """`confine.py SPEC -- ARGV...`: confine as SPEC (JSON: {"writable": [...]}) says, exec ARGV."""
+    if len(argv) < 3 or argv[1] != "--":
+        print(f"{FAILED_PREFIX}usage: confine.py SPEC -- ARGV...", file=sys.stderr)
+        return CONFINE_FAILED
+    spec = json.loads(argv[0])
+    try:
+        confine([str(folder) for folder in spec.get("writable", [])])
+    except (OSError, ValueError) as exc:
+        print(f"{FAILED_PREFIX}{exc}", file=sys.stderr, flush=True)
+        return CONFINE_FAILED
+    try:
+        os.execvp(argv[2], argv[2:])
+    except OSError as exc:
+        print(f"{FAILED_PREFIX}cannot start {argv[2]}: {exc}", file=sys.stderr, flush=True)
+    return CONFINE_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+"""The model folder and vLLM's model-inspection cache a job's probes read, built by the host first.
+
+Probes may write nothing but their scratch folders (`sandbox`), so what they all read is built
+before any of them runs, in the BASE's interpreter (no branch's code: `probe.prebuild`), and
+checked by content before every later use: a record of the sha256 of every file built sits beside
+the folders, and a folder that no longer matches it (changed while probes could still write it,
+by an older difftest or with the sandbox off) is named in the log, removed and built again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from difftest.build.envs.contents import file_digest
+from difftest.build.envs.fingerprint import canonical_hash
+from difftest.core import paths
+from difftest.core.locks import own_lock
+from difftest.probe.protocol import Job
+from difftest.run.probes.environ import probe_environ
+
+Log = Callable[[str], None]
+#: How long building a model folder and inspecting it may take.
+PREBUILD_S = 900.0
+_LAUNCH = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from difftest.probe.prebuild import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    """What the job's probes read: `vllm_cache` seeds each probe's private cache root."""
+
+    vllm_cache: Path | None
+
+
+@dataclass(frozen=True)
+class BaseInterpreter:
+    """The base's interpreter behind a branch environment, and the probe package it runs."""
+
+    python: Path
+    probe_path: Path
+    key: str
+
+
+def base_interpreter(python: Path) -> BaseInterpreter | None:
+    """The base behind `python`'s branch environment (from its fingerprint, which only the host
+    writes); None for an interpreter difftest did not build."""
+    env = python.parent.parent
+    try:
+        fingerprint = json.loads((env / "fingerprint.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if fingerprint.get("kind") != "branch" or not (env / "probe" / "difftest").is_dir():
+        return None
+    base_path = Path(str(fingerprint.get("base_path", "")))
+    base_python = base_path / "bin" / "python"
+    if not base_python.exists():
+        return None
+    key = str(fingerprint.get("base", {}).get("key", base_path.name))
+    return BaseInterpreter(base_python, env / "probe", key)
+
+
+def ensure_prebuilt(job: Job, python: Path, log: Log | None = None) -> Prebuilt:
+    """Build (or check and reuse) what the job's probes read; where `python` is not a branch
+    environment difftest built, nothing is built (its probe builds its model folder itself, in a
+    folder the caller makes writable to it)."""
+    base = base_interpreter(python)
+    if base is None:
+        return Prebuilt(None)
+    work_dir = Path(job["work_dir"])
+    needs = {
+        "entry": job["entry"],
+        "base": base.key,
+        "models": _named_models(job),
+    }
+    key = canonical_hash(needs)[:16]
+    cache = paths.vllm_cache_dir() / f"prebuilt-{key}"
+    record = work_dir / f".difftest-prebuilt-{key}.json"
+    with own_lock(paths.locks_dir() / f"prebuilt-{key}.lock"):
+        problem = _changed(record, cache)
+        if problem is None:
+            return Prebuilt(cache)
+        if record.exists():
+            (log or _stderr)(f"difftest: {problem}: building it again")
+        _remove_recorded(record)
+        shutil.rmtree(cache, ignore_errors=True)
+        _build(job, base, cache, record)
+    return Prebuilt(cache)
+
+
+def _named_models(job: Job) -> list[str]:
+    names = {str(s.get("data", {}).get("engine", {}).get("model") or "") for s in job["scenarios"]}
+    return sorted(name for name in names if name)
+
+
+def _build(job: Job, base: BaseInterpreter, cache: Path, record: Path) -> None:
+    work_dir = Path(job["work_dir"])
+    work_dir.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="difftest-prebuild-") as folder:
+        job_file = Path(folder) / "job.json"
+        job_file.write_text(json.dumps(job))
+        env = {k: v for k, v in probe_environ().items() if k != "VLLM_CACHE_ROOT"}
+        env.update(HOME=folder, TMPDIR=folder)
+        done = subprocess.run(
+            [
+                str(base.python),
+                "-I",
+                "-c",
+                _LAUNCH,
+                str(base.probe_path),
+                "--job",
+                str(job_file),
+                "--vllm-cache",
+                str(cache),
+                "--fresh",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=PREBUILD_S,
+            env=env,
+            cwd=folder,
+        )
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+        raise OSError(f"building the probes' model folder failed:\n{tail}")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    folders = [cache]
+    model = Path(answer["model"]) if answer.get("model") else None
+    if model is not None and model.resolve().parent == work_dir.resolve():
+        folders.append(model)
+    files = {str(path): file_digest(str(path)) for f in folders for path in _files(f)}
+    tmp = record.with_suffix(".tmp")
+    built = {"cache": str(cache), "folders": [str(f) for f in folders], "files": files}
+    tmp.write_text(json.dumps(built, indent=1))
+    tmp.replace(record)
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*") if path.is_file() or path.is_symlink())
+
+
+def _changed(record: Path, cache: Path) -> str | None:
+    """None when the record is of `cache` and every file it lists (and no other) is as built;
+    else what changed."""
+    try:
+        recorded = json.loads(record.read_text(encoding="utf-8"))
+        folders = [Path(f) for f in recorded["folders"]]
+        files: dict[str, str] = recorded["files"]
+        if recorded["cache"] != str(cache):
+            raise ValueError("another cache")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "the probes' model folder was never built here"
+    found = {str(path) for folder in folders for path in _files(folder)}
+    for extra in sorted(found - set(files)):
+        return f"{extra} appeared after the probes' model folder was built"
+    for name, digest in sorted(files.items()):
+        try:
+            if file_digest(name) != digest:
+                return f"{name} was changed after it was built (its content differs)"
+        except OSError:
+            return f"{name} is missing or no longer a regular file"
+    return None
+
+
+def _remove_recorded(record: Path) -> None:
+    """Remove what the record lists, and the record."""
+    try:
+        folders = json.loads(record.read_text(encoding="utf-8")).get("folders", [])
+    except (OSError, ValueError, AttributeError):
+        folders = []
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    record.unlink(missing_ok=True)
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
