@@ -208,6 +208,15 @@ class ShardEvidence(BaseModel):
     order: list[str] = Field(default_factory=list)
 
 
+class ProtectionEvidence(BaseModel):
+    """Whether the probes ran confined (`run.probes.sandbox`): everything read-only to a branch's
+    code but its own scratch folder. Unconfined runs are only as trustworthy as the branches."""
+
+    confined: bool
+    #: Why not, when not (`DIFFTEST_SANDBOX=off`, user namespaces forbidden, ...).
+    why_not: str = ""
+
+
 class Evidence(BaseModel):
     schema_version: Literal["12"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
@@ -225,6 +234,8 @@ class Evidence(BaseModel):
     #: (`run.probes.environ.passed_environ`): shards measured under other ones are not one
     #: comparison. None in files written before it was recorded.
     probe_environ_sha256: str | None = None
+    #: Whether the probes ran confined; None in files written before it was recorded.
+    protection: ProtectionEvidence | None = None
     base: BaseEvidence
     branches: dict[str, BranchEvidence] = Field(default_factory=dict)
     scenarios: dict[str, ScenarioEvidence] = Field(default_factory=dict)

@@ -55,6 +55,9 @@ _SAME: dict[str, Callable[[Shard], object]] = {
     "probe environment (the variables that reach the probes)": lambda s: (
         s.evidence.probe_environ_sha256
     ),
+    "probe confinement": lambda s: (
+        s.evidence.protection.confined if s.evidence.protection else None
+    ),
     "shard count": lambda s: s.evidence.shard.count if s.evidence.shard else None,
     "scenario selection": lambda s: s.evidence.shard.order if s.evidence.shard else None,
 }

@@ -52,6 +52,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -345,6 +346,9 @@ def _become_probe(request: dict[str, Any], server: int, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # The server's temporary folder, if a library asked for it, is not the child's to write: its
+    # own (`TMPDIR`, in its scratch folder) is found again, as a fresh interpreter finds it.
+    tempfile.tempdir = None
     if "nonce" in given:
         # read and closed by `protocol.take_nonce`
         os.environ[protocol.NONCE_FD_ENV] = str(given["nonce"])

@@ -38,6 +38,7 @@ from difftest.reports.views import (
     branch_names,
     branch_origin,
     counter_rows,
+    protection_note,
     scenario_views,
     timestamp,
 )
@@ -138,6 +139,8 @@ def render_html(
             evidence=evidence,
             created=timestamp(evidence),
             reading_rule=READINGS.get(evidence.reading, ""),
+            protection=protection_note(evidence),
+            unconfined=evidence.protection is not None and not evidence.protection.confined,
             conclusion=conclude(evidence, scenarios, recorded),
             sections=sections,
             skipped=[v for v in views if v.skipped],

@@ -17,6 +17,7 @@ def render_json(evidence: Evidence, exit_code: int, **extra: Any) -> str:
     document = {
         "schema_version": evidence.schema_version,
         "reading": evidence.reading,
+        "probes_confined": evidence.protection.confined if evidence.protection else None,
         "exit_code": exit_code,
         "results": [r.model_dump(mode="json") for r in evidence.results],
         **extra,

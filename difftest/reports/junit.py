@@ -28,6 +28,9 @@ def render_junit(evidence: Evidence) -> str:
         suite = ET.SubElement(root, "testsuite", name=xml_text(branch))
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="reading", value=xml_text(evidence.reading))
+        if evidence.protection is not None:
+            confined = "confined" if evidence.protection.confined else "unconfined"
+            ET.SubElement(props, "property", name="probes", value=confined)
         info = evidence.branches.get(branch)
         if info:
             ET.SubElement(props, "property", name="ref", value=xml_text(info.ref))

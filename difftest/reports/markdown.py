@@ -33,6 +33,7 @@ from difftest.reports.views import (
     branch_names,
     branch_origin,
     launch_note,
+    protection_note,
     reference_note,
     reuse_note,
     scenario_names,
@@ -120,6 +121,7 @@ def _header(evidence: Evidence) -> list[str]:
             "it rebuilds the same commits and re-runs every scenario)."
         ),
         "",
+        *([md_escape(note), ""] if (note := protection_note(evidence)) else []),
         *([md_escape(note), ""] if (note := reuse_note(evidence)) else []),
         *([md_escape(note), ""] if (note := launch_note(evidence)) else []),
         *([md_escape(shard), ""] if (shard := shard_note(evidence)) else []),

@@ -150,6 +150,19 @@ def launch_note(evidence: Evidence) -> str | None:
     )
 
 
+def protection_note(evidence: Evidence) -> str | None:
+    """How far the branches' code could reach while it ran, in a sentence (None: not recorded)."""
+    guard = evidence.protection
+    if guard is None:
+        return None
+    if guard.confined:
+        return "Probes ran confined: everything read-only to a branch's code but its own scratch."
+    return (
+        f"Probes ran UNCONFINED ({guard.why_not}): a branch's code could write whatever you can, "
+        "so these results are only as trustworthy as the branches."
+    )
+
+
 def reference_note(evidence: Evidence) -> str | None:
     """When the baseline was not named: that it was measured all the same,
     and why its results are absent."""

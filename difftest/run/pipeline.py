@@ -64,7 +64,7 @@ from difftest.run.probes.runner import (
     run_branches,
     share_key_of,
 )
-from difftest.run.probes.sandbox import protection
+from difftest.run.probes.sandbox import protection, protection_evidence
 from difftest.run.suites.measure import measure_suites
 from difftest.tiers.base import Tier, TierOutcome
 from difftest.tiers.common.scenario import ScenarioBase, ScenarioIdentity
@@ -229,6 +229,7 @@ def compare(
             "shard": shard,
             "reference_branches": reference,
             "probe_environ_sha256": canonical_hash(passed_environ()),
+            "protection": protection_evidence(),
         }
     )
     return Comparison(workspace, evidence, outcomes, selected)

@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import RAY_GROUP
 from tests.e2e.cli_helpers import CONTROL, capture_stderr, run_cli
 from tests.factories import SHIPPED_BRANCHES, shipped_branch, write_config
+from tests.mailbox import post
 from tests.sessions import shipped_scheduler_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(RAY_GROUP)]
@@ -148,7 +149,7 @@ def test_a_node_whose_base_is_another_wheel_is_refused_never_mixed(tmp_path, ray
 
 
 def _probe_started(marker: Path, lines: int, limit_s: float = 600) -> list[tuple[str, int]]:
-    """The first `lines` (node cache folder, probe pid) the slow branch's probes wrote."""
+    """The first `lines` (node's model folder, probe pid) the slow branch's probes sent."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         found = [
@@ -175,10 +176,11 @@ def test_a_node_that_dies_mid_probe_costs_one_retry_then_could_not_measure(
 
     marker = tmp_path / "probes.txt"
     slow = (
-        "import os as _os, time as _time\n"
-        f"with open({str(marker)!r}, 'a') as _m:\n"
-        "    _m.write(f\"{_os.environ.get('VLLM_CACHE_ROOT')} {_os.getpid()}\\n\")\n"
-        "_time.sleep(8)\n"
+        "import json as _json, os as _os, sys as _sys, time as _time\n"
+        # The node's home, from the job's model folder (the probe's own folders are scratch).
+        "_work = _json.load(open(_sys.argv[_sys.argv.index('--job') + 1]))['work_dir']\n"
+        + post(marker, "f'{_work} {_os.getpid()}\\n'")
+        + "\n_time.sleep(8)\n"
     )
     patch = prepend(tmp_path / "slow.patch", fixture_repo, SCHEDULER, slow)
     config = write_config(
@@ -248,9 +250,8 @@ def test_a_worker_killed_while_its_node_stays_up_is_retried_there_naming_what_en
     marker = tmp_path / "workers.txt"
     slow = (
         "import os as _os, time as _time\n"
-        f"with open({str(marker)!r}, 'a') as _m:\n"
-        "    _m.write(f'{_os.getpid()} {_os.getppid()}\\n')\n"
-        "_time.sleep(4)\n"
+        + post(marker, "f'{_os.getpid()} {_os.getppid()}\\n'")
+        + "\n_time.sleep(4)\n"
     )
     patch = prepend(tmp_path / "slow.patch", fixture_repo, SCHEDULER, slow)
     config = write_config(

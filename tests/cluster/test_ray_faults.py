@@ -25,6 +25,7 @@ from difftest.run.probes.descendants import TOKEN_ENV
 from tests.conftest import RAY_GROUP
 from tests.e2e.cli_helpers import CONTROL, SCHEDULER, capture_stderr, run_cli
 from tests.factories import shipped_branch, write_config
+from tests.mailbox import post
 from tests.patching import prepend
 from tests.processes import alive
 
@@ -58,8 +59,9 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_probe_on_any_node(
     hang = (
         "import os, subprocess, time\n"
         "_child = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
-        f"open({str(marker)!r}, 'w').write(f'{{os.getpid()}} {{_child.pid}}')\n"
-        "time.sleep(3600)\n"
+        + post(marker, "f'{os.getpid()} {_child.pid}'")
+        + "\n"
+        + "time.sleep(3600)\n"
     )
     patch = prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang)
     config = write_config(

@@ -22,6 +22,7 @@ import pytest
 
 from difftest.reports import write_report_set
 from tests.e2e.cli_helpers import CONTROL, SCHEDULER, faulty_config
+from tests.mailbox import post
 from tests.patching import prepend
 from tests.processes import alive
 
@@ -65,7 +66,7 @@ def test_no_probe_outlives_an_interrupted_run(
     tmp_path, fixture_repo, signum, code, launch, ignored
 ):
     marker = tmp_path / "probe.pid"
-    hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
+    hang = f"import os, time; {post(marker, 'str(os.getpid())')}; time.sleep(3600)"
     config = faulty_config(
         tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang)
     )
@@ -124,7 +125,7 @@ def test_ctrl_c_stops_the_tests_tier_and_fuzz_at_once(tmp_path, fixture_repo, co
     the branch's worker (or warm probe) hangs importing its code, SIGINT ends difftest with 130 and
     it."""
     marker = tmp_path / "probe.pid"
-    hang = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
+    hang = f"import os, time; {post(marker, 'str(os.getpid())')}; time.sleep(3600)"
     target = "vllm/v1/metrics/stats.py" if command == "tests-tier" else SCHEDULER
     patch = prepend(tmp_path / "hang.patch", fixture_repo, target, hang)
     extra = (

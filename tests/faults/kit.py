@@ -11,10 +11,15 @@ A new path to a verdict is not done until it is in that matrix.
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from difftest.core import paths
+from difftest.run.probes.sandbox import protection
 from tests.e2e.cli_helpers import INIT_MARKER, METRICS, SCHEDULER
 from tests.patching import insert_after, prepend, symlink_patch
 
@@ -39,10 +44,6 @@ class Fault:
     once: bool = False
 
 
-def _pid_file(tmp: Path, name: str) -> Path:
-    return tmp / f"{name}.pids"
-
-
 #: Starts a non-daemon thread when the stats module is imported: the probe cannot exit.
 EXIT_HANG = (
     "import threading as _threading, time as _time\n"
@@ -51,47 +52,118 @@ EXIT_HANG = (
     "        _time.sleep(1)\n"
     "_threading.Thread(target=_flush_forever, name='stats-flusher').start()\n"
 )
-#: Truncates the probe's own records file as the process exits.
-TRUNCATE = (
-    "import atexit as _atexit, sys as _sys\n"
-    "def _truncate():\n"
-    "    if '--out' in _sys.argv:\n"
-    "        open(_sys.argv[_sys.argv.index('--out') + 1], 'w').close()\n"
-    "_atexit.register(_truncate)\n"
+#: The records file the probe's host opened for it, found as branch code would find it: among its
+#: own open descriptors.
+_RECORDS_FD = (
+    "def _records_fd():\n"
+    "    import os as _os\n"
+    "    for _fd in _os.listdir('/proc/self/fd'):\n"
+    "        try:\n"
+    "            if _os.readlink(f'/proc/self/fd/{_fd}').endswith('-runs.jsonl'):\n"
+    "                return int(_fd)\n"
+    "        except OSError:\n"
+    "            pass\n"
 )
-#: Replaces its records file with a FIFO (a blocking open of it would hang the host) when the first
-#: scheduler is built.
-FIFO = (
-    "        import os as _os, sys as _sys\n"
-    "        if '--out' in _sys.argv and not getattr(_sys, '_difftest_fifo', False):\n"
-    "            _sys._difftest_fifo = True\n"
-    "            _out = _sys.argv[_sys.argv.index('--out') + 1]\n"
-    "            _os.unlink(_out)\n"
-    "            _os.mkfifo(_out)\n"
+#: Truncates the probe's own records file as the process exits (through a copy of the descriptor
+#: it takes at import: the probe has closed its own by then).
+TRUNCATE = (
+    _RECORDS_FD + "import atexit as _atexit, os as _os\n"
+    "_kept = _records_fd()\n"
+    "if _kept is not None:\n"
+    "    _kept = _os.dup(_kept)\n"
+    "    _atexit.register(lambda: _os.ftruncate(_kept, 0))\n"
+)
+#: Tries to replace its records file with a FIFO (a blocking open of it would hang the host) when
+#: the first scheduler is built; where the probe is confined, `--out` is read-only and the attempt
+#: fails (quietly: the branch goes on and measures).
+FIFO = "".join(
+    "        " + line + "\n"
+    for line in (
+        _RECORDS_FD.splitlines()
+        + [
+            "import os as _os, sys as _sys",
+            "if not getattr(_sys, '_difftest_fifo', False):",
+            "    _sys._difftest_fifo = True",
+            "    _fd = _records_fd()",
+            "    if _fd is not None:",
+            "        _out = _os.readlink(f'/proc/self/fd/{_fd}')",
+            "        try:",
+            "            _os.unlink(_out)",
+            "            _os.mkfifo(_out)",
+            "        except OSError:",
+            "            pass",
+        ]
+    )
 )
 #: Exits 1 after every record and the trailer are written.
 EXIT_ONE = "import atexit as _atexit, os as _os\n_atexit.register(lambda: _os._exit(1))\n"
 
 
-def _orphan(tmp: Path) -> str:
-    """Starts a child that leaves the probe's session and sleeps; its pid goes to a file the test
-    reads."""
-    pids = _pid_file(tmp, "orphan")
+def fault_box(tmp: Path) -> Path:
+    """A Unix datagram socket in `tmp` whose messages this test process appends to
+    `tmp/fault-box.txt`, one per line: how a confined probe, which can write nothing outside its
+    scratch folder, tells the test what it did (sending to a socket needs no write access to the
+    folder it lies in)."""
+    address = tmp / "fault-box.sock"
+    with _BOXES_LOCK:
+        if str(address) not in _BOXES:
+            box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            address.unlink(missing_ok=True)
+            box.bind(str(address))
+            thread = threading.Thread(
+                target=_keep_messages, args=(box, tmp / "fault-box.txt"), daemon=True
+            )
+            thread.start()
+            _BOXES[str(address)] = box
+    return address
+
+
+_BOXES: dict[str, socket.socket] = {}
+_BOXES_LOCK = threading.Lock()
+
+
+def _keep_messages(box: socket.socket, kept: Path) -> None:
+    while True:
+        message = box.recv(1 << 20)
+        with kept.open("ab") as file:
+            file.write(message.replace(b"\n", b" ") + b"\n")
+
+
+def send_to_box(tmp: Path, indent: str, what: str) -> str:
+    """Python source that sends the f-string `what` to the test's fault box."""
+    box = str(fault_box(tmp))
     return (
-        "import subprocess as _subprocess\n"
-        "_child = _subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
-        f"open({str(pids)!r}, 'a').write(f'{{_child.pid}}\\n')\n"
+        f"{indent}import socket as _socket\n"
+        f"{indent}_socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM).sendto("
+        f"({what}).encode(), {box!r})\n"
     )
 
 
-def _environ_reader(tmp: Path) -> str:
-    """Copies what the probe's own process shows of its environment where the test can read it."""
-    seen = tmp / "environ-seen.txt"
+def box_messages(tmp: Path, kind: str) -> list[str]:
+    """What the probes sent to `tmp`'s fault box with `kind` first (waiting a moment for the last
+    datagram to be kept)."""
+    kept = tmp / "fault-box.txt"
+    time.sleep(0.2)
+    lines = kept.read_bytes().decode("utf-8", "replace").splitlines() if kept.exists() else []
+    return [line.split(" ", 1)[1] for line in lines if line.split(" ", 1)[0] == kind]
+
+
+def _orphan(tmp: Path) -> str:
+    """Starts a child that leaves the probe's session and sleeps; its pid goes to the test's fault
+    box."""
     return (
-        "import os as _os\n"
-        f"with open({str(seen)!r}, 'ab') as _seen:\n"
-        "    _seen.write(open('/proc/self/environ', 'rb').read() + b'\\n')\n"
-        "    _seen.write(repr(dict(_os.environ)).encode() + b'\\n')\n"
+        "import subprocess as _subprocess\n"
+        "_child = _subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+    ) + send_to_box(tmp, "", "f'orphan {_child.pid}'")
+
+
+def _environ_reader(tmp: Path) -> str:
+    """Sends what the probe's own process shows of its environment to the test's fault box."""
+    return send_to_box(
+        tmp,
+        "",
+        "'environ ' + repr(open('/proc/self/environ', 'rb').read()) + ' ' "
+        "+ repr(dict(__import__('os').environ))",
     )
 
 
@@ -125,6 +197,65 @@ ENV_COUNT = (
     "            num_accepted_tokens += 1\n"
 )
 ENV_COUNT_MARKER = "        self.num_accepted_tokens += num_accepted_tokens\n"
+
+#: Whether this machine confines probes (`run.probes.sandbox`); some faults read differently.
+CONFINED = protection().active
+#: What the `escape` fault appends to every file it reaches (none must hold it afterwards).
+ESCAPED = "difftest-escape"
+
+
+def escape_targets(tmp: Path) -> dict[str, Path]:
+    """The places #47's hostile sweep wrote from a branch, as they are for the kit's run in `tmp`:
+    a home (its git config, a `git` first on PATH, pip's and uv's config), the config and its
+    patches, the result cache (outside difftest's home), difftest's home (its models, locks and
+    git mirrors, found by glob at run time) and `--out` (the probe's working folder's parent)."""
+    user_home = tmp / "user-home"
+    return {
+        "gitconfig": user_home / ".gitconfig",
+        "planted git": user_home / ".local" / "bin" / "git",
+        "pip.conf": user_home / ".config" / "pip" / "pip.conf",
+        "uv.toml": user_home / ".config" / "uv" / "uv.toml",
+        "config": tmp / "branches.yaml",
+        "results": tmp / "results",
+        "difftest home": paths.difftest_home(),
+    }
+
+
+def escape(tmp: Path) -> str:
+    """The `escape` fault's payload: every write swallowed, so the branch measures (and a write
+    that lands is seen only by the test that looks for `ESCAPED`)."""
+    targets = {name: str(path) for name, path in escape_targets(tmp).items()}
+    return (
+        "def _difftest_escape():\n"
+        "    import glob as _glob, os as _os\n"
+        f"    _t = {targets!r}\n"
+        f"    _mark = {ESCAPED!r}\n"
+        "    _home = _t['difftest home']\n"
+        "    _out = _os.path.dirname(_os.getcwd())\n"
+        "    _files = [_t[k] for k in ('gitconfig', 'planted git', 'pip.conf', 'uv.toml')]\n"
+        "    _files.append(_t['config'])\n"
+        "    _files += _glob.glob(_os.path.join(_os.path.dirname(_t['config']), '*.patch'))\n"
+        "    _files += _glob.glob(_t['results'] + '/**/*.json', recursive=True)\n"
+        "    _files += _glob.glob(_home + '/models/*/tokenizer.json')\n"
+        "    _files += _glob.glob(_home + '/repos/*/HEAD')\n"
+        "    _files += _glob.glob(_home + '/repos/*/config')\n"
+        "    _files += [_out + '/.difftest-wrote.json', _out + '/escaped', _home + '/escaped']\n"
+        "    for _path in _files:\n"
+        "        try:\n"
+        "            _os.makedirs(_os.path.dirname(_path), exist_ok=True)\n"
+        "            with open(_path, 'a') as _file:\n"
+        "                _file.write(_mark)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    for _lock in _glob.glob(_home + '/locks/*.lock'):\n"
+        "        try:\n"
+        "            _os.unlink(_lock)\n"
+        "            _os.symlink(_lock, _lock)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "_difftest_escape()\n"
+    )
+
 
 FAULTS = (
     Fault(
@@ -173,9 +304,10 @@ FAULTS = (
     ),
     Fault(
         "fifo",
-        "replaces its own records file with a FIFO",
+        "replaces its own records file with a FIFO (impossible where probes are confined: it "
+        "measures)",
         lambda tmp, repo: insert_after(tmp / "fifo.patch", repo, SCHEDULER, INIT_MARKER, FIFO),
-        frozenset({"error"}),
+        frozenset({"pass"}) if CONFINED else frozenset({"error"}),
     ),
     Fault(
         "exit-one",
@@ -226,6 +358,20 @@ FAULTS = (
         lambda tmp, repo: _env_count_patch(tmp, repo),
         frozenset({"pass"}),
     ),
+    *(
+        [
+            Fault(
+                "escape",
+                "at import, tries every write of #47's hostile sweep outside its scratch folder "
+                "(quietly: it measures as main does)",
+                lambda tmp, repo: prepend(tmp / "escape.patch", repo, METRICS, escape(tmp)),
+                frozenset({"pass"}),
+            )
+        ]
+        # Unconfined, its writes would land: it runs only where probes are confined.
+        if CONFINED
+        else []
+    ),
 )
 
 
@@ -266,33 +412,27 @@ def _env_count_patch(tmp: Path, repo: object) -> Path:
 
 def deep_orphan(tmp: Path) -> str:
     """Starts, through a shell that leaves the session and clears the environment, a grandchild that
-    sleeps (no token, no group of the probe's: only the subreaper can find it); its pid to a
-    file."""
-    pids = _pid_file(tmp, "deep-orphan")
-    shell = (
-        f"setsid env -i /bin/sh -c 'sleep 777 & echo $! >> {pids}; wait' </dev/null >/dev/null "
-        "2>&1 &"
-    )
+    sleeps (no token, no group of the probe's: only the subreaper can find it); its pid to the
+    test's fault box."""
+    shell = "setsid env -i /bin/sh -c 'sleep 777 & echo $!; wait' </dev/null 2>/dev/null &"
     return (
         "        import subprocess as _subprocess\n"
-        f"        _subprocess.Popen(['/bin/sh', '-c', {shell!r}], start_new_session=True)\n"
-    )
+        f"        _shell = _subprocess.Popen(['/bin/sh', '-c', {shell!r}], start_new_session=True, "
+        "stdout=_subprocess.PIPE)\n"
+        "        _deep = _shell.stdout.readline().decode().strip()\n"
+    ) + send_to_box(tmp, "        ", "f'deep-orphan {_deep}'")
 
 
 def deep_orphan_pids(tmp: Path) -> list[int]:
-    path = _pid_file(tmp, "deep-orphan")
-    return [int(line) for line in path.read_text().split()] if path.exists() else []
+    return [int(pid) for pid in box_messages(tmp, "deep-orphan") if pid.isdigit()]
 
 
 def orphan_pids(tmp: Path) -> list[int]:
-
-    path = _pid_file(tmp, "orphan")
-    return [int(line) for line in path.read_text().split()] if path.exists() else []
+    return [int(pid) for pid in box_messages(tmp, "orphan") if pid.isdigit()]
 
 
 def environ_seen(tmp: Path) -> str:
-    path = tmp / "environ-seen.txt"
-    return path.read_bytes().decode("utf-8", "replace") if path.exists() else ""
+    return "\n".join(box_messages(tmp, "environ"))
 
 
 # -- faults of `difftest blame` (tests/faults/test_blame_faults.py) ------------------------------
@@ -320,17 +460,50 @@ def _counting_with_a_comment(tmp: Path, repo: object, name: str, prelude: str, s
     return patch
 
 
+def counter(tmp: Path) -> Path:
+    """A Unix stream socket in `tmp` that answers each connection with how many came before it
+    (1, 2, ...): state a confined probe can keep across probe processes, which it cannot write
+    anywhere (connecting needs no write access to the folder)."""
+    address = tmp / "fault-counter.sock"
+    with _BOXES_LOCK:
+        if str(address) not in _BOXES:
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address.unlink(missing_ok=True)
+            server.bind(str(address))
+            server.listen(16)
+            threading.Thread(target=_count, args=(server,), daemon=True).start()
+            _BOXES[str(address)] = server
+            _COUNTS[str(address)] = 0
+    return address
+
+
+_COUNTS: dict[str, int] = {}
+
+
+def _count(server: socket.socket) -> None:
+    address = server.getsockname()
+    while True:
+        connection, _ = server.accept()
+        with connection, _BOXES_LOCK:
+            _COUNTS[address] += 1
+            connection.sendall(str(_COUNTS[address]).encode())
+
+
+def counted(tmp: Path) -> int:
+    """How many connections `tmp`'s counter answered."""
+    return _COUNTS.get(str(tmp / "fault-counter.sock"), 0)
+
+
 def flaky_counting_patch(tmp: Path, repo: object) -> Path:
     """A change whose counting comes and goes (#29, case 2): every other probe process that imports
-    its metrics.py (a counter file in `tmp`, one byte per import) counts one accepted token too
+    its metrics.py (counted by the test's counter socket in `tmp`) counts one accepted token too
     many; and a comment-only hunk in the scheduler, which a search misled by chance would blame."""
-    counter = tmp / "flaky-imports"
     chooser = (
-        "import os as _os\n"
-        f"_fd = _os.open({str(counter)!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT)\n"
-        "_os.write(_fd, b'x')\n"
-        "_os.close(_fd)\n"
-        f"_FLAKY = _os.path.getsize({str(counter)!r}) % 2 == 1\n"
+        "import socket as _socket\n"
+        "_counter = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)\n"
+        f"_counter.connect({str(counter(tmp))!r})\n"
+        "_FLAKY = int(_counter.recv(32)) % 2 == 1\n"
+        "_counter.close()\n"
     )
     skew = "        if _FLAKY:\n            num_accepted_tokens += 1\n"
     return _counting_with_a_comment(tmp, repo, "flaky-counting", chooser, skew)
@@ -338,14 +511,13 @@ def flaky_counting_patch(tmp: Path, repo: object) -> Path:
 
 def flaky_imports(tmp: Path) -> int:
     """How many probe processes imported the flaky branch's metrics.py."""
-    path = tmp / "flaky-imports"
-    return path.stat().st_size if path.exists() else 0
+    return counted(tmp)
 
 
 def stubborn_counting_patch(tmp: Path, repo: object) -> Path:
     """A change that makes a finding (one accepted token too many) and fights being stopped: at
     import of its metrics.py every probe ignores SIGINT and SIGTERM, starts a child that leaves its
-    session (pid to `orphan.pids`) and takes 2 s; plus a comment-only hunk, so the search has sets
+    session (pid to the fault box) and takes 2 s; plus a comment-only hunk, so the search has sets
     to try when Ctrl-C comes."""
     stubborn = (
         "import signal as _signal, time as _time\n"

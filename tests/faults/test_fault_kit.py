@@ -35,6 +35,8 @@ from tests.e2e.cli_helpers import (
 )
 from tests.factories import ROOT, shipped_branch, write_config
 from tests.faults.kit import (
+    CONFINED,
+    ESCAPED,
     FAULTS,
     KILLS_ITS_RAY_WORKER,
     SKEW_ENV,
@@ -42,6 +44,7 @@ from tests.faults.kit import (
     deep_orphan,
     deep_orphan_pids,
     environ_seen,
+    escape_targets,
     orphan_pids,
 )
 from tests.patching import insert_after
@@ -54,11 +57,25 @@ pytestmark = pytest.mark.slow
 TIMEOUTS = {"run_s": 8, "exit_s": 3, "probe_s": 300}
 #: The faults whose probe never ends cleanly (a hang, an exit code, records it destroys, an import
 #: that fails): the result cache never stores them.
-NEVER_STORED = ("exit-hang", "sched-hang", "truncate", "fifo", "exit-one", "tamper-shared")
+NEVER_STORED = (
+    "exit-hang",
+    "sched-hang",
+    "truncate",
+    "exit-one",
+    "tamper-shared",
+    *(() if CONFINED else ("fifo",)),
+)
 #: The faults whose probe ends cleanly, its runs measured or broken by vLLM's own code the same way
 #: each time: stored, then read back by the cached path (so on that path the files they write in
 #: their folder, which the forked path's run shares, hold only the forked run's lines).
-STORED = ("sched-crash", "orphan", "environ", "env-count")
+STORED = (
+    "sched-crash",
+    "orphan",
+    "environ",
+    "env-count",
+    # Confined, these two cannot reach what they aim at: they measure as main does.
+    *(("fifo", "escape") if CONFINED else ()),
+)
 #: The two scenarios a sharded run splits (one each), both passing on main.
 SHARDED = f"{CONTROL} or grammar-trim-sync"
 PATHS = ("forked", "fresh", "cached", "merged", "ray")
@@ -244,6 +261,34 @@ def test_no_branch_changed_a_file_the_base_shares_with_every_branch(path_run, ba
     path, *_ = path_run
     assert protection().active, protection().describe()
     assert changed_contents(base_env.path, base_env.vllm_dir) is None, path
+
+
+@pytest.mark.xdist_group("fault-kit")
+def test_the_escape_branch_reached_nothing_outside_its_scratch_folder(path_run):
+    """#47: every write of the hostile sweep, tried from a real branch's vLLM import on every path
+    (a home's git config and a `git` first on PATH, pip's and uv's config, the config and its
+    patches, the result cache outside difftest's home, the models, the git mirrors, the locks,
+    `--out`) failed: none holds the branch's mark, no lock is a link, and main passed beside it."""
+    if not CONFINED:
+        pytest.skip(f"this machine cannot confine probes: {protection().describe()}")
+    path, _code, out, _log, tmp = path_run
+    assert {r["verdict"] for r in _results(out) if r["branch"] == "escape"} == {"pass"}, path
+    targets = escape_targets(tmp)
+    home = targets["difftest home"]
+    assert not (tmp / "user-home").exists(), path
+    reached = [
+        file
+        for folder in (tmp, home / "models", home / "repos", home / "locks", out)
+        for file in folder.rglob("*")
+        if file.is_file()
+        and not file.is_symlink()
+        and file.name != "escape.patch"  # its own payload, which names the mark
+        and file.suffix in ("", ".json", ".yaml", ".patch", ".lock")
+        and ESCAPED in file.read_text(errors="replace")
+    ]
+    assert not reached, (path, reached)
+    assert not [lock for lock in (home / "locks").glob("*.lock") if lock.is_symlink()], path
+    assert not (out / "escaped").exists() and not (home / "escaped").exists(), path
 
 
 @pytest.mark.xdist_group("fault-kit")

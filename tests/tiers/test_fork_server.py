@@ -34,6 +34,7 @@ from difftest.run.probes.runner import (
     stop_all_probes,
     warm_fork_server,
 )
+from tests.mailbox import post
 
 pytestmark = pytest.mark.slow
 
@@ -326,15 +327,14 @@ def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo)
     from tests.patching import prepend
 
     seen = tmp_path / "seen"
-    seen.mkdir()
-    spy = (  # written when the probe ends, when both have imported everything they will
+    spy = (  # sent when the probe ends, when both have imported everything they will
         "import atexit as _atexit, os as _os, json as _json\n"
         "def _spy():\n"
         "    status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() "
         "if l.startswith('Sig'))\n"
         "    status = {k: v.strip() for k, v in status.items() if k in ('SigBlk', 'SigIgn', "
         "'SigCgt')}\n"
-        f"    _json.dump(status, open(_os.path.join({str(seen)!r}, str(_os.getpid())), 'w'))\n"
+        f"    {post(seen, '_json.dumps(status) + chr(10)')}\n"
         "_atexit.register(_spy)\n"
     )
     config = load_config(
@@ -352,9 +352,7 @@ def test_a_forked_probe_has_a_fresh_interpreters_signals(tmp_path, fixture_repo)
         [("spy", workspace.branch("spy").env.python)], job, TIER.name, tmp_path / "fresh", 300, 1
     )
     assert fresh["spy"].launch == "fresh" and fresh["spy"].error is None
-    first, second = (
-        json.loads(p.read_text()) for p in sorted(seen.iterdir(), key=lambda p: p.stat().st_mtime)
-    )
+    first, second = (json.loads(line) for line in seen.read_text().splitlines())
     assert (
         first == second and first["SigIgn"]
     )  # a fresh interpreter ignores SIGPIPE, and so must a child

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from difftest.core.config import TorchSource
+from difftest.core.host_tools import system_program
 
 
 def _pip_config_files() -> list[Path]:
@@ -67,7 +68,9 @@ def pip_index_urls() -> list[str]:
 def _pip_default_index() -> str | None:
     """pip's built-in index, asked from an interpreter that has pip (None where none has)."""
     probe = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
-    for python in dict.fromkeys([sys.executable, "python3"]):
+    # Never a `python3` found through PATH (a folder a probe could once write): the system's.
+    system = system_program("python3")
+    for python in dict.fromkeys([sys.executable, *([system] if system else [])]):
         try:
             done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):

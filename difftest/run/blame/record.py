@@ -21,6 +21,7 @@ from difftest.run.blame.subsets import PATCH_PREFIX, Measured, SubsetProber
 from difftest.run.pipeline import TierScenarios, make_evidence
 from difftest.run.probes.environ import passed_environ
 from difftest.run.probes.runner import BranchRun
+from difftest.run.probes.sandbox import protection_evidence
 from difftest.tiers.base import TierOutcome
 
 #: The config `blame` writes beside its reports, pinning every set of hunks it reports.
@@ -133,6 +134,7 @@ def assemble(
         update={
             "baseline": base.name,
             "probe_environ_sha256": canonical_hash(passed_environ()),
+            "protection": protection_evidence(),
             "blame": record,
         }
     )

@@ -72,6 +72,7 @@ from difftest.run.probes.environ import passed_environ
 from difftest.run.probes.files import read_probe_file
 from difftest.run.probes.read_records import check_lines
 from difftest.run.probes.runner import BranchRun, probe_file_paths
+from difftest.run.probes.sandbox import protection
 
 #: Bump when an entry's shape or the key's material changes: older entries are then never found.
 CACHE_FORMAT = 2
@@ -156,6 +157,9 @@ def result_key(
         "exit_timeout_s": exit_timeout_s,
         "code": code_digest(),
         "environ": passed_environ(),
+        # Runs measured unconfined (a branch could write anything) are never reused by a confined
+        # run, nor the other way round.
+        "confinement": protection().label,
     }
     return sha256_bytes(json.dumps(material, sort_keys=True).encode())
 

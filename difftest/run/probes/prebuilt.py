@@ -102,46 +102,40 @@ def _named_models(job: Job) -> list[str]:
 
 
 def _build(job: Job, base: BaseInterpreter, cache: Path, record: Path) -> None:
+    """Build in the base's interpreter, then record the sha256 of every file built (the record
+    written last: a build that stopped halfway has none, and is built again)."""
     work_dir = Path(job["work_dir"])
     work_dir.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
+    model = build_in_base(job, base, cache)
+    folders = [cache]
+    if model is not None and model.resolve().parent == work_dir.resolve():
+        folders.append(model)
+    files = {str(path): file_digest(str(path)) for f in folders for path in _files(f)}
+    built = {"cache": str(cache), "folders": [str(f) for f in folders], "files": files}
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(built, indent=1))
+    tmp.replace(record)
+
+
+def build_in_base(job: Job, base: BaseInterpreter, cache: Path) -> Path | None:
+    """`probe.prebuild` in the base's interpreter: the model folder it built or took (None: the
+    job needs none); OSError with its last words when it fails."""
     with tempfile.TemporaryDirectory(prefix="difftest-prebuild-") as folder:
         job_file = Path(folder) / "job.json"
         job_file.write_text(json.dumps(job))
         env = {k: v for k, v in probe_environ().items() if k != "VLLM_CACHE_ROOT"}
         env.update(HOME=folder, TMPDIR=folder)
+        argv = [str(base.python), "-I", "-c", _LAUNCH, str(base.probe_path), "--job"]
+        argv += [str(job_file), "--vllm-cache", str(cache), "--fresh"]
         done = subprocess.run(
-            [
-                str(base.python),
-                "-I",
-                "-c",
-                _LAUNCH,
-                str(base.probe_path),
-                "--job",
-                str(job_file),
-                "--vllm-cache",
-                str(cache),
-                "--fresh",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=PREBUILD_S,
-            env=env,
-            cwd=folder,
+            argv, capture_output=True, text=True, timeout=PREBUILD_S, env=env, cwd=folder
         )
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
         raise OSError(f"building the probes' model folder failed:\n{tail}")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    folders = [cache]
-    model = Path(answer["model"]) if answer.get("model") else None
-    if model is not None and model.resolve().parent == work_dir.resolve():
-        folders.append(model)
-    files = {str(path): file_digest(str(path)) for f in folders for path in _files(f)}
-    tmp = record.with_suffix(".tmp")
-    built = {"cache": str(cache), "folders": [str(f) for f in folders], "files": files}
-    tmp.write_text(json.dumps(built, indent=1))
-    tmp.replace(record)
+    return Path(answer["model"]) if answer.get("model") else None
 
 
 def _files(folder: Path) -> list[Path]:

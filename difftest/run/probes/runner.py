@@ -494,9 +494,21 @@ def play_probe(
             watch.follow(proc, started, result)
     finally:
         descendants.end_descendants(token)
+        _drop_if_empty(out_path)
     assert proc is not None
     result.set(duration_s=round(time.monotonic() - started, 2), ended_at=time.time())
     return result.run, Ended(proc.returncode, watch.timed_out, watch.exit_overdue)
+
+
+def _drop_if_empty(records: Path) -> None:
+    """The host creates each records file before its probe starts (the probe writes through the
+    descriptor): one still empty at the end is removed, so that a probe that wrote nothing reads
+    as one that left no records, as it always did."""
+    try:
+        if records.lstat().st_size == 0:
+            records.unlink()
+    except OSError:
+        pass
 
 
 def read_delivered(

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from difftest.core.evidence import ProtectionEvidence
 from difftest.probe import confine
 
 SANDBOX_ENV = "DIFFTEST_SANDBOX"
@@ -73,6 +74,12 @@ def protection() -> Protection:
         if setting not in _CHECKED:
             _CHECKED[setting] = _try(setting)
         return _CHECKED[setting]
+
+
+def protection_evidence() -> ProtectionEvidence:
+    """What the evidence records of this process's probes' confinement."""
+    guard = protection()
+    return ProtectionEvidence(confined=guard.active, why_not=guard.why_not)
 
 
 def _try(setting: str) -> Protection:

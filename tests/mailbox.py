@@ -1,0 +1,51 @@
+"""How a confined probe tells a test something: a mailbox the test process keeps.
+
+A probe can write nothing outside its scratch folder (`run.probes.sandbox`), so branch code in the
+tests cannot leave a marker file where the test looks. It can still send a datagram to a Unix
+socket (sending needs no write access to the folder the socket lies in): `mailbox(path)` binds one
+beside `path`, and a thread of the test process appends every message it receives to `path`,
+replacing the file whole each time (a reader never sees half a message). `post(path, expression)`
+is the one line of Python a payload runs to send `expression` (a str) there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+_OPEN: dict[str, socket.socket] = {}
+_LOCK = threading.Lock()
+
+
+def mailbox(path: Path) -> Path:
+    """The socket whose messages are appended to `path` (bound on first use, kept for the
+    process)."""
+    address = path.with_name(path.name + ".sock")
+    with _LOCK:
+        if str(address) not in _OPEN:
+            box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            address.unlink(missing_ok=True)
+            box.bind(str(address))
+            threading.Thread(target=_keep, args=(box, path), daemon=True).start()
+            _OPEN[str(address)] = box
+    return address
+
+
+def _keep(box: socket.socket, path: Path) -> None:
+    while True:
+        message = box.recv(1 << 20)
+        kept = path.read_bytes() if path.exists() else b""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(kept + message)
+        tmp.replace(path)
+
+
+def post(path: Path, expression: str) -> str:
+    """One Python statement that sends `expression` (a str) to `path`'s mailbox."""
+    address = str(mailbox(path))
+    return (
+        "__import__('socket').socket(__import__('socket').AF_UNIX, "
+        f"__import__('socket').SOCK_DGRAM).sendto(({expression}).encode(), {address!r})"
+    )
