@@ -88,6 +88,9 @@ def git_safe_config() -> dict[str, str]:
         "core.hooksPath": os.devnull,
         # No fsmonitor program or hook when a command reads the index.
         "core.fsmonitor": "false",
+        # No program listing an alternate object store's refs (a fetch into a repository with
+        # alternates runs it).
+        "core.alternateRefsCommand": "true",
         # fetch over ssh: the system's ssh, reading no `~/.ssh/config` (its ProxyCommand and
         # LocalCommand run programs). `GIT_SSH_COMMAND` in the caller's environment still wins.
         "core.sshCommand": f"{ssh} -F {os.devnull}",

@@ -31,15 +31,19 @@ import ctypes
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Iterable, Sequence
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_BIND = 0x1000
+MS_MOVE = 0x2000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 AT_FDCWD = -100
@@ -48,7 +52,16 @@ MOUNT_ATTR_RDONLY = 0x1
 #: `mount_setattr(2)`: the same number on every architecture (Linux 5.12+).
 SYS_MOUNT_SETATTR = 442
 #: `capset(2)`, by machine (glibc exports no wrapper).
-SYS_CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91}
+SYS_CAPSET = {
+    "x86_64": 126,
+    "aarch64": 91,
+    "arm64": 91,
+    "riscv64": 91,
+    "loongarch64": 91,
+    "ppc64le": 184,
+    "ppc64": 184,
+    "s390x": 185,
+}
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
@@ -61,8 +74,26 @@ CONFINE_FAILED = 121
 #: What the wrapper prints before that exit code.
 FAILED_PREFIX = "difftest.confine: "
 #: Mounts a confined process may write besides its own folders: its private `/dev/shm` (a tmpfs
-#: of its own) and `/proc` (its own entries; what the kernel guards there it guards by capability).
+#: of its own) and `/proc` (its own entries, and its id maps, which the nested namespace needs);
+#: what `/proc` holds of the machine is made read-only again below (`PROC_MACHINE`).
 OWN_MOUNTS = ("/dev/shm", "/proc")
+#: What `/proc` holds of the machine rather than of a process: read-only to a confined process.
+#: (Kernel settings are guarded by owner, not by capability: as root's, a probe of a difftest run
+#: as root could otherwise set `kernel/core_pattern` and run a program as root on the host.)
+PROC_MACHINE = (
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/acpi",
+)
+#: The devices a confined process gets: a `/dev` of its own holding only these (no disk, no
+#: kernel log, whatever uid the probe has outside).
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+#: Where sockets of the machine's services live (systemd's, Docker's, a session bus): hidden
+#: behind an empty read-only folder (a read-only mount does not stop `connect`).
+SERVICE_SOCKETS = ("/run", "/var/run")
 
 
 class ConfineError(OSError):
@@ -95,11 +126,11 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def enter_namespaces(inside_uid: int, inside_gid: int) -> None:
-    """A new user and mount namespace in which this process has uid `inside_uid` (the caller's own
-    uid outside). Needs a single-threaded process."""
+def enter_namespaces(inside_uid: int, inside_gid: int, also: int = 0) -> None:
+    """A new user and mount namespace (and `also`'s) in which this process has uid `inside_uid`
+    (the caller's own uid outside). Needs a single-threaded process."""
     outside_uid, outside_gid = os.geteuid(), os.getegid()
-    _check(_LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+    _check(_LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS | also), "unshare(CLONE_NEWUSER | ...)")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{inside_uid} {outside_uid} 1\n")
     _write("/proc/self/gid_map", f"{inside_gid} {outside_gid} 1\n")
@@ -146,15 +177,61 @@ def private_shm() -> None:
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
 
 
+def _unescape(field: bytes) -> str:
+    """A mountinfo path: the kernel writes space, tab, newline and backslash as octal escapes."""
+    raw = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field)
+    return os.fsdecode(raw)
+
+
 def mounts() -> list[tuple[str, str]]:
     """(mount point, per-mount options) of every mount this process sees."""
     found = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+    with open("/proc/self/mountinfo", "rb") as table:
         for line in table:
-            fields = line.split(" ")
-            point = fields[4].encode().decode("unicode_escape")
-            found.append((point, fields[5]))
+            fields = line.split(b" ")
+            found.append((_unescape(fields[4]), fields[5].decode()))
     return found
+
+
+def hide_machine() -> None:
+    """What a probe must not reach even read-only or by `connect`: kernel settings (read-only),
+    the machine's devices (a `/dev` of its own), its services' sockets (an empty folder), and, by
+    the namespaces `confine` adds, the network and the IPC objects of other processes."""
+    for path in PROC_MACHINE:
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _set_read_only(path, read_only=True, recursive=True)
+    _own_dev()
+    for folder in SERVICE_SOCKETS:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
+            _set_read_only(folder, read_only=True, recursive=False)
+
+
+def _own_dev() -> None:
+    """A tmpfs `/dev` holding `DEVICES` (each bound from the machine's), `/dev/fd` and the standard
+    streams as links, and a private `/dev/shm`; built aside, then moved into place."""
+    staging = os.environ.get("TMPDIR", "") or "/tmp"
+    built = os.path.join(staging, f".difftest-dev-{os.getpid()}")
+    os.makedirs(built, exist_ok=True)
+    _mount("tmpfs", built, "tmpfs", MS_NOSUID, "mode=755,size=64k")
+    for name in DEVICES:
+        source = f"/dev/{name}"
+        if os.path.exists(source):
+            open(os.path.join(built, name), "w").close()
+            _mount(source, os.path.join(built, name), None, MS_BIND)
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, os.path.join(built, name))
+    os.mkdir(os.path.join(built, "shm"))
+    _mount(built, "/dev", None, MS_MOVE)
+    os.rmdir(built)
+    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
+    _set_read_only("/dev", read_only=True, recursive=False)
 
 
 def writable_mounts(allowed: Iterable[str]) -> list[str]:
@@ -197,19 +274,20 @@ def confine(writable: Sequence[str]) -> None:
     """This process, from here on: everything read-only but `writable`, its own `/dev/shm`,
     checked; then in a nested namespace as an unprivileged uid, where those mounts are locked."""
     uid, gid = inside_ids()
-    enter_namespaces(0, 0)
+    enter_namespaces(0, 0, CLONE_NEWNET | CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    hide_machine()
     _set_read_only("/", read_only=True, recursive=True)
     for folder in writable:
         bind_writable(folder)
-    private_shm()
+    _set_read_only("/dev/shm", read_only=False, recursive=False)
     if os.path.isdir("/proc"):
         _set_read_only("/proc", read_only=False, recursive=False)
     left = writable_mounts([*writable, *OWN_MOUNTS])
     if left:
         raise ConfineError(0, f"mounts still writable after the read-only pass: {', '.join(left)}")
     enter_namespaces(uid, gid)
-    hide_memory()
+    _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def confine_forked_child(scratch: str, scratch_root: str) -> None:
@@ -218,7 +296,7 @@ def confine_forked_child(scratch: str, scratch_root: str) -> None:
     uid, gid = os.geteuid(), os.getegid()
     os.makedirs(scratch, exist_ok=True)
     _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files, to write its id maps
-    enter_namespaces(uid, gid)
+    enter_namespaces(uid, gid, CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     bind_writable(scratch)
     _set_read_only(scratch_root, read_only=True, recursive=False)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -332,3 +334,99 @@ def test_a_wrapper_that_cannot_confine_exits_with_its_own_code(tmp_path):
     )
     assert done.returncode == sandbox.MOUNT_FAILED
     assert done.stderr.startswith(confine.FAILED_PREFIX)
+
+
+def test_a_normal_users_probe_is_confined_the_same(request):
+    """The cases of #47 that differ for a normal user: the wrapper maps them to their own uid (not
+    an unprivileged stand-in), and a folder they could write (mode 777) is read-only all the same.
+    Run as `nobody` through util-linux's `setpriv`, from root."""
+    needs_namespaces()
+    needs_root()
+    setpriv = shutil.which("setpriv", path=sandbox_system_path())
+    if setpriv is None:
+        pytest.skip("util-linux's setpriv is not installed")
+    # A folder of the test's own that `nobody` can reach (pytest's are root's alone).
+    reachable = Path(tempfile.mkdtemp(prefix="difftest-nobody-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(reachable, ignore_errors=True))
+    reachable.chmod(0o755)
+    scratch, open_to_all = reachable / "scratch", reachable / "open"
+    scratch.mkdir()
+    open_to_all.mkdir()
+    os.chown(scratch, 65534, 65534)
+    open_to_all.chmod(0o777)
+    python = os.path.realpath(sys.executable)
+    argv = sandbox.wrap(
+        [
+            "sh",
+            "-c",
+            'id -u; echo x > "$1/a" && echo own-ok; echo x > "$2/b"; true',
+            "sh",
+            str(scratch),
+            str(open_to_all),
+        ],
+        [scratch],
+    )
+    argv[0] = python
+    done = subprocess.run(
+        [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    if done.returncode == sandbox.MOUNT_FAILED or "Permission denied" in done.stderr[:200]:
+        pytest.skip(f"nobody cannot run the wrapper here: {done.stderr.strip()[:200]}")
+    assert done.stdout.split()[:2] == ["65534", "own-ok"], (done.stdout, done.stderr)
+    assert "Read-only file system" in done.stderr and not (open_to_all / "b").exists()
+
+
+def sandbox_system_path() -> str:
+    from difftest.core.host_tools import SYSTEM_PATH
+
+    return SYSTEM_PATH
+
+
+def test_kernel_settings_devices_and_services_are_out_of_reach(home, tmp_path):
+    """Review of #47: as root's, a probe could set `kernel/core_pattern` (a program run as root on
+    the host at the next crash), write the kernel log or a disk, and connect to root's service
+    sockets (Docker's, systemd's) and to anything listening on loopback. Kernel settings are
+    read-only, `/dev` holds only the harmless devices, `/run` is empty, and the probe has a
+    network of its own."""
+    needs_namespaces()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        _code, out = probe_shell(
+            'p=/proc/sys/kernel/hostname; cat $p > "$TMPDIR/h"; '
+            '(cat "$TMPDIR/h" > $p) 2>/dev/null && echo WROTE-SYSCTL; '
+            "(echo x > /dev/kmsg) 2>/dev/null && echo WROTE-KMSG; "
+            'echo "dev: $(ls /dev | tr "\\n" " ")"; echo "run: $(ls -A /run | wc -l)"; '
+            f'{sys.executable} -c "import socket; '
+            f"socket.create_connection(('127.0.0.1', {port}), 2)\" "
+            "2>/dev/null && echo CONNECTED; echo x > /dev/null && echo null-ok; true",
+            tmp_path,
+        )
+    finally:
+        listener.close()
+    assert "WROTE" not in out and "CONNECTED" not in out and "null-ok" in out, out
+    devices = set(out.split("dev: ")[1].splitlines()[0].split())
+    assert devices <= {*confine.DEVICES, "fd", "stdin", "stdout", "stderr", "shm"}, devices
+    assert "run: 0" in out, out
+
+
+def test_a_folder_whose_name_is_not_ascii_is_confined_like_any_other(tmp_path, monkeypatch):
+    """Review of #47: mountinfo's escapes were decoded as text, so a scratch folder named `ü`
+    looked like a writable mount left over and turned confinement off for every probe."""
+    needs_namespaces()
+    folder = tmp_path / "scratch ü\tx"
+    folder.mkdir()
+    done = subprocess.run(
+        sandbox.wrap(["sh", "-c", 'echo ok > "$1/a"', "sh", str(folder)], [folder]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (folder / "a").read_text() == "ok\n"

@@ -72,7 +72,9 @@ def _pip_default_index() -> str | None:
     system = system_program("python3")
     for python in dict.fromkeys([sys.executable, *([system] if system else [])]):
         try:
-            done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                [python, "-I", "-c", probe], capture_output=True, text=True, timeout=60
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if done.returncode == 0 and done.stdout.strip():

@@ -15,6 +15,7 @@ them back and they are read (`run.suites.results.read_session`) and judged
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,8 @@ from difftest.core.evidence import atomic_write_text
 from difftest.core.suites import SuiteSession
 from difftest.run.cache.results import ResultCache, code_digest
 from difftest.run.probes.environ import passed_environ
+from difftest.run.probes.files import read_probe_file
+from difftest.run.probes.sandbox import protection
 
 #: Bump when an entry's shape or the key's material changes.
 SUITE_CACHE_FORMAT = 1
@@ -55,6 +58,8 @@ def session_key(
         "base": canonical_hash(base),
         "packages": sorted(packages),
         "limits": dict(sorted(limits.items())),
+        # Sessions run unconfined are never reused by a confined run, nor the other way round.
+        "confinement": protection().label,
     }
     return sha256_bytes(json.dumps(material, sort_keys=True, default=str).encode())
 
@@ -98,9 +103,9 @@ def load_session(cache: ResultCache | None, key: str, out: Path, log: Any) -> di
         )
         path.unlink(missing_ok=True)
         return None
-    out.mkdir(parents=True, exist_ok=True)
-    for name in SESSION_FILES:
-        (out / name).unlink(missing_ok=True)
+    # A session's folder was writable to its branches' code: start it afresh, follow no link.
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     (out / "pytest.log").write_text(
@@ -127,9 +132,9 @@ def store_session(
         return False
     try:
         files = {
-            name: (out / name).read_text(encoding="utf-8")
+            name: read_probe_file(out / name).decode("utf-8")
             for name in SESSION_FILES
-            if (out / name).is_file()
+            if (out / name).is_file() and not (out / name).is_symlink()
         }
     except (OSError, UnicodeDecodeError) as exc:
         log(f"tests: session not cached: cannot read its files ({exc})")

@@ -80,6 +80,9 @@ def ensure_prebuilt(job: Job, python: Path, log: Log | None = None) -> Prebuilt:
         "entry": job["entry"],
         "base": base.key,
         "models": _named_models(job),
+        # One record and one cache per model folder: commands with other folders never take each
+        # other's cache for a changed one.
+        "work_dir": str(work_dir.resolve()),
     }
     key = canonical_hash(needs)[:16]
     cache = paths.vllm_cache_dir() / f"prebuilt-{key}"
@@ -90,7 +93,7 @@ def ensure_prebuilt(job: Job, python: Path, log: Log | None = None) -> Prebuilt:
             return Prebuilt(cache)
         if record.exists():
             (log or _stderr)(f"difftest: {problem}: building it again")
-        _remove_recorded(record)
+        _remove_recorded(record, [work_dir, paths.vllm_cache_dir()])
         shutil.rmtree(cache, ignore_errors=True)
         _build(job, base, cache, record)
     return Prebuilt(cache)
@@ -165,14 +168,18 @@ def _changed(record: Path, cache: Path) -> str | None:
     return None
 
 
-def _remove_recorded(record: Path) -> None:
-    """Remove what the record lists, and the record."""
+def _remove_recorded(record: Path, within: list[Path]) -> None:
+    """Remove what the record lists, and the record: only folders directly below one of `within`
+    (a record is a file; one written when probes could still write it may name any folder)."""
     try:
         folders = json.loads(record.read_text(encoding="utf-8")).get("folders", [])
     except (OSError, ValueError, AttributeError):
         folders = []
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+    parents = {folder.resolve() for folder in within}
+    for name in folders:
+        folder = Path(str(name))
+        if not folder.is_symlink() and folder.parent.resolve() in parents:
+            shutil.rmtree(folder, ignore_errors=True)
     record.unlink(missing_ok=True)
 
 

@@ -35,6 +35,7 @@ from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeHeader, ProbeRun
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
+from difftest.probe import confine
 from difftest.probe.protocol import (
     HOST_PID_ENV,
     NONCE_ENV,
@@ -548,6 +549,13 @@ def _read_output(
     log = _log_lines(run.log_path)
     log_tail = clean("\n".join(log[-_CAPTURE_TAIL:]))
     result.set(log_tail=log_tail)  # kept whatever goes wrong below
+    confining = [line for line in log[:5] if line.startswith(confine.FAILED_PREFIX)]
+    if returncode == sandbox.MOUNT_FAILED and confining:
+        # The wrapper could not confine the probe (before any of the branch's code ran): difftest's
+        # own failure, never the branch's.
+        why = confining[0].removeprefix(confine.FAILED_PREFIX)
+        _unreadable(result, job, tier, f"it could not be confined ({clean(why)})", returncode)
+        return
     # What it said it waited for counts only when it was killed for it (a pool thread that ends is
     # no hang).
     stuck = _stuck(log) if exit_overdue or timed_out else ""

@@ -10,6 +10,7 @@ probe ends: what one probe leaves there never reaches another.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -53,4 +54,18 @@ class Scratch:
         return env
 
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Gone, whatever modes the probe left on its folders."""
+        shutil.rmtree(self.root, onerror=_writable_again)
+
+
+def _writable_again(_function: object, path: str, _error: object) -> None:
+    """`rmtree`'s second try at what a probe made unwritable (a folder it chmod'ed to 0500)."""
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass

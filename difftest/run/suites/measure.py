@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -38,6 +39,7 @@ from difftest.run.cache.sessions import load_session, session_key, store_session
 from difftest.run.context import RunContext
 from difftest.run.probes import descendants
 from difftest.run.probes.environ import probe_environ
+from difftest.run.probes.files import open_records, read_probe_text
 from difftest.run.probes.runner import (
     Progress,
     kill_group,
@@ -335,16 +337,17 @@ def run_session(
     worker gets the controller's sys.path), to show what the plugin's fix prevents."""
     # The session runs in the test root: a relative `--out` would name a folder there.
     out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("junit.xml", "workers.json", "progress.jsonl"):
-        (out / stale).unlink(missing_ok=True)
+    # The session writes here (its one writable folder besides its scratch): whatever an earlier
+    # session left, links or FIFOs included, goes, and nothing here is opened through a link.
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     command = session_command(session, root, setup, out)
     timeout_s = setup.timeout_s
     run = SessionRun(session.name, out, root, command)
     started = time.monotonic()
     token = descendants.new_token()
     tally.count("test-session", workers=len(setup.workers))
-    with open(out / "pytest.log", "wb") as log:
+    with open(open_records(out / "pytest.log"), "wb") as log:
         # Through the probes' registry: killed with them on Ctrl-C, SIGTERM or exit
         # (`runner._LIVE`).
         proc = start_probe_process(
@@ -387,9 +390,7 @@ def run_session(
     # failure.
     if run.error is None and proc.returncode not in (0, 1, 5):
         tail = [
-            line
-            for line in (out / "pytest.log").read_text(errors="replace").splitlines()
-            if line.strip()
+            line for line in _read_session_file(out / "pytest.log").splitlines() if line.strip()
         ]
         run.error = f"pytest exited with code {proc.returncode}: " + (
             tail[-1] if tail else "no output"
@@ -426,10 +427,12 @@ def _report_progress(
     done: dict[str, int] = {}
     total: dict[str, int] = {}
     last: dict[str, str] = {}
-    for line in path.read_text(errors="replace").splitlines():
+    for line in _read_session_file(path).splitlines():
         try:
             record = json.loads(line)
         except ValueError:
+            continue
+        if not isinstance(record, dict):
             continue
         code = str(record.get("code"))
         if "collected" in record:
@@ -444,3 +447,12 @@ def _report_progress(
             except KeyError:
                 continue  # not a branch of this run (a report from the controller itself)
     return done
+
+
+def _read_session_file(path: Path) -> str:
+    """A file the session wrote (and so branch code could replace): never through a link, never
+    blocking on a FIFO, capped in size; "" when it cannot be read that way."""
+    try:
+        return read_probe_text(path)
+    except OSError:
+        return ""

@@ -28,6 +28,7 @@ from difftest.core.records import TestOutcome
 from difftest.core.suites import RawOutcome, SuiteSession
 from difftest.core.verdicts import one_line
 from difftest.probe.tests.contract import CODE_PROPERTY, GRAFT_MARK, LABEL, NODEID_PROPERTY
+from difftest.run.probes.files import read_probe_file, read_probe_text
 
 #: The plugin's collection-error label (`contract.LABEL`), as a pattern.
 _LABEL = re.compile(
@@ -129,7 +130,7 @@ def _unique(outcomes: list[RawOutcome]) -> list[RawOutcome]:
 
 def _workers(path: Path) -> dict[str, dict]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_probe_text(path))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -146,7 +147,7 @@ def _junit(
     collect_errors: dict[tuple[str, str], str] = {}
     strays: list[str] = []
     try:
-        root = ET.parse(path).getroot()
+        root = ET.fromstring(read_probe_file(path))
     except (OSError, ET.ParseError):
         return cases, collect_errors, strays
     for case in root.iter("testcase"):
@@ -175,7 +176,7 @@ def _progress(path: Path) -> dict[tuple[str, str], tuple[TestOutcome, str, float
     """The finished tests the controller recorded as they came, when there is no JUnit report."""
     cases: dict[tuple[str, str], tuple[TestOutcome, str, float]] = {}
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        lines = read_probe_text(path).splitlines()
     except OSError:
         return cases
     for line in lines:
