@@ -28,10 +28,13 @@ a branch's on its path) and inside branch environments.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import platform
 import re
+import socket
+import struct
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -193,6 +196,16 @@ def mounts() -> list[tuple[str, str]]:
     return found
 
 
+def loopback_up() -> None:
+    """The new network namespace's loopback, up: the engine's torch.distributed (gloo) binds to
+    127.0.0.1, which then reaches nothing outside the probe."""
+    iff_up, get_flags, set_flags = 0x1, 0x8913, 0x8914
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, get_flags, request))[1]
+        fcntl.ioctl(sock, set_flags, struct.pack("16sH22x", b"lo", flags | iff_up))
+
+
 def hide_machine() -> None:
     """What a probe must not reach even read-only or by `connect`: kernel settings (read-only),
     the machine's devices (a `/dev` of its own), its services' sockets (an empty folder), and, by
@@ -275,6 +288,7 @@ def confine(writable: Sequence[str]) -> None:
     checked; then in a nested namespace as an unprivileged uid, where those mounts are locked."""
     uid, gid = inside_ids()
     enter_namespaces(0, 0, CLONE_NEWNET | CLONE_NEWIPC)
+    loopback_up()
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     hide_machine()
     _set_read_only("/", read_only=True, recursive=True)
