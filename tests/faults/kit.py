@@ -21,6 +21,7 @@ from pathlib import Path
 from difftest.core import paths
 from difftest.run.probes.sandbox import protection
 from tests.e2e.cli_helpers import INIT_MARKER, METRICS, SCHEDULER
+from tests.mailbox import post
 from tests.patching import insert_after, prepend, symlink_patch
 
 #: The environment variable the `env-count` fault's counting reads (vLLM's prefix: it reaches
@@ -100,49 +101,25 @@ EXIT_ONE = "import atexit as _atexit, os as _os\n_atexit.register(lambda: _os._e
 
 
 def fault_box(tmp: Path) -> Path:
-    """A Unix datagram socket in `tmp` whose messages this test process appends to
-    `tmp/fault-box.txt`, one per line: how a confined probe, which can write nothing outside its
-    scratch folder, tells the test what it did (sending to a socket needs no write access to the
-    folder it lies in)."""
-    address = tmp / "fault-box.sock"
-    with _BOXES_LOCK:
-        if str(address) not in _BOXES:
-            box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            address.unlink(missing_ok=True)
-            box.bind(str(address))
-            thread = threading.Thread(
-                target=_keep_messages, args=(box, tmp / "fault-box.txt"), daemon=True
-            )
-            thread.start()
-            _BOXES[str(address)] = box
-    return address
+    """`tmp/fault-box.txt`, kept by the test process from what probes send to its mailbox
+    (`tests.mailbox`): how a confined probe, which can write nothing outside its scratch folder,
+    tells the test what it did. One message per line: a kind, a space, what it says."""
+    return tmp / "fault-box.txt"
 
 
 _BOXES: dict[str, socket.socket] = {}
 _BOXES_LOCK = threading.Lock()
 
 
-def _keep_messages(box: socket.socket, kept: Path) -> None:
-    while True:
-        message = box.recv(1 << 20)
-        with kept.open("ab") as file:
-            file.write(message.replace(b"\n", b" ") + b"\n")
-
-
 def send_to_box(tmp: Path, indent: str, what: str) -> str:
-    """Python source that sends the f-string `what` to the test's fault box."""
-    box = str(fault_box(tmp))
-    return (
-        f"{indent}import socket as _socket\n"
-        f"{indent}_socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM).sendto("
-        f"({what}).encode(), {box!r})\n"
-    )
+    """Python source that sends the f-string `what` to the test's fault box, as one line."""
+    return f"{indent}{post(fault_box(tmp), f'({what}) + chr(10)')}\n"
 
 
 def box_messages(tmp: Path, kind: str) -> list[str]:
     """What the probes sent to `tmp`'s fault box with `kind` first (waiting a moment for the last
     datagram to be kept)."""
-    kept = tmp / "fault-box.txt"
+    kept = fault_box(tmp)
     time.sleep(0.2)
     lines = kept.read_bytes().decode("utf-8", "replace").splitlines() if kept.exists() else []
     return [line.split(" ", 1)[1] for line in lines if line.split(" ", 1)[0] == kind]
