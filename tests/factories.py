@@ -388,6 +388,14 @@ def link_base_into(home: Path, base: Path) -> Path:
 
     (home / "envs").mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(base), str(home / "envs" / base.name)], check=True)
+    # vLLM's inspection of the base, made once (a vLLM import), with its record: reused by content.
+    key = base.name.removeprefix("base-")
+    source = base.parent.parent / "vllm-cache"
+    inspected, record = source / f"base-{key}", source / "records" / f"inspected-{key}.json"
+    if inspected.is_dir() and record.is_file():
+        (home / "vllm-cache" / "records").mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-al", str(inspected), str(home / "vllm-cache")], check=True)
+        subprocess.run(["cp", "-l", str(record), str(home / "vllm-cache" / "records")], check=True)
     return home
 
 

@@ -3,15 +3,18 @@
 A probe can write nothing outside its scratch folder (`run.probes.sandbox`), so branch code in the
 tests cannot leave a marker file where the test looks. It can still send a datagram to a Unix
 socket (sending needs no write access to the folder the socket lies in): `mailbox(path)` binds one
-beside `path`, and a thread of the test process appends every message it receives to `path`,
-replacing the file whole each time (a reader never sees half a message). `post(path, expression)`
-is the one line of Python a payload runs to send `expression` (a str) there.
+(in a short folder of the temporary root), and a thread of the test process appends every message
+it receives to `path`, replacing the file whole each time (a reader never sees half a message).
+`post(path, expression)` is the one line of Python a payload runs to send `expression` (a str)
+there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -22,7 +25,7 @@ _LOCK = threading.Lock()
 def mailbox(path: Path) -> Path:
     """The socket whose messages are appended to `path` (bound on first use, kept for the
     process)."""
-    address = path.with_name(path.name + ".sock")
+    address = socket_path(path, ".sock")
     with _LOCK:
         if str(address) not in _OPEN:
             box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -31,6 +34,14 @@ def mailbox(path: Path) -> Path:
             threading.Thread(target=_keep, args=(box, path), daemon=True).start()
             _OPEN[str(address)] = box
     return address
+
+
+def socket_path(path: Path, suffix: str) -> Path:
+    """Where the socket standing for `path` lies: short, whatever the test's folder (a socket's
+    path holds at most 107 bytes), in this process's folder of the temporary root."""
+    folder = Path(tempfile.gettempdir()) / f"mbox-{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    return folder / (hashlib.sha256(str(path).encode()).hexdigest()[:16] + suffix)
 
 
 def _keep(box: socket.socket, path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from difftest.core import paths
 from difftest.run.probes.sandbox import protection
 from tests.e2e.cli_helpers import INIT_MARKER, METRICS, SCHEDULER
-from tests.mailbox import post
+from tests.mailbox import post, socket_path
 from tests.patching import insert_after, prepend, symlink_patch
 
 #: The environment variable the `env-count` fault's counting reads (vLLM's prefix: it reaches
@@ -441,7 +441,7 @@ def counter(tmp: Path) -> Path:
     """A Unix stream socket in `tmp` that answers each connection with how many came before it
     (1, 2, ...): state a confined probe can keep across probe processes, which it cannot write
     anywhere (connecting needs no write access to the folder)."""
-    address = tmp / "fault-counter.sock"
+    address = socket_path(tmp / "fault-counter", ".counter")
     with _BOXES_LOCK:
         if str(address) not in _BOXES:
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -468,7 +468,7 @@ def _count(server: socket.socket) -> None:
 
 def counted(tmp: Path) -> int:
     """How many connections `tmp`'s counter answered."""
-    return _COUNTS.get(str(tmp / "fault-counter.sock"), 0)
+    return _COUNTS.get(str(socket_path(tmp / "fault-counter", ".counter")), 0)
 
 
 def flaky_counting_patch(tmp: Path, repo: object) -> Path:

@@ -34,19 +34,25 @@ def branch_env(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def builds(monkeypatch) -> list[Path]:
-    """Every build, each writing `model-x/tokenizer.json` and one inspection-cache file."""
+    """Every model-folder build (each writing `model-x/tokenizer.json`); the inspection writes one
+    inspection-cache file."""
     done: list[Path] = []
 
-    def build(job: dict, base: BaseInterpreter, cache: Path) -> Path:
+    def build(job: dict, base: BaseInterpreter) -> Path:
         model = Path(job["work_dir"]) / "model-x"
         model.mkdir(parents=True, exist_ok=True)
         (model / "tokenizer.json").write_text('{"vocab": "as built"}')
-        (cache / "modelinfos").mkdir(parents=True, exist_ok=True)
-        (cache / "modelinfos" / "llama.json").write_text("{}")
         done.append(model)
         return model
 
+    def inspect(base: BaseInterpreter, args: list[str]) -> dict:
+        cache = Path(args[args.index("--vllm-cache") + 1])
+        (cache / "modelinfos").mkdir(parents=True, exist_ok=True)
+        (cache / "modelinfos" / "llama.json").write_text("{}")
+        return {"inspected": str(cache)}
+
     monkeypatch.setattr(prebuilt, "build_in_base", build)
+    monkeypatch.setattr(prebuilt, "_run_in_base", inspect)
     return done
 
 
@@ -93,7 +99,27 @@ def test_a_changed_model_folder_is_named_removed_and_built_again(
     assert tokenizer.read_text() == '{"vocab": "as built"}'
     assert not (builds[0] / "added_tokens.json").exists()
     assert len(said) == 1 and "building it again" in said[0], said
-    assert str(builds[0]) in said[0] or "tokenizer" in said[0] or "added" in said[0], said
+    assert str(builds[0]) in said[0], said
+
+
+def test_the_inspection_is_made_once_per_base_and_checked_too(branch_env, builds, tmp_path):
+    """Two model folders (two commands' work folders) share the base's inspection cache; a cache
+    file changed is named and the inspection made again."""
+    python = branch_env / "bin" / "python"
+    first = ensure_prebuilt(_job(tmp_path / "a"), python).vllm_cache
+    second = ensure_prebuilt(_job(tmp_path / "b"), python).vllm_cache
+    assert first == second and first is not None and len(builds) == 2
+    (first / "modelinfos" / "llama.json").write_text('{"poisoned": true}')
+    said: list[str] = []
+    ensure_prebuilt(_job(tmp_path / "a"), python, said.append)
+    assert (first / "modelinfos" / "llama.json").read_text() == "{}"
+    assert len(said) == 1 and "llama.json" in said[0] and len(builds) == 2, said
+
+
+def test_a_named_model_builds_no_work_folder(branch_env, tmp_path, monkeypatch, builds):
+    monkeypatch.setattr(prebuilt, "build_in_base", lambda job, base: Path("/elsewhere/model"))
+    ensure_prebuilt(_job(tmp_path / "unused"), branch_env / "bin" / "python")
+    assert not (tmp_path / "unused").exists()
 
 
 def test_an_interpreter_difftest_did_not_build_gets_nothing_prebuilt(tmp_path, builds):

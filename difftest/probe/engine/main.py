@@ -23,13 +23,12 @@ def prebuild(job: Job, fresh: bool) -> Path:
     before they run, `probe.prebuild`); `fresh`: a tiny model already there is removed first."""
     import shutil
 
-    from .session import engine_config
     from .tiny_model import ensure_tiny_model, recipe_key
 
-    scenarios = [s["data"] for s in job["scenarios"]]
-    named = engine_config(scenarios).get("model") if scenarios else None
-    if named:
-        return Path(named)
+    # Read without `session.engine_config` (which imports vLLM): the probe checks the rest.
+    named = {str(s["data"].get("engine", {}).get("model") or "") for s in job["scenarios"]}
+    if named - {""}:
+        return Path(sorted(named - {""})[0])
     if fresh:
         shutil.rmtree(Path(job["work_dir"]) / f"tiny-llama-{recipe_key()}", ignore_errors=True)
     return ensure_tiny_model(Path(job["work_dir"]))

@@ -2,9 +2,11 @@
 
 Probes may write nothing but their scratch folders (`sandbox`), so what they all read is built
 before any of them runs, in the BASE's interpreter (no branch's code: `probe.prebuild`), and
-checked by content before every later use: a record of the sha256 of every file built sits beside
-the folders, and a folder that no longer matches it (changed while probes could still write it,
-by an older difftest or with the sandbox off) is named in the log, removed and built again.
+checked by content before every later use: a record of the sha256 of every file built is kept in
+difftest's vLLM cache folder, and a folder that no longer matches it (changed while probes could
+still write it, by an older difftest or with the sandbox off) is named in the log, removed and
+built again. vLLM's inspection is made once per base (a vLLM import, seconds); a job's model
+folder is built without importing vLLM.
 """
 
 from __future__ import annotations
@@ -69,34 +71,57 @@ def base_interpreter(python: Path) -> BaseInterpreter | None:
 
 
 def ensure_prebuilt(job: Job, python: Path, log: Log | None = None) -> Prebuilt:
-    """Build (or check and reuse) what the job's probes read; where `python` is not a branch
-    environment difftest built, nothing is built (its probe builds its model folder itself, in a
-    folder the caller makes writable to it)."""
+    """Build (or check and reuse) what the job's probes read: vLLM's inspection cache, once per
+    base, and the job's model folder; where `python` is not a branch environment difftest built,
+    nothing is built (its probe builds its model folder itself, in a folder the caller makes
+    writable to it)."""
     base = base_interpreter(python)
     if base is None:
         return Prebuilt(None)
+    say = log or _stderr
+    cache = paths.vllm_cache_dir() / f"base-{base.key}"
+
+    def inspect() -> list[Path]:
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir(parents=True)
+        _run_in_base(base, ["--inspect", "--vllm-cache", str(cache)])
+        return [cache]
+
+    _ensure(f"inspected-{base.key}", [paths.vllm_cache_dir()], inspect, say)
     work_dir = Path(job["work_dir"])
     needs = {
         "entry": job["entry"],
         "base": base.key,
         "models": _named_models(job),
-        # One record and one cache per model folder: commands with other folders never take each
-        # other's cache for a changed one.
         "work_dir": str(work_dir.resolve()),
     }
-    key = canonical_hash(needs)[:16]
-    cache = paths.vllm_cache_dir() / f"prebuilt-{key}"
-    record = work_dir / f".difftest-prebuilt-{key}.json"
-    with own_lock(paths.locks_dir() / f"prebuilt-{key}.lock"):
-        problem = _changed(record, cache)
-        if problem is None:
-            return Prebuilt(cache)
-        if record.exists():
-            (log or _stderr)(f"difftest: {problem}: building it again")
-        _remove_recorded(record, [work_dir, paths.vllm_cache_dir()])
-        shutil.rmtree(cache, ignore_errors=True)
-        _build(job, base, cache, record)
+
+    def build() -> list[Path]:
+        model = build_in_base(job, base)
+        inside = model is not None and model.resolve().parent == work_dir.resolve()
+        return [model] if inside and model is not None else []
+
+    _ensure(f"models-{canonical_hash(needs)[:16]}", [work_dir], build, say)
     return Prebuilt(cache)
+
+
+def _ensure(name: str, within: list[Path], build: Callable[[], list[Path]], log: Log) -> None:
+    """Reuse what the record `name` lists while every file is as built; otherwise say what
+    changed, remove it (only below `within`) and build it again, the record written last."""
+    record = paths.vllm_cache_dir() / "records" / f"{name}.json"
+    with own_lock(paths.locks_dir() / f"prebuilt-{name}.lock"):
+        problem = _changed(record)
+        if problem is None:
+            return
+        if record.exists():
+            log(f"difftest: {problem}: building it again")
+        _remove_recorded(record, within)
+        folders = build()
+        files = {str(path): file_digest(str(path)) for f in folders for path in _files(f)}
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"folders": [str(f) for f in folders], "files": files}))
+        tmp.replace(record)
 
 
 def _named_models(job: Job) -> list[str]:
@@ -104,61 +129,49 @@ def _named_models(job: Job) -> list[str]:
     return sorted(name for name in names if name)
 
 
-def _build(job: Job, base: BaseInterpreter, cache: Path, record: Path) -> None:
-    """Build in the base's interpreter, then record the sha256 of every file built (the record
-    written last: a build that stopped halfway has none, and is built again)."""
-    work_dir = Path(job["work_dir"])
-    work_dir.mkdir(parents=True, exist_ok=True)
-    cache.mkdir(parents=True, exist_ok=True)
-    model = build_in_base(job, base, cache)
-    folders = [cache]
-    if model is not None and model.resolve().parent == work_dir.resolve():
-        folders.append(model)
-    files = {str(path): file_digest(str(path)) for f in folders for path in _files(f)}
-    built = {"cache": str(cache), "folders": [str(f) for f in folders], "files": files}
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(built, indent=1))
-    tmp.replace(record)
-
-
-def build_in_base(job: Job, base: BaseInterpreter, cache: Path) -> Path | None:
-    """`probe.prebuild` in the base's interpreter: the model folder it built or took (None: the
-    job needs none); OSError with its last words when it fails."""
+def build_in_base(job: Job, base: BaseInterpreter) -> Path | None:
+    """The job's model folder, built by `probe.prebuild` in the base's interpreter (None: the job
+    needs none in its work folder)."""
     with tempfile.TemporaryDirectory(prefix="difftest-prebuild-") as folder:
         job_file = Path(folder) / "job.json"
         job_file.write_text(json.dumps(job))
+        answer = _run_in_base(base, ["--job", str(job_file), "--fresh"])
+    model = answer.get("model")
+    return Path(model) if model else None
+
+
+def _run_in_base(base: BaseInterpreter, args: list[str]) -> dict[str, str | None]:
+    """`probe.prebuild ARGS` in the base's interpreter: its answer; OSError with its last words
+    when it fails."""
+    with tempfile.TemporaryDirectory(prefix="difftest-prebuild-") as folder:
         env = {k: v for k, v in probe_environ().items() if k != "VLLM_CACHE_ROOT"}
         env.update(HOME=folder, TMPDIR=folder)
-        argv = [str(base.python), "-I", "-c", _LAUNCH, str(base.probe_path), "--job"]
-        argv += [str(job_file), "--vllm-cache", str(cache), "--fresh"]
+        argv = [str(base.python), "-I", "-c", _LAUNCH, str(base.probe_path), *args]
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PREBUILD_S, env=env, cwd=folder
         )
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
-        raise OSError(f"building the probes' model folder failed:\n{tail}")
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return Path(answer["model"]) if answer.get("model") else None
+        raise OSError(f"building what the probes read failed:\n{tail}")
+    answer: dict[str, str | None] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
 
 
 def _files(folder: Path) -> list[Path]:
     return sorted(path for path in folder.rglob("*") if path.is_file() or path.is_symlink())
 
 
-def _changed(record: Path, cache: Path) -> str | None:
-    """None when the record is of `cache` and every file it lists (and no other) is as built;
-    else what changed."""
+def _changed(record: Path) -> str | None:
+    """None when every file the record lists (and no other) is as built; else what changed."""
     try:
         recorded = json.loads(record.read_text(encoding="utf-8"))
         folders = [Path(f) for f in recorded["folders"]]
         files: dict[str, str] = recorded["files"]
-        if recorded["cache"] != str(cache):
-            raise ValueError("another cache")
     except (OSError, ValueError, KeyError, TypeError):
-        return "the probes' model folder was never built here"
+        return "what the probes read was never built here"
     found = {str(path) for folder in folders for path in _files(folder)}
     for extra in sorted(found - set(files)):
-        return f"{extra} appeared after the probes' model folder was built"
+        return f"{extra} appeared after it was built"
     for name, digest in sorted(files.items()):
         try:
             if file_digest(name) != digest:

@@ -258,6 +258,13 @@ def start_probe_process(
             given.append(open_records(records))
             kwargs["env"][RECORDS_FD_ENV] = str(given[-1])
         kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), *given)
+    except BaseException:
+        if kwargs.get("scratch") is not None:
+            kwargs["scratch"].remove()  # never handed over: `start` would have removed it
+        for fd in given:
+            os.close(fd)
+        raise
+    try:
         return _LIVE.start(*args, **kwargs)
     finally:
         for fd in given:
