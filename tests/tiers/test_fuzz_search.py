@@ -31,7 +31,9 @@ def test_same_seed_same_findings_on_a_real_branch(workspace, tmp_path) -> None:
             examiner = Examiner(tier, prober, [BRANCH], None, "strict", 120, BRANCH)
             result = search(tier.fuzz_strategy(), examiner.examine, seed_value=0, examples=100)
             found.append([(f.value, f.kinds) for f in result.found])
-            assert examiner.probed > 100
+            # Nearly every one of the 100 examples reaches the probe (an example drawn twice is
+            # answered from memory), plus the shrinking of what it finds.
+            assert examiner.probed >= 90 + len(result.found)
         assert server.starts == 1
     assert found[0], "seed 0 finds pr-56195-style's lost stats"
     assert found[0] == found[1]

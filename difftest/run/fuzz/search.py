@@ -23,7 +23,8 @@ one that has found something still finishes shrinking it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -170,7 +171,7 @@ def _round(
             raise _NewKinds(value, new)
 
     try:
-        with with_reporter(lambda _message: None):
+        with with_reporter(lambda _message: None), no_local_constants():
             test()
     except _NewKinds as failure:
         return Found(failure.value, failure.kinds, state.first_seen or 0.0, 0), state.calls
@@ -179,3 +180,31 @@ def _round(
             f"an example did not fail again when replayed: {str(exc).splitlines()[0]}"
         ) from None
     return None, state.calls
+
+
+@contextmanager
+def no_local_constants() -> Iterator[None]:
+    """Hypothesis without the constants it collects from the source of every module this process
+    has imported (Hypothesis 6.131 and later draw them now and then, and cache what they drew):
+    with them, the same seed made other examples in a process that had imported other modules (a
+    test suite's worker), against "same seed, same findings". Hypothesis's own built-in constants
+    stay. Where its internals are not as expected, the search runs as it is."""
+    from hypothesis.internal.conjecture import providers
+
+    collect = getattr(providers, "_get_local_constants", None)
+    cache: Any = getattr(providers, "CONSTANTS_CACHE", None)
+    empty = getattr(providers, "Constants", None)
+    try:
+        fresh = type(cache)(1024)  # what was drawn is cached by kind of choice: a cache of its own
+    except TypeError:
+        fresh = None
+    if collect is None or cache is None or empty is None or fresh is None:
+        yield
+        return
+    providers._get_local_constants = empty
+    providers.CONSTANTS_CACHE = fresh
+    try:
+        yield
+    finally:
+        providers._get_local_constants = collect
+        providers.CONSTANTS_CACHE = cache
