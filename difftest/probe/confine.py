@@ -42,7 +42,6 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_BIND = 0x1000
@@ -243,7 +242,7 @@ def _own_dev() -> None:
     os.mkdir(os.path.join(built, "shm"))
     _mount(built, "/dev", None, MS_MOVE)
     os.rmdir(built)
-    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
+    private_shm()
     _set_read_only("/dev", read_only=True, recursive=False)
 
 

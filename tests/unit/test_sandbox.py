@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from difftest.core.host_tools import SYSTEM_PATH
 from difftest.probe import confine
 from difftest.run.probes import sandbox
 from difftest.run.probes.runner import probe_process_ended, start_probe_process
@@ -342,7 +343,7 @@ def test_a_normal_users_probe_is_confined_the_same(request):
     Run as `nobody` through util-linux's `setpriv`, from root."""
     needs_namespaces()
     needs_root()
-    setpriv = shutil.which("setpriv", path=sandbox_system_path())
+    setpriv = shutil.which("setpriv", path=SYSTEM_PATH)
     if setpriv is None:
         pytest.skip("util-linux's setpriv is not installed")
     # A folder of the test's own that `nobody` can reach (pytest's are root's alone).
@@ -378,12 +379,6 @@ def test_a_normal_users_probe_is_confined_the_same(request):
         pytest.skip(f"nobody cannot run the wrapper here: {done.stderr.strip()[:200]}")
     assert done.stdout.split()[:2] == ["65534", "own-ok"], (done.stdout, done.stderr)
     assert "Read-only file system" in done.stderr and not (open_to_all / "b").exists()
-
-
-def sandbox_system_path() -> str:
-    from difftest.core.host_tools import SYSTEM_PATH
-
-    return SYSTEM_PATH
 
 
 def test_kernel_settings_devices_and_services_are_out_of_reach(home, tmp_path):
