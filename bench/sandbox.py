@@ -4,9 +4,10 @@ Each figure is the median of `--repeat` starts of the same trivial interpreter
 (`python -I -S -c pass`, milliseconds), started as difftest starts a probe (`start_probe_process`:
 a scratch folder of its own, with a copy of a vLLM inspection cache as seed): unconfined
 (`DIFFTEST_SANDBOX=off`), and confined (the whole machine read-only, submounts checked, nested
-namespaces). Then the confinement of one forked child (`confine_forked_child`) alone, measured in a
-confined process as the fork server runs it. A probe's own start (importing vLLM, ~10 s fresh,
-~2 s forked) dwarfs all of these; the ratios say how much of it is the sandbox.
+namespaces, a pid namespace of its own under difftest's init). Then the confinement of one forked
+child (`confine_forked_child`) alone, measured in a confined process as the fork server runs it.
+A probe's own start (importing vLLM, ~10 s fresh, ~2 s forked) dwarfs all of these; the ratios
+say how much of it is the sandbox.
 
     .venv/bin/python bench/sandbox.py [--repeat N]
 """
@@ -30,6 +31,7 @@ _FORKED = """
 import os, sys, time
 from difftest.probe import confine
 root = sys.argv[1]
+server = os.getpid()
 times = []
 for n in range(int(sys.argv[2])):
     mine = os.path.join(root, "children", str(n))
@@ -38,7 +40,7 @@ for n in range(int(sys.argv[2])):
     started = time.perf_counter()
     pid = os.fork()
     if not pid:
-        confine.confine_forked_child(mine, root)
+        confine.confine_forked_child(mine, root, server)
         os.write(write, b"x")
         os._exit(0)
     os.read(read, 1)
@@ -87,6 +89,7 @@ def main() -> None:
             stdout=subprocess.PIPE,
             text=True,
             scratch=scratch,
+            own_pids=False,  # as a fork server is started
         )
         out, _ = proc.communicate()
         probe_process_ended(proc)

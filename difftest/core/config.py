@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from difftest.core.errors import ConfigError
 from difftest.core.schema import StrictModel
 from difftest.core.selection import compile_selection
+from difftest.core.stats_path import STATS_PATHS
 from difftest.core.validation import describe
 from difftest.core.wheel import parse_wheel_requirement, source_commit
 from difftest.core.yamlfile import read_yaml
@@ -30,13 +31,8 @@ DEFAULT_CONFIG = "branches.yaml"
 SHIPPED_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 #: Files whose change makes `difftest gate` run; everything else is skipped.
-DEFAULT_STATS_PATHS = [
-    "vllm/v1/core/sched/",
-    "vllm/v1/spec_decode/metrics.py",
-    "vllm/v1/metrics/",
-    "vllm/v1/engine/core.py",
-    "vllm/v1/structured_output/",
-]
+#: The gate's skip rule by default: `core.stats_path`'s table.
+DEFAULT_STATS_PATHS = list(STATS_PATHS)
 
 _BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: Branches compared in one run, at most (config or command line): each is an environment, a ref

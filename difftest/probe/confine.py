@@ -33,17 +33,21 @@ import json
 import os
 import platform
 import re
+import signal
 import socket
 import struct
 import sys
 from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 MS_BIND = 0x1000
 MS_MOVE = 0x2000
 MS_REC = 0x4000
@@ -65,6 +69,7 @@ SYS_CAPSET = {
     "s390x": 185,
 }
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 #: The uid and gid a confined process has inside its namespace when the caller is root: never 0,
@@ -75,6 +80,19 @@ UNPRIVILEGED_ID = 1000
 CONFINE_FAILED = 121
 #: What the wrapper prints before that exit code.
 FAILED_PREFIX = "difftest.confine: "
+#: The host's pid, for a probe to die with (`protocol.HOST_PID_ENV`; a test holds them equal). The
+#: wrapper takes it: the probe, in a pid namespace of its own, cannot see the host's pid.
+HOST_PID_ENV = "DIFFTEST_HOST_PID"
+#: Signals a process standing between the host and a probe passes on to it (the host asks for
+#: stacks with SIGUSR1 and interrupts a test session with SIGINT).
+RELAYED = (
+    signal.SIGHUP,
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGTERM,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 #: Mounts a confined process may write besides its own folders: its private `/dev/shm` (a tmpfs
 #: of its own) and `/proc` (its own entries, and its id maps, which the nested namespace needs);
 #: what `/proc` holds of the machine is made read-only again below (`PROC_MACHINE`).
@@ -282,13 +300,21 @@ def inside_ids() -> tuple[int, int]:
     return (uid or UNPRIVILEGED_ID, gid or UNPRIVILEGED_ID)
 
 
-def confine(writable: Sequence[str]) -> None:
-    """This process, from here on: everything read-only but `writable`, its own `/dev/shm`,
-    checked; then in a nested namespace as an unprivileged uid, where those mounts are locked."""
-    uid, gid = inside_ids()
-    enter_namespaces(0, 0, CLONE_NEWNET | CLONE_NEWIPC)
-    loopback_up()
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+def own_proc() -> bool:
+    """A `/proc` of this process's pid namespace (other namespaces' processes unlisted), where the
+    kernel allows it: it refuses while part of the machine's `/proc` is hidden by a mount (a
+    container's masked paths, an outer confinement), and then the one seen stays. Whether it
+    was mounted."""
+    try:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except ConfineError:
+        return False
+    return True
+
+
+def read_only_but(writable: Sequence[str]) -> None:
+    """Every mount read-only but `writable` (bound writable on top) and this process's own
+    `/dev/shm` and `/proc`, the machine hidden (`hide_machine`), checked mount by mount."""
     hide_machine()
     _set_read_only("/", read_only=True, recursive=True)
     for folder in writable:
@@ -299,33 +325,197 @@ def confine(writable: Sequence[str]) -> None:
     left = writable_mounts([*writable, *OWN_MOUNTS])
     if left:
         raise ConfineError(0, f"mounts still writable after the read-only pass: {', '.join(left)}")
+
+
+def confine(writable: Sequence[str]) -> None:
+    """This process, from here on: everything read-only but `writable`, its own `/dev/shm`,
+    checked; then in a nested namespace as an unprivileged uid, where those mounts are locked.
+    (No pid namespace of its own: a fork server's, whose children's pids the host must see.)"""
+    uid, gid = inside_ids()
+    enter_namespaces(0, 0, CLONE_NEWNET | CLONE_NEWIPC)
+    loopback_up()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    read_only_but(writable)
     enter_namespaces(uid, gid)
     _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
-def confine_forked_child(scratch: str, scratch_root: str) -> None:
-    """In a child of the fork server, before any branch code: its own namespaces, only `scratch`
-    writable of the server's `scratch_root`, its own `/dev/shm`, no capability."""
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies, however the parent dies."""
+    _check(_LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+def _forward(child: int, number: int) -> None:
+    try:
+        os.kill(child, number)
+    except ProcessLookupError:
+        pass
+
+
+def relay(child: int) -> int:
+    """Pass each of `RELAYED` on to `child` and reap whatever is re-parented here, until `child`
+    ends: its wait status."""
+    for number in RELAYED:
+        signal.signal(number, lambda received, _frame: _forward(child, received))
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            return status
+
+
+def end_as(status: int) -> NoReturn:
+    """End this process as the wait `status` says its child ended: the same exit code, or killed by
+    the same signal (so that the host reads the probe's own end)."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+        except (OSError, ValueError):
+            pass  # SIGKILL: no handler to reset
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _keep_only(*fds: int) -> None:
+    """Standard input and output on /dev/null and every other descriptor closed but standard error
+    and `fds`: a process between the host and a probe holds none of the probe's pipes or records
+    open (a pipe's reader sees its end when the probe ends)."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    last = 3
+    for fd in sorted(fds):
+        os.closerange(last, fd)
+        last = fd + 1
+    os.closerange(last, 65536)
+
+
+def _read_status(reader: int) -> int | None:
+    text = b""
+    while chunk := os.read(reader, 64):
+        text += chunk
+    return int(text) if text.strip().isdigit() else None
+
+
+def stand_between(child: int, reader: int) -> NoReturn:
+    """The process between the host (or fork server) and a pid namespace's init: it holds none of
+    the probe's descriptors, passes the host's signals on, and ends as the probe ended (the init
+    writes the probe's wait status to `reader`'s pipe; it cannot end by a signal itself)."""
+    _keep_only(reader)
+    hide_memory()
+    status = relay(child)
+    reported = _read_status(reader)
+    end_as(status if reported is None else reported)
+
+
+def be_init(writer: int) -> int:
+    """In a new pid namespace's first process (never branch code: it cannot be signalled from
+    inside the namespace, and when it dies every process in the namespace dies): a session of
+    its own (a probe's `kill(0, ...)` reaches nobody outside), death with its parent, then fork.
+    Returns 0 in the probe; in the init, relays to the probe and exits once it has ended."""
+    os.setsid()
+    die_with_parent()
+    hide_memory()
+    probe = os.fork()
+    if probe == 0:
+        os.close(writer)
+        return 0
+    _keep_only(writer)
+    status = relay(probe)
+    os.write(writer, str(status).encode())
+    os._exit(0)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"{FAILED_PREFIX}{message}", file=sys.stderr, flush=True)
+    os._exit(CONFINE_FAILED)
+
+
+def confine_in_own_pids(writable: Sequence[str], argv: Sequence[str]) -> NoReturn:
+    """The wrapper of a fresh probe (or test session): confined as `confine` does, and in a pid
+    namespace of its own under an init of difftest's (`be_init`), where it cannot see, signal or
+    outlive the host or any other probe; this process stays between (`stand_between`)."""
+    uid, gid = inside_ids()
+    host = os.environ.pop(HOST_PID_ENV, "")
+    try:
+        enter_namespaces(0, 0, CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID)
+        die_with_parent()
+    except OSError as exc:
+        _fail(str(exc))
+    if host.isdigit() and os.getppid() != int(host):  # the host died before the request was made
+        os._exit(3)
+    reader, writer = os.pipe()
+    init = os.fork()
+    if init:
+        os.close(writer)
+        stand_between(init, reader)
+    os.close(reader)
+    try:
+        loopback_up()
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        own_proc()
+        read_only_but(writable)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    if be_init(writer) == 0:
+        try:
+            _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files, to write its id maps
+            enter_namespaces(uid, gid)
+            _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        except OSError as exc:
+            _fail(str(exc))
+        try:
+            os.execvp(argv[0], list(argv))
+        except OSError as exc:
+            _fail(f"cannot start {argv[0]}: {exc}")
+    os._exit(CONFINE_FAILED)  # never reached: be_init returns in the probe only
+
+
+def confine_forked_child(scratch: str, scratch_root: str, server: int) -> None:
+    """In a child of the fork server, before any branch code: its own user, mount, IPC and pid
+    namespaces, only `scratch` writable of the server's `scratch_root`, its own `/dev/shm`, no
+    capability. The child stays between the server and the namespace's init (`stand_between`);
+    this returns in the probe, the init's only child, which cannot see, signal or outlive the
+    server, its siblings or the host."""
     uid, gid = os.geteuid(), os.getegid()
     os.makedirs(scratch, exist_ok=True)
     _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files, to write its id maps
-    enter_namespaces(uid, gid, CLONE_NEWIPC)
+    enter_namespaces(uid, gid, CLONE_NEWIPC | CLONE_NEWPID)
+    die_with_parent()
+    if os.getppid() != server:  # the server died before the request was made
+        os._exit(3)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     bind_writable(scratch)
     _set_read_only(scratch_root, read_only=True, recursive=False)
     private_shm()
+    reader, writer = os.pipe()
+    init = os.fork()
+    if init:
+        os.close(writer)
+        stand_between(init, reader)
+    os.close(reader)
+    own_proc()
+    be_init(writer)
     drop_capabilities()
     hide_memory()
 
 
 def main(argv: list[str]) -> int:
-    """`confine.py SPEC -- ARGV...`: confine as SPEC (JSON: {"writable": [...]}) says, exec ARGV."""
+    """`confine.py SPEC -- ARGV...`: confine as SPEC (JSON: {"writable": [...], "own_pids": bool})
+    says, run ARGV (with `own_pids`, the default, in a pid namespace of its own; without, by
+    `exec`, as the same process)."""
     if len(argv) < 3 or argv[1] != "--":
         print(f"{FAILED_PREFIX}usage: confine.py SPEC -- ARGV...", file=sys.stderr)
         return CONFINE_FAILED
     spec = json.loads(argv[0])
+    writable = [str(folder) for folder in spec.get("writable", [])]
+    if spec.get("own_pids", True):
+        confine_in_own_pids(writable, argv[2:])
     try:
-        confine([str(folder) for folder in spec.get("writable", [])])
+        confine(writable)
     except (OSError, ValueError) as exc:
         print(f"{FAILED_PREFIX}{exc}", file=sys.stderr, flush=True)
         return CONFINE_FAILED

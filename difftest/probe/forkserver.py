@@ -342,7 +342,7 @@ def _become_probe(request: dict[str, Any], server: int, fds: list[int]) -> None:
         os.close(log)
         os.close(devnull)
     if request.get("confine"):
-        confine.confine_forked_child(request["scratch"], request["scratch_root"])
+        confine.confine_forked_child(request["scratch"], request["scratch_root"], server)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -354,9 +354,11 @@ def _become_probe(request: dict[str, Any], server: int, fds: list[int]) -> None:
         os.environ[protocol.NONCE_FD_ENV] = str(given["nonce"])
     if "records" in given:
         os.environ[protocol.RECORDS_FD_ENV] = str(given["records"])
-    os.environ[protocol.HOST_PID_ENV] = str(
-        server
-    )  # `main` asks to die with this server, which dies with the host
+    if request.get("confine"):
+        # in a pid namespace of its own, it dies with its init, which dies with this server
+        os.environ.pop(protocol.HOST_PID_ENV, None)
+    else:  # `main` asks to die with this server, which dies with the host
+        os.environ[protocol.HOST_PID_ENV] = str(server)
 
 
 def _run_probe(request: dict[str, Any], modules: list[str]) -> int:

@@ -553,6 +553,7 @@ def test_native_changes_and_touches() -> None:
     ]
     assert touches(changes, DEFAULT_STATS_PATHS) == [
         "vllm/v1/spec_decode/metrics.py",
+        "vllm/v1/spec_decode/metrics_extra.py",
         "vllm/v1/core/sched/scheduler.py",
         "vllm/v1/metrics/stats.py",
     ]
@@ -561,3 +562,25 @@ def test_native_changes_and_touches() -> None:
         "vllm/v1/metrics/stats.py",
     ]
     assert touches(changes, []) == [] and native_changes([]) == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "vllm/v1/engine/output_processor.py",  # #48: trims the tokens after a matched stop string
+        "vllm/v1/engine/detokenizer.py",
+        "vllm/v1/outputs.py",
+        "vllm/v1/worker/gpu_model_runner.py",
+        "vllm/v1/sample/rejection_sampler.py",
+        "vllm/v1/spec_decode/eagle.py",
+        "vllm/v1/core/sched/async_scheduler.py",
+        "vllm/v1/core/kv_cache_manager.py",
+        "vllm/distributed/kv_transfer/kv_connector/v1/base.py",
+    ],
+)
+def test_a_change_to_code_that_decides_what_is_counted_or_returned_is_never_skipped(path) -> None:
+    """#48: the gate skipped a head that only stopped the output processor from trimming tokens
+    after a stop string, because the stats path named five places. Every file the table says
+    decides a counter or a response is on it; a file that does not (the docs, the CLI) is not."""
+    assert touches([Change("M", path)], DEFAULT_STATS_PATHS) == [path]
+    assert touches([Change("M", "vllm/entrypoints/cli/main.py")], DEFAULT_STATS_PATHS) == []

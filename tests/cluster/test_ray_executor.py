@@ -179,7 +179,7 @@ def test_a_node_that_dies_mid_probe_costs_one_retry_then_could_not_measure(
         "import json as _json, os as _os, sys as _sys, time as _time\n"
         # The node's home, from the job's model folder (the probe's own folders are scratch).
         "_work = _json.load(open(_sys.argv[_sys.argv.index('--job') + 1]))['work_dir']\n"
-        + post(marker, "f'{_work} {_os.getpid()}\\n'")
+        + post(marker, "f'{_work} <sender>\\n'")
         + "\n_time.sleep(8)\n"
     )
     patch = prepend(tmp_path / "slow.patch", fixture_repo, SCHEDULER, slow)
@@ -250,7 +250,7 @@ def test_a_worker_killed_while_its_node_stays_up_is_retried_there_naming_what_en
     marker = tmp_path / "workers.txt"
     slow = (
         "import os as _os, time as _time\n"
-        + post(marker, "f'{_os.getpid()} {_os.getppid()}\\n'")
+        + post(marker, "'<sender> <starter>\\n'")
         + "\n_time.sleep(4)\n"
     )
     patch = prepend(tmp_path / "slow.patch", fixture_repo, SCHEDULER, slow)

@@ -56,10 +56,12 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_probe_on_any_node(
     tmp_path, ray_cluster, fixture_repo
 ):
     marker = tmp_path / "probe.pids"
+    # each sends its pid as the test sees it (`<sender>`: a probe's own are its pid namespace's)
+    sleeper = f"import time; {post(marker, repr('<sender> '))}; time.sleep(600)"
     hang = (
-        "import os, subprocess, time\n"
-        "_child = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
-        + post(marker, "f'{os.getpid()} {_child.pid}'")
+        "import os, subprocess, sys, time\n"
+        f"_child = subprocess.Popen([sys.executable, '-c', {sleeper!r}], start_new_session=True)\n"
+        + post(marker, repr("<sender> "))
         + "\n"
         + "time.sleep(3600)\n"
     )

@@ -37,7 +37,7 @@ EXIT_WAIT_S = 30
 
 
 def wait_for(path: Path, process: subprocess.Popen, limit_s: float = 300) -> int:
-    """The pid the hanging probe wrote, once it is hanging."""
+    """The pid of the process that wrote `path`, once it is hanging."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         if path.exists() and path.read_text().strip():
@@ -66,7 +66,7 @@ def test_no_probe_outlives_an_interrupted_run(
     tmp_path, fixture_repo, signum, code, launch, ignored
 ):
     marker = tmp_path / "probe.pid"
-    hang = f"import os, time; {post(marker, 'str(os.getpid())')}; time.sleep(3600)"
+    hang = f"import os, time; {post(marker, repr('<sender>'))}; time.sleep(3600)"
     config = faulty_config(
         tmp_path, "hang", prepend(tmp_path / "hang.patch", fixture_repo, SCHEDULER, hang)
     )
@@ -125,7 +125,7 @@ def test_ctrl_c_stops_the_tests_tier_and_fuzz_at_once(tmp_path, fixture_repo, co
     the branch's worker (or warm probe) hangs importing its code, SIGINT ends difftest with 130 and
     it."""
     marker = tmp_path / "probe.pid"
-    hang = f"import os, time; {post(marker, 'str(os.getpid())')}; time.sleep(3600)"
+    hang = f"import os, time; {post(marker, repr('<sender>'))}; time.sleep(3600)"
     target = "vllm/v1/metrics/stats.py" if command == "tests-tier" else SCHEDULER
     patch = prepend(tmp_path / "hang.patch", fixture_repo, target, hang)
     extra = (

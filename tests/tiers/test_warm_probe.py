@@ -3,6 +3,7 @@ crash or a hang (slow: real vLLM; the faulty branches are real patches of the sc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -20,6 +21,7 @@ from difftest.tiers.scheduler.scenario import parse_scenario
 from tests.e2e.cli_helpers import INIT_MARKER, SCHEDULER
 from tests.factories import write_config
 from tests.patching import insert_after
+from tests.processes import alive, descendants
 
 pytestmark = pytest.mark.slow
 TIER = tiers.get("scheduler")
@@ -213,8 +215,14 @@ def test_a_forked_warm_probe_refused_or_left_by_its_server_plays_the_job_again_f
             assert left.process.launch == "forked"
             server, _note = fork.get()
             assert server is not None
+            below = descendants(server.process.pid)
             server.process.kill()
             server.process.wait()
+            # the forked probe dies with it, a step later (its pid namespace's init dies with the
+            # child the server forked, and takes the probe along): wait for that, not a race
+            deadline = time.monotonic() + 10
+            while any(alive(pid) for pid in below) and time.monotonic() < deadline:
+                time.sleep(0.05)
             answer = left.play(job(scenario(2)))
             assert answer.error is None and [r.status for r in answer.runs] == ["ok"]
             assert left.starts == 1 and left.process.launch == "fresh"

@@ -157,7 +157,7 @@ def test_a_probe_can_neither_mount_nor_lift_the_protection_as_root(home, tmp_pat
 #: does, then forks two children, each confined as `forkserver._become_probe` confines them; the
 #: first tries what a hostile branch would, against its sibling and the server.
 _FORKED = """
-import os, sys, time
+import os, signal, sys, time
 from difftest.probe import confine
 root, mine, sibling = sys.argv[1:4]
 confine.hide_memory()
@@ -166,8 +166,9 @@ def child(scratch, act):
     pid = os.fork()
     if pid:
         return pid
-    confine.confine_forked_child(scratch, root)
+    confine.confine_forked_child(scratch, root, server)
     if act:
+        signal.signal(signal.SIGUSR2, lambda *_: print("GOT SIGUSR2", flush=True))
         for what, call in [
             ("own", lambda: open(os.path.join(mine, "x"), "w").close()),
             ("sibling", lambda: open(os.path.join(sibling, "x"), "w").close()),
@@ -175,6 +176,9 @@ def child(scratch, act):
             ("server memory", lambda: open(f"/proc/{server}/mem", "rb").close()),
             ("server environ", lambda: open(f"/proc/{server}/environ", "rb").read()),
             ("mount", lambda: os.system(f"mount --bind {mine} {sibling} 2>/dev/null") == 0 or 1/0),
+            ("stop server", lambda: os.kill(server, signal.SIGSTOP)),
+            ("kill sibling", lambda: os.kill(quiet, signal.SIGKILL)),
+            ("signal group", lambda: os.kill(0, signal.SIGUSR2)),
         ]:
             try:
                 call()
@@ -186,8 +190,10 @@ def child(scratch, act):
     os._exit(0)
 quiet = child(sibling, False)
 time.sleep(0.3)
-os.waitpid(child(mine, True), 0)
-os.waitpid(quiet, 0)
+_, status = os.waitpid(child(mine, True), 0)
+print("ACTOR", "ended well" if status == 0 else f"ended by {status}", flush=True)
+_, status = os.waitpid(quiet, 0)
+print("SIBLING", "ended well" if status == 0 else f"ended by {status}", flush=True)
 """
 
 
@@ -210,6 +216,7 @@ def test_a_forked_child_writes_only_its_own_scratch_and_reaches_no_other_process
         stderr=subprocess.STDOUT,
         text=True,
         scratch=scratch,
+        own_pids=False,  # as a fork server is started (`start_helper`)
     )
     try:
         out, _ = proc.communicate(timeout=60)
@@ -218,7 +225,78 @@ def test_a_forked_child_writes_only_its_own_scratch_and_reaches_no_other_process
     assert "DID own" in out, out
     for refused in ("sibling", "root", "server memory", "server environ", "mount"):
         assert f"REFUSED {refused}" in out, out
+    # its own pid namespace: the server and the sibling are not there to signal; its process
+    # group is its init's, which passes the signal back to it (the child the server forked, in
+    # the group before, would have died of it)
+    for unseen in ("stop server", "kill sibling"):
+        assert f"REFUSED {unseen} ProcessLookupError" in out, out
+    assert "DID signal group" in out and "GOT SIGUSR2" in out, out
+    assert "ACTOR ended well" in out and "SIBLING ended well" in out, out
     assert not scratch.root.exists(), "the scratch folder outlived its probe"
+
+
+#: A hostile probe against the processes around it: the host that started it, everything else
+#: visible in /proc, its own process group; then a daemon that leaves its session, clears its
+#: death signal and outlives the probe if it can.
+_SIGNALLER = """
+import ctypes, os, signal, sys, time
+host, marker = int(sys.argv[1]), sys.argv[2]
+signal.signal(signal.SIGUSR2, lambda *_: print("GOT SIGUSR2", flush=True))
+print("PID", os.getpid(), flush=True)
+others = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in (1, os.getpid())]
+print("SEES", len(others), "other processes", flush=True)
+for what, call in [
+    ("stop host", lambda: os.kill(host, signal.SIGSTOP)),
+    ("kill init", lambda: os.kill(1, signal.SIGKILL)),
+    ("signal group", lambda: os.kill(0, signal.SIGUSR2)),
+]:
+    try:
+        call()
+        print("DID", what, flush=True)
+    except Exception as exc:
+        print("REFUSED", what, type(exc).__name__, flush=True)
+if os.fork() == 0:
+    os.setsid()
+    ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)
+    time.sleep(2)
+    open(marker, "w").close()
+    os._exit(0)
+sys.exit(5)
+"""
+
+
+def test_a_probe_cannot_signal_or_outlive_anything_outside_its_own_pid_namespace(home, tmp_path):
+    """#47's "left open": probes signalling one another or the host (a SIGSTOP of the host hung a
+    run past every time limit) and a descendant that leaves its session and outlives its probe.
+    A probe is its namespace's second process, below an init of difftest's: the host's pid does
+    not exist there, every other process is out of sight, the init ignores its signals, and
+    when the probe ends its init ends and takes every process in the namespace with it. Its
+    exit code comes back unchanged through the wrapper."""
+    needs_namespaces()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    marker = outside / "daemon-survived"
+    proc = start_probe_process(
+        [sys.executable, "-c", _SIGNALLER, str(os.getpid()), str(marker)],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        writable=[outside],
+    )
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        probe_process_ended(proc)
+    assert proc.returncode == 5, out
+    assert "PID 2" in out and "SEES 0 other processes" in out, out
+    assert "REFUSED stop host ProcessLookupError" in out, out
+    # sent, and ignored by the init, or passed back to the probe (the wrapper, in the group
+    # before, would have died of it, and the exit code would not be the probe's)
+    assert "DID kill init" in out and "DID signal group" in out and "GOT SIGUSR2" in out, out
+    time.sleep(3)
+    assert not marker.exists(), "a daemon outlived its probe"
 
 
 def test_probes_cannot_read_each_others_memory(home, tmp_path):

@@ -103,15 +103,16 @@ class _LiveProbes:
         argv: list[str],
         writable: Sequence[Path] = (),
         scratch: Scratch | None = None,
+        own_pids: bool = True,
         **kwargs: Any,
     ) -> subprocess.Popen[Any]:
         """Start a probe process confined (`sandbox`): it can write its `scratch` folder (its
         `HOME` and `TMPDIR`, made here when not given, removed when it ends) and `writable`, and
-        nothing else."""
+        nothing else; with `own_pids`, in a pid namespace of its own (`sandbox.wrap`)."""
         scratch = scratch or Scratch.create()
         kwargs["env"] = {**kwargs.get("env", {}), **scratch.environ()}
         try:
-            argv = sandbox.wrap(argv, [scratch.root, *writable])
+            argv = sandbox.wrap(argv, [scratch.root, *writable], own_pids)
             with self._lock:
                 if self._stopped:
                     raise ProbesStopped("difftest was interrupted: no new probe is started")
@@ -125,7 +126,7 @@ class _LiveProbes:
 
     def start_helper(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """`start`, for a process that serves probes (a fork server) rather than being one."""
-        proc = self.start(argv, **kwargs)
+        proc = self.start(argv, own_pids=False, **kwargs)
         with self._lock:
             self._helpers.add(proc.pid)
         return proc

@@ -116,14 +116,18 @@ def _try(setting: str) -> Protection:
     return Protection(True)
 
 
-def _wrapped(argv: Sequence[str], writable: Sequence[Path]) -> list[str]:
-    spec = json.dumps({"writable": [str(Path(folder).resolve()) for folder in writable]})
+def _wrapped(argv: Sequence[str], writable: Sequence[Path], own_pids: bool = True) -> list[str]:
+    spec = json.dumps(
+        {"writable": [str(Path(folder).resolve()) for folder in writable], "own_pids": own_pids}
+    )
     return [sys.executable, "-I", "-S", str(CONFINE_SCRIPT), spec, "--", *argv]
 
 
-def wrap(argv: Sequence[str], writable: Sequence[Path]) -> list[str]:
-    """`argv` as it runs confined, only `writable` writable to it (the same process id: the
-    wrapper `exec`s it), or unchanged where `protection()` is not active."""
+def wrap(argv: Sequence[str], writable: Sequence[Path], own_pids: bool = True) -> list[str]:
+    """`argv` as it runs confined, only `writable` writable to it, or unchanged where
+    `protection()` is not active. With `own_pids` it runs in a pid namespace of its own, below
+    the wrapper, which passes the host's signals on and ends as it ends; without (a fork server,
+    whose children the host finds by pid), the wrapper `exec`s it: the same process id."""
     if not protection().active:
         return list(argv)
-    return _wrapped(argv, writable)
+    return _wrapped(argv, writable, own_pids)

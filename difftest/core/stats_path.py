@@ -1,0 +1,64 @@
+"""The stats path: the vLLM code that decides what `SpecDecodingStats` counts or what a request
+gets.
+
+One table, read wherever difftest must know whether a change can move a counter or a response:
+the gate's skip rule (`config.stats_paths` defaults to it) and, with changed-line coverage, the
+files traced inside every probe. A change outside it cannot alter what the shipped scenarios
+measure through the code they run... as far as this table knows: the gate names what it checked,
+and `stats_paths` in the config overrides it.
+
+The issue that widened it (#48): a head that only stopped the output processor from trimming the
+tokens after a matched stop string was skipped ("changes none of the stats-path files"), because
+the table listed the scheduler, `spec_decode/metrics.py`, `metrics/`, `engine/core.py` and
+`structured_output/` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StatsPathPart:
+    """A file, or a folder (ending in `/`), of vLLM's stats path, and what it decides there."""
+
+    path: str
+    decides: str
+
+
+STATS_PATH: tuple[StatsPathPart, ...] = (
+    StatsPathPart(
+        "vllm/v1/core/",
+        "the scheduler and async scheduler (drafts scheduled, accepted, trimmed by grammar or "
+        "stop, `SpecDecodingStats` built), and the KV-cache and prefix-cache managers that decide "
+        "padding, preemption and what a step can hold",
+    ),
+    StatsPathPart(
+        "vllm/v1/spec_decode/",
+        "the counters themselves (`metrics.py`) and the drafters that propose what is counted",
+    ),
+    StatsPathPart(
+        "vllm/v1/metrics/",
+        "what is logged and exported (`loggers.py`, `stats.py`, the Prometheus counters)",
+    ),
+    StatsPathPart(
+        "vllm/v1/engine/",
+        "the engine core's step, and the output processor and detokenizer, which decide what a "
+        "request returns (stop strings, `max_tokens`, finish reason, usage)",
+    ),
+    StatsPathPart("vllm/v1/structured_output/", "which drafts a grammar allows"),
+    StatsPathPart("vllm/v1/sample/", "the rejection sampler: which drafts are accepted"),
+    StatsPathPart(
+        "vllm/v1/worker/",
+        "the model runners: tokens sampled and verified per step, padding of draft blocks",
+    ),
+    StatsPathPart("vllm/v1/outputs.py", "the model runner's output the scheduler counts from"),
+    StatsPathPart("vllm/v1/request.py", "a request's state: its output tokens, stop and status"),
+    StatsPathPart(
+        "vllm/distributed/kv_transfer/",
+        "KV connectors: a request waiting for remote KVs, loads delivered while a step runs",
+    ),
+)
+
+#: The table's paths, for `config.stats_paths`' default.
+STATS_PATHS: tuple[str, ...] = tuple(part.path for part in STATS_PATH)
