@@ -28,9 +28,11 @@ from difftest.run.probes.runner import probe_process_ended, start_probe_process
 from difftest.run.probes.scratch import Scratch
 
 _FORKED = """
-import os, sys, time
+import importlib, os, sys, time
 from difftest.probe import confine
 root = sys.argv[1]
+for name in sys.argv[3:]:  # what a fork server holds before it forks (its size is what fork copies)
+    importlib.import_module(name)
 server = os.getpid()
 times = []
 for n in range(int(sys.argv[2])):
@@ -66,9 +68,31 @@ def start_ms(seed: Path, repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
+def forked_ms(python: str, repeat: int, modules: list[str]) -> float:
+    """Median milliseconds from a confined server's fork to its child confined (in `python`,
+    having imported `modules` first)."""
+    scratch = Scratch.create()
+    proc = start_probe_process(
+        [python, "-c", _FORKED, str(scratch.root), str(repeat), *modules],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(sandbox.PACKAGE_ROOT.parent)},
+        stdout=subprocess.PIPE,
+        text=True,
+        scratch=scratch,
+        own_pids=False,  # as a fork server is started
+    )
+    out, _ = proc.communicate()
+    probe_process_ended(proc)
+    return float(out.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument(
+        "--server-python",
+        help="an interpreter with torch (a base environment's): also time a fork of a server that "
+        "imported it, as a real fork server has",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         seed = Path(folder) / "seed" / "modelinfos"
@@ -82,22 +106,16 @@ def main() -> None:
             print(f"cannot confine here: {guard.why_not}")
             return
         confined = start_ms(seed.parent, args.repeat)
-        scratch = Scratch.create()
-        proc = start_probe_process(
-            [sys.executable, "-c", _FORKED, str(scratch.root), str(args.repeat)],
-            env={"PATH": os.environ["PATH"]},
-            stdout=subprocess.PIPE,
-            text=True,
-            scratch=scratch,
-            own_pids=False,  # as a fork server is started
-        )
-        out, _ = proc.communicate()
-        probe_process_ended(proc)
-        forked = float(out.strip())
+        forked = forked_ms(sys.executable, args.repeat, [])
+        heavy = None
+        if args.server_python:
+            heavy = forked_ms(args.server_python, args.repeat, ["torch"])
     print(f"probe start, median of {args.repeat} (trivial interpreter, scratch with a seed copy):")
     print(f"  unconfined            {plain:7.1f} ms   1.00x")
     print(f"  confined              {confined:7.1f} ms   {confined / plain:4.2f}x")
     print(f"  + per forked child    {forked:7.1f} ms   (fork to confined, in the fork server)")
+    if heavy is not None:
+        print(f"  + per forked child    {heavy:7.1f} ms   (the same, the server holding torch)")
     print(f"  confinement's cost    {confined - plain:7.1f} ms per fresh probe")
 
 
