@@ -11,11 +11,19 @@ mount_namespaces(7)), in two places:
   in `/proc/self/mountinfo`, then a second, nested user and mount namespace mapping the caller
   to an unprivileged uid, in which the kernel locks every mount (a locked read-only mount cannot
   be made writable again, nor unmounted to reveal what is below); then `exec ARGV`, which drops
-  every capability (an unprivileged uid keeps none across `execve`).
-* `confine_forked_child(scratch)` (a child of the fork server, which forks rather than execs):
-  a user and mount namespace of the child's own, its scratch folder bound writable and the fork
-  server's scratch root made read-only (the other children's folders below it included), a
-  private `/dev/shm`, then every capability dropped (`capset(2)`) and no new privileges.
+  every capability (an unprivileged uid keeps none across `execve`). By default (`own_pids`) the
+  wrapper also makes a pid namespace and stays outside it (`stand_between`): its first process is
+  an init of this module's (`be_init`, never branch code), which does the mounts, then forks the
+  probe as the namespace's second process. The probe cannot see or signal difftest or any other
+  probe, the init ignores its signals, and when the probe ends, the init ends and the kernel kills
+  whatever is left in the namespace. A fork server runs without (the host finds its children by
+  pid): the wrapper `exec`s it.
+* `confine_forked_child(scratch, scratch_root, server)` (a child of the fork server, which forks
+  rather than execs): a user and mount namespace of the child's own, its scratch folder bound
+  writable and the fork server's scratch root made read-only (the other children's folders below
+  it included), a private `/dev/shm`, and a pid namespace with an init of its own, the child
+  staying between the server and that init; then, in the probe, every capability dropped
+  (`capset(2)`) and no new privileges.
 
 Every confined process is also made non-dumpable, so a probe cannot ptrace or read the memory of
 another probe or of the fork server (they share a uid, but not a user namespace: attaching to a
