@@ -215,6 +215,9 @@ class ProtectionEvidence(BaseModel):
     confined: bool
     #: Why not, when not (`DIFFTEST_SANDBOX=off`, user namespaces forbidden, ...).
     why_not: str = ""
+    #: Confined, but in a `DIFFTEST_HOME` where probes ran unconfined before: since when
+    #: (`run.probes.taint`); "" when not.
+    home_unconfined_since: str = ""
 
 
 class Evidence(BaseModel):

@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import re
+import select
 import signal
 import socket
 import struct
@@ -231,14 +232,22 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, set_flags, struct.pack("16sH22x", b"lo", flags | iff_up))
 
 
-def hide_machine() -> None:
-    """What a probe must not reach even read-only or by `connect`: kernel settings (read-only),
-    the machine's devices (a `/dev` of its own), its services' sockets (an empty folder), and, by
-    the namespaces `confine` adds, the network and the IPC objects of other processes."""
+def hide_proc_machine() -> None:
+    """What `/proc` holds of the machine (`PROC_MACHINE`), read-only."""
     for path in PROC_MACHINE:
         if os.path.exists(path):
             _mount(path, path, None, MS_BIND | MS_REC)
             _set_read_only(path, read_only=True, recursive=True)
+
+
+def hide_machine(proc: bool = True) -> None:
+    """What a probe must not reach even read-only or by `connect`: kernel settings (read-only;
+    left to the children of a fork server, `proc=False`, whose own `/proc` the kernel refuses
+    while a mount hides part of this one), the machine's devices (a `/dev` of its own), its
+    services' sockets (an empty folder), and, by the namespaces `confine` adds, the network and
+    the IPC objects of other processes."""
+    if proc:
+        hide_proc_machine()
     _own_dev()
     for folder in SERVICE_SOCKETS:
         if os.path.isdir(folder) and not os.path.islink(folder):
@@ -320,10 +329,10 @@ def own_proc() -> bool:
     return True
 
 
-def read_only_but(writable: Sequence[str]) -> None:
+def read_only_but(writable: Sequence[str], proc: bool = True) -> None:
     """Every mount read-only but `writable` (bound writable on top) and this process's own
     `/dev/shm` and `/proc`, the machine hidden (`hide_machine`), checked mount by mount."""
-    hide_machine()
+    hide_machine(proc)
     _set_read_only("/", read_only=True, recursive=True)
     for folder in writable:
         bind_writable(folder)
@@ -335,15 +344,16 @@ def read_only_but(writable: Sequence[str]) -> None:
         raise ConfineError(0, f"mounts still writable after the read-only pass: {', '.join(left)}")
 
 
-def confine(writable: Sequence[str]) -> None:
+def confine(writable: Sequence[str], proc: bool = True) -> None:
     """This process, from here on: everything read-only but `writable`, its own `/dev/shm`,
     checked; then in a nested namespace as an unprivileged uid, where those mounts are locked.
-    (No pid namespace of its own: a fork server's, whose children's pids the host must see.)"""
+    (No pid namespace of its own: a fork server's, whose children's pids the host must see; its
+    children, each in a pid namespace of its own, hide `/proc`'s machine parts, `proc=False`.)"""
     uid, gid = inside_ids()
     enter_namespaces(0, 0, CLONE_NEWNET | CLONE_NEWIPC)
     loopback_up()
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    read_only_but(writable)
+    read_only_but(writable, proc)
     enter_namespaces(uid, gid)
     _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
@@ -360,15 +370,31 @@ def _forward(child: int, number: int) -> None:
         pass
 
 
+def block_relayed() -> None:
+    """Hold `RELAYED` back until `relay` can pass them on (a signal sent to a namespace's init
+    before it has a handler would be lost: the kernel drops it)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, RELAYED)
+
+
+def unblock_relayed() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED)
+
+
 def relay(child: int) -> int:
-    """Pass each of `RELAYED` on to `child` and reap whatever is re-parented here, until `child`
-    ends: its wait status."""
+    """Pass each of `RELAYED` on to `child` (those held back by `block_relayed` first) and reap
+    whatever is re-parented here, until `child` has ended (exited or been killed; a stop is not an
+    end): its wait status. Nothing is passed on afterwards (its pid may be another's by then)."""
     for number in RELAYED:
         signal.signal(number, lambda received, _frame: _forward(child, received))
-    while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == child:
-            return status
+    unblock_relayed()
+    try:
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child and (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
+                return status
+    finally:
+        for number in RELAYED:
+            signal.signal(number, signal.SIG_IGN)
 
 
 def end_as(status: int) -> NoReturn:
@@ -398,7 +424,7 @@ def _keep_only(*fds: int) -> None:
     for fd in sorted(fds):
         os.closerange(last, fd)
         last = fd + 1
-    os.closerange(last, 65536)
+    os.closerange(last, max(os.sysconf("SC_OPEN_MAX"), 65536))
 
 
 def _read_status(reader: int) -> int | None:
@@ -419,17 +445,30 @@ def stand_between(child: int, reader: int) -> NoReturn:
     end_as(status if reported is None else reported)
 
 
+def outlive_no_parent(writer: int) -> None:
+    """First thing in a namespace's init: die with the process that forked it, and end now if
+    that one is already gone (the read end of `writer`'s pipe closed: a parent-death signal set
+    after the parent died never comes)."""
+    die_with_parent()
+    watch = select.poll()
+    watch.register(writer, select.POLLOUT)
+    if any(events & select.POLLERR for _fd, events in watch.poll(0)):
+        os._exit(CONFINE_FAILED)
+
+
 def be_init(writer: int) -> int:
     """In a new pid namespace's first process (never branch code: it cannot be signalled from
     inside the namespace, and when it dies every process in the namespace dies): a session of
-    its own (a probe's `kill(0, ...)` reaches nobody outside), death with its parent, then fork.
-    Returns 0 in the probe; in the init, relays to the probe and exits once it has ended."""
+    its own, then fork the probe, which leads a process group of its own (its `kill(0, ...)`
+    reaches neither this init nor anything outside). Returns 0 in the probe; in the init, relays
+    to the probe and exits once it has ended. `RELAYED` are blocked (`block_relayed`) on entry."""
     os.setsid()
-    die_with_parent()
     hide_memory()
     probe = os.fork()
     if probe == 0:
         os.close(writer)
+        os.setpgid(0, 0)
+        unblock_relayed()
         return 0
     _keep_only(writer)
     status = relay(probe)
@@ -455,20 +494,26 @@ def confine_in_own_pids(writable: Sequence[str], argv: Sequence[str]) -> NoRetur
         _fail(str(exc))
     if host.isdigit() and os.getppid() != int(host):  # the host died before the request was made
         os._exit(3)
-    reader, writer = os.pipe()
-    init = os.fork()
+    try:
+        block_relayed()
+        reader, writer = os.pipe()
+        init = os.fork()
+    except BaseException as exc:  # noqa: BLE001 - the sandbox's failure, never the branch's
+        _fail(f"cannot start the namespace's init: {exc!r}")
     if init:
         os.close(writer)
         stand_between(init, reader)
-    os.close(reader)
     try:
+        os.close(reader)
+        outlive_no_parent(writer)
         loopback_up()
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         own_proc()
         read_only_but(writable)
-    except (OSError, ValueError) as exc:
-        _fail(str(exc))
-    if be_init(writer) == 0:
+        in_probe = be_init(writer) == 0
+    except BaseException as exc:  # noqa: BLE001 - the sandbox's failure, never the branch's
+        _fail(f"{exc}" if isinstance(exc, OSError) else f"{exc!r}")
+    if in_probe:
         try:
             _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files, to write its id maps
             enter_namespaces(uid, gid)
@@ -499,14 +544,22 @@ def confine_forked_child(scratch: str, scratch_root: str, server: int) -> None:
     bind_writable(scratch)
     _set_read_only(scratch_root, read_only=True, recursive=False)
     private_shm()
+    block_relayed()
     reader, writer = os.pipe()
     init = os.fork()
     if init:
         os.close(writer)
         stand_between(init, reader)
-    os.close(reader)
-    own_proc()
-    be_init(writer)
+    try:
+        os.close(reader)
+        outlive_no_parent(writer)
+        own_proc()
+        hide_proc_machine()  # the server left it to its children (`confine(proc=False)`)
+        in_probe = be_init(writer) == 0
+    except BaseException as exc:  # noqa: BLE001 - the sandbox's failure, never the branch's
+        _fail(f"{exc}" if isinstance(exc, OSError) else f"{exc!r}")
+    if not in_probe:
+        os._exit(CONFINE_FAILED)  # never reached: be_init returns in the probe only
     drop_capabilities()
     hide_memory()
 
@@ -514,16 +567,18 @@ def confine_forked_child(scratch: str, scratch_root: str, server: int) -> None:
 def main(argv: list[str]) -> int:
     """`confine.py SPEC -- ARGV...`: confine as SPEC (JSON: {"writable": [...], "own_pids": bool})
     says, run ARGV (with `own_pids`, the default, in a pid namespace of its own; without, by
-    `exec`, as the same process)."""
+    `exec`, as the same process: a fork server, whose children each take a pid namespace and
+    hide `/proc`'s machine parts themselves)."""
     if len(argv) < 3 or argv[1] != "--":
         print(f"{FAILED_PREFIX}usage: confine.py SPEC -- ARGV...", file=sys.stderr)
         return CONFINE_FAILED
     spec = json.loads(argv[0])
     writable = [str(folder) for folder in spec.get("writable", [])]
-    if spec.get("own_pids", True):
+    own_pids = bool(spec.get("own_pids", True))
+    if own_pids:
         confine_in_own_pids(writable, argv[2:])
     try:
-        confine(writable)
+        confine(writable, proc=own_pids)
     except (OSError, ValueError) as exc:
         print(f"{FAILED_PREFIX}{exc}", file=sys.stderr, flush=True)
         return CONFINE_FAILED

@@ -18,6 +18,9 @@ def render_json(evidence: Evidence, exit_code: int, **extra: Any) -> str:
         "schema_version": evidence.schema_version,
         "reading": evidence.reading,
         "probes_confined": evidence.protection.confined if evidence.protection else None,
+        "home_unconfined_since": (
+            evidence.protection.home_unconfined_since if evidence.protection else ""
+        ),
         "exit_code": exit_code,
         "results": [r.model_dump(mode="json") for r in evidence.results],
         **extra,

@@ -37,6 +37,7 @@ from difftest.reports.views import (
     branch_names,
     emitted_source,
     launch_note,
+    protection_doubted,
     protection_note,
     reference_note,
     reuse_note,
@@ -123,9 +124,8 @@ def _header(evidence: Evidence) -> Text:
     text.append(evidence.reading, style="bold")
     text.append("  ")
     text.append(timestamp(evidence), style="dim")
-    unconfined = evidence.protection is not None and not evidence.protection.confined
     for note in (
-        protection_note(evidence) if unconfined else None,
+        protection_note(evidence) if protection_doubted(evidence) else None,
         reuse_note(evidence),
         launch_note(evidence),
         shard_note(evidence),

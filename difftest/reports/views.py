@@ -150,11 +150,24 @@ def launch_note(evidence: Evidence) -> str | None:
     )
 
 
+def protection_doubted(evidence: Evidence) -> bool:
+    """Whether the probes' protection is worth a warning: unconfined, or in a home that ran
+    unconfined probes before."""
+    guard = evidence.protection
+    return guard is not None and (not guard.confined or bool(guard.home_unconfined_since))
+
+
 def protection_note(evidence: Evidence) -> str | None:
     """How far the branches' code could reach while it ran, in a sentence (None: not recorded)."""
     guard = evidence.protection
     if guard is None:
         return None
+    if guard.confined and guard.home_unconfined_since:
+        return (
+            "Probes ran confined, but this DIFFTEST_HOME ran probes UNCONFINED before (since "
+            f"{guard.home_unconfined_since}): what they wrote outside the folders checked by "
+            "content is not checked; start from a fresh DIFFTEST_HOME to trust these results."
+        )
     if guard.confined:
         return "Probes ran confined: everything read-only to a branch's code but its own scratch."
     return (

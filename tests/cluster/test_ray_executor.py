@@ -261,6 +261,7 @@ def test_a_worker_killed_while_its_node_stays_up_is_retried_there_naming_what_en
 
     def kill_the_first_worker() -> None:
         _probe, worker = _probe_started(marker, 1)[0]
+        assert worker > 1, "no worker pid came with the message"  # never kill(0) or init
         os.kill(worker, signal.SIGKILL)
 
     killer = threading.Thread(target=kill_the_first_worker)

@@ -362,16 +362,19 @@ FAULTS = (
 )
 
 
-#: Kills every process it can see whose title starts with `ray::` (unconfined, its parent: the Ray
-#: worker that runs its probe).
+#: Kills the nearest of its ancestors whose title starts with `ray::`: unconfined, the Ray worker
+#: that runs its probe; confined, none is in sight (its ancestors there are difftest's init).
 KILL_WORKER = (
     "import os as _os, signal as _signal\n"
-    "for _name in [_n for _n in _os.listdir('/proc') if _n.isdigit()]:\n"
+    "_up = _os.getppid()\n"
+    "while _up > 1:\n"
     "    try:\n"
-    "        if open(f'/proc/{_name}/cmdline', 'rb').read().startswith(b'ray::'):\n"
-    "            _os.kill(int(_name), _signal.SIGKILL)\n"
-    "    except OSError:\n"
-    "        pass\n"
+    "        if open(f'/proc/{_up}/cmdline', 'rb').read().startswith(b'ray::'):\n"
+    "            _os.kill(_up, _signal.SIGKILL)\n"
+    "            break\n"
+    "        _up = int(open(f'/proc/{_up}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+    "    except (OSError, ValueError, IndexError):\n"
+    "        break\n"
 )
 
 #: Only through `--executor ray` (#29, case 4, now #47): the branch tries to kill the Ray worker
@@ -380,7 +383,7 @@ KILL_WORKER = (
 #: does. (Unconfined, it kills the worker on both tries and reads could not measure.)
 KILLS_ITS_RAY_WORKER = Fault(
     "kills-its-worker",
-    "kills every Ray worker it can see (the one that runs its probe, unconfined), at import",
+    "kills the Ray worker above its probe, if it can see it, at import of the scheduler",
     lambda tmp, repo: prepend(tmp / "kills-its-worker.patch", repo, SCHEDULER, KILL_WORKER),
     frozenset({"pass"}) if CONFINED else frozenset({"error"}),
     says="" if CONFINED else "its Ray worker died while the node stayed up",

@@ -68,3 +68,34 @@ def test_runs_measured_unconfined_are_kept_apart_in_the_result_cache(monkeypatch
     assert not sandbox.protection().active
     if confined == key():
         pytest.fail("an unconfined run would be reused by a confined one")
+
+
+def test_a_home_where_probes_ran_unconfined_is_marked_and_later_confined_runs_say_so(
+    tmp_path, monkeypatch
+):
+    """#47's "left open": a run made unconfined could leave behind, outside the folders checked by
+    content, what a later confined run reads, and nothing said so. The first unconfined probe
+    marks the home (`run.probes.taint`, through `sandbox.wrap`, where every probe starts), and
+    the evidence and every report of a confined run there say to start from a fresh home."""
+    from difftest.run.probes import taint
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("DIFFTEST_HOME", str(home))
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, "off")
+    assert taint.unconfined_since() == ""
+    assert sandbox.wrap(["python", "-c", "pass"], [tmp_path]) == ["python", "-c", "pass"]
+    since = taint.unconfined_since()
+    assert since and json.loads(taint.mark_path().read_text())["why"] == "DIFFTEST_SANDBOX=off"
+    assert sandbox.protection_evidence().home_unconfined_since == ""  # unconfined says it already
+    monkeypatch.delenv(sandbox.SANDBOX_ENV)
+    if not sandbox.protection().active:
+        pytest.skip(f"this machine cannot confine probes: {sandbox.protection().why_not}")
+    guard = sandbox.protection_evidence()
+    assert guard.confined and guard.home_unconfined_since == since
+    evidence = make_evidence(protection=guard)
+    said = "this DIFFTEST_HOME ran probes UNCONFINED before"
+    assert said in " ".join(_terminal(evidence).split())
+    assert said.replace("_", "\\_") in render_markdown(evidence) and said in render_html(evidence)
+    assert json.loads(render_json(evidence, 0))["home_unconfined_since"] == since
+    monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path / "fresh"))
+    assert sandbox.protection_evidence().home_unconfined_since == ""

@@ -176,8 +176,10 @@ def child(scratch, act):
             ("server memory", lambda: open(f"/proc/{server}/mem", "rb").close()),
             ("server environ", lambda: open(f"/proc/{server}/environ", "rb").read()),
             ("mount", lambda: os.system(f"mount --bind {mine} {sibling} 2>/dev/null") == 0 or 1/0),
-            ("stop server", lambda: os.kill(server, signal.SIGSTOP)),
-            ("kill sibling", lambda: os.kill(quiet, signal.SIGKILL)),
+            ("signal server", lambda: os.kill(server, 0)),
+            ("signal sibling", lambda: os.kill(quiet, 0)),
+            ("list processes", lambda: print("SEES", sorted(
+                int(n) for n in os.listdir("/proc") if n.isdigit()), flush=True)),
             ("signal group", lambda: os.kill(0, signal.SIGUSR2)),
         ]:
             try:
@@ -228,8 +230,9 @@ def test_a_forked_child_writes_only_its_own_scratch_and_reaches_no_other_process
     # its own pid namespace: the server and the sibling are not there to signal; its process
     # group is its init's, which passes the signal back to it (the child the server forked, in
     # the group before, would have died of it)
-    for unseen in ("stop server", "kill sibling"):
+    for unseen in ("signal server", "signal sibling"):
         assert f"REFUSED {unseen} ProcessLookupError" in out, out
+    assert "SEES [1, 2]" in out, out  # a /proc of its own: its init and itself
     assert "DID signal group" in out and "GOT SIGUSR2" in out, out
     assert "ACTOR ended well" in out and "SIBLING ended well" in out, out
     assert not scratch.root.exists(), "the scratch folder outlived its probe"
@@ -246,7 +249,7 @@ print("PID", os.getpid(), flush=True)
 others = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in (1, os.getpid())]
 print("SEES", len(others), "other processes", flush=True)
 for what, call in [
-    ("stop host", lambda: os.kill(host, signal.SIGSTOP)),
+    ("signal host", lambda: os.kill(host, 0)),
     ("kill init", lambda: os.kill(1, signal.SIGKILL)),
     ("signal group", lambda: os.kill(0, signal.SIGUSR2)),
 ]:
@@ -291,7 +294,7 @@ def test_a_probe_cannot_signal_or_outlive_anything_outside_its_own_pid_namespace
         probe_process_ended(proc)
     assert proc.returncode == 5, out
     assert "PID 2" in out and "SEES 0 other processes" in out, out
-    assert "REFUSED stop host ProcessLookupError" in out, out
+    assert "REFUSED signal host ProcessLookupError" in out, out
     # sent, and ignored by the init, or passed back to the probe (the wrapper, in the group
     # before, would have died of it, and the exit code would not be the probe's)
     assert "DID kill init" in out and "DID signal group" in out and "GOT SIGUSR2" in out, out
@@ -372,7 +375,8 @@ def test_the_seeded_cache_is_a_copy_never_a_link(tmp_path):
     scratch.remove()
 
 
-def test_the_protection_can_be_turned_off_and_says_so(monkeypatch):
+def test_the_protection_can_be_turned_off_and_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("DIFFTEST_HOME", str(tmp_path))  # the home an unconfined probe marks
     monkeypatch.setenv(sandbox.SANDBOX_ENV, "off")
     guard = sandbox.protection()
     assert not guard.active and guard.label == "unconfined"
@@ -503,3 +507,41 @@ def test_a_folder_whose_name_is_not_ascii_is_confined_like_any_other(tmp_path, m
     )
     assert done.returncode == 0, done.stderr
     assert (folder / "a").read_text() == "ok\n"
+
+
+#: Waits for the host's SIGUSR1 (how the host asks a probe for its stacks), then ends by SIGTERM.
+_WAITER = """
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+print("READY", flush=True)
+deadline = time.monotonic() + 30
+while not got and time.monotonic() < deadline:
+    time.sleep(0.02)
+print("GOT SIGUSR1" if got else "NOTHING", flush=True)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_the_hosts_signals_reach_the_probe_and_its_end_comes_back_unchanged(home, tmp_path):
+    """Between the host and the probe stand the wrapper and the namespace's init: the host's
+    SIGUSR1 (its request for stacks) is passed on through both, and a probe killed by a signal
+    reads as killed by that signal (-15), not as an exit code of the wrapper's."""
+    needs_namespaces()
+    proc = start_probe_process(
+        [sys.executable, "-c", _WAITER],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        os.kill(proc.pid, signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        probe_process_ended(proc)
+    assert "GOT SIGUSR1" in out, out
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, out)

@@ -169,3 +169,60 @@ def end_orphans(every_child: bool, passes: int = 20) -> list[int]:
         if not found:
             break
     return ended
+
+
+def below(pid: int) -> list[int]:
+    """`pid`'s descendants now (`/proc/PID/task/TID/children`, recursively): for a confined probe,
+    the init of its pid namespace and whatever runs there."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        children: list[int] = []
+        for parent in frontier:
+            try:
+                tasks = os.listdir(f"/proc/{parent}/task")
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    text = Path(f"/proc/{parent}/task/{task}/children").read_text()
+                except OSError:
+                    continue
+                children += [int(child) for child in text.split()]
+        found += children
+        frontier = children
+    return found
+
+
+def kill_below(pid: int) -> list[int]:
+    """SIGKILL every descendant of `pid` through pidfds (opened first: no pid recycled meanwhile is
+    hit); the pidfds, for `wait_ended` (the kernel ends a pid namespace's processes when its init
+    dies, a moment after: a caller that reads or removes what they wrote waits for that)."""
+    pidfds: list[int] = []
+    for child in below(pid):
+        try:
+            pidfd = os.pidfd_open(child)
+        except OSError:
+            continue
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        pidfds.append(pidfd)
+    return pidfds
+
+
+def wait_ended(pidfds: list[int], limit_s: float = 10.0) -> None:
+    """Until every process of `pidfds` has ended (or `limit_s` passed); closes them."""
+    import select
+    import time
+
+    deadline = time.monotonic() + limit_s
+    waiting = list(pidfds)
+    try:
+        while waiting and time.monotonic() < deadline:
+            ready, _, _ = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))
+            waiting = [fd for fd in waiting if fd not in ready]
+    finally:
+        for fd in pidfds:
+            os.close(fd)

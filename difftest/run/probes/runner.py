@@ -729,7 +729,9 @@ class _Watch:
                     _dump_then_kill(proc)
                     break
                 self._read_new()
-                result.set(peak_rss_mb=_peak_rss_mb(proc.pid) or result.run.peak_rss_mb)
+                peak = _peak_rss_mb(proc.pid)
+                if peak is not None and peak > (result.run.peak_rss_mb or 0):
+                    result.set(peak_rss_mb=peak)
                 time.sleep(0.2)
             self._read_new()
         finally:
@@ -1088,9 +1090,11 @@ def warm_fork_server(
 
 
 def kill_group(proc: ProbeProcess, wait: bool = True) -> None:
-    """SIGKILL a probe's whole process group (it runs in its own session); wait for it unless told
+    """SIGKILL a probe's whole process group (it runs in its own session) and every process below
+    it (a confined probe's pid namespace: its init and the probe); wait for them all unless told
     not to. A child forked a moment ago may not lead its own group yet: then the process itself is
     killed."""
+    pidfds = descendants.kill_below(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -1100,18 +1104,24 @@ def kill_group(proc: ProbeProcess, wait: bool = True) -> None:
             pass
     if wait:
         proc.wait()
+        descendants.wait_ended(pidfds)
+    else:
+        descendants.wait_ended(pidfds, limit_s=0)
 
 
 def _peak_rss_mb(pid: int) -> float | None:
-    """The process's resident-memory high-water mark so far (Linux `/proc`), in MB."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return None
+    """The largest resident-memory high-water mark so far (Linux `/proc`, in MB) of the process and
+    those below it: a confined probe is two processes below the one the host started."""
+    peaks = []
+    for each in (pid, *descendants.below(pid)):
+        try:
+            status = Path(f"/proc/{each}/status").read_text()
+        except OSError:
+            continue
+        peaks += [
+            int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")
+        ]
+    return max(peaks, default=None)
 
 
 def _log_lines(path: Path) -> list[str]:

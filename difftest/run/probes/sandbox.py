@@ -35,6 +35,7 @@ from pathlib import Path
 
 from difftest.core.evidence import ProtectionEvidence
 from difftest.probe import confine
+from difftest.run.probes import taint
 
 SANDBOX_ENV = "DIFFTEST_SANDBOX"
 #: The exit code of the wrapper itself when it could not confine (never the probe's).
@@ -79,7 +80,11 @@ def protection() -> Protection:
 def protection_evidence() -> ProtectionEvidence:
     """What the evidence records of this process's probes' confinement."""
     guard = protection()
-    return ProtectionEvidence(confined=guard.active, why_not=guard.why_not)
+    return ProtectionEvidence(
+        confined=guard.active,
+        why_not=guard.why_not,
+        home_unconfined_since=taint.unconfined_since() if guard.active else "",
+    )
 
 
 def _try(setting: str) -> Protection:
@@ -128,6 +133,8 @@ def wrap(argv: Sequence[str], writable: Sequence[Path], own_pids: bool = True) -
     `protection()` is not active. With `own_pids` it runs in a pid namespace of its own, below
     the wrapper, which passes the host's signals on and ends as it ends; without (a fork server,
     whose children the host finds by pid), the wrapper `exec`s it: the same process id."""
-    if not protection().active:
+    guard = protection()
+    if not guard.active:
+        taint.mark_unconfined(guard.why_not)
         return list(argv)
     return _wrapped(argv, writable, own_pids)

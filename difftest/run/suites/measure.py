@@ -410,11 +410,13 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=_GRACE_S)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
+    pidfds = descendants.kill_below(proc.pid)  # the session's pid namespace, confined
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    descendants.wait_ended(pidfds)
 
 
 def _report_progress(
