@@ -46,6 +46,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
 
@@ -240,7 +241,7 @@ def hide_proc_machine() -> None:
             _set_read_only(path, read_only=True, recursive=True)
 
 
-def hide_machine(proc: bool = True) -> None:
+def hide_machine(proc: bool = True, staging: str = "") -> None:
     """What a probe must not reach even read-only or by `connect`: kernel settings (read-only;
     left to the children of a fork server, `proc=False`, whose own `/proc` the kernel refuses
     while a mount hides part of this one), the machine's devices (a `/dev` of its own), its
@@ -248,19 +249,18 @@ def hide_machine(proc: bool = True) -> None:
     the IPC objects of other processes."""
     if proc:
         hide_proc_machine()
-    _own_dev()
+    _own_dev(staging)
     for folder in SERVICE_SOCKETS:
         if os.path.isdir(folder) and not os.path.islink(folder):
             _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
             _set_read_only(folder, read_only=True, recursive=False)
 
 
-def _own_dev() -> None:
+def _own_dev(staging: str = "") -> None:
     """A tmpfs `/dev` holding `DEVICES` (each bound from the machine's), `/dev/fd` and the standard
-    streams as links, and a private `/dev/shm`; built aside, then moved into place."""
-    staging = os.environ.get("TMPDIR", "") or "/tmp"
-    built = os.path.join(staging, f".difftest-dev-{os.getpid()}")
-    os.makedirs(built, exist_ok=True)
+    streams as links, and a private `/dev/shm`; built aside in a folder of its own below
+    `staging` (the probe's scratch folder; else `TMPDIR`), then moved into place."""
+    built = tempfile.mkdtemp(prefix=".difftest-dev-", dir=staging or None)
     _mount("tmpfs", built, "tmpfs", MS_NOSUID, "mode=755,size=64k")
     for name in DEVICES:
         source = f"/dev/{name}"
@@ -332,7 +332,7 @@ def own_proc() -> bool:
 def read_only_but(writable: Sequence[str], proc: bool = True) -> None:
     """Every mount read-only but `writable` (bound writable on top) and this process's own
     `/dev/shm` and `/proc`, the machine hidden (`hide_machine`), checked mount by mount."""
-    hide_machine(proc)
+    hide_machine(proc, writable[0] if writable else "")
     _set_read_only("/", read_only=True, recursive=True)
     for folder in writable:
         bind_writable(folder)
@@ -434,6 +434,22 @@ def _read_status(reader: int) -> int | None:
     return int(text) if text.strip().isdigit() else None
 
 
+def split_off_init() -> int:
+    """Fork the first process of the pid namespace this process made (`CLONE_NEWPID`); this
+    process stays between (`stand_between`) and never returns. In the init: the write end of the
+    pipe for the probe's wait status, once the init dies with its parent (`outlive_no_parent`).
+    `RELAYED` stay blocked in the init until it relays them."""
+    block_relayed()
+    reader, writer = os.pipe()
+    init = os.fork()
+    if init:
+        os.close(writer)
+        stand_between(init, reader)
+    os.close(reader)
+    outlive_no_parent(writer)
+    return writer
+
+
 def stand_between(child: int, reader: int) -> NoReturn:
     """The process between the host (or fork server) and a pid namespace's init: it holds none of
     the probe's descriptors, passes the host's signals on, and ends as the probe ended (the init
@@ -495,17 +511,7 @@ def confine_in_own_pids(writable: Sequence[str], argv: Sequence[str]) -> NoRetur
     if host.isdigit() and os.getppid() != int(host):  # the host died before the request was made
         os._exit(3)
     try:
-        block_relayed()
-        reader, writer = os.pipe()
-        init = os.fork()
-    except BaseException as exc:  # noqa: BLE001 - the sandbox's failure, never the branch's
-        _fail(f"cannot start the namespace's init: {exc!r}")
-    if init:
-        os.close(writer)
-        stand_between(init, reader)
-    try:
-        os.close(reader)
-        outlive_no_parent(writer)
+        writer = split_off_init()
         loopback_up()
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         own_proc()
@@ -544,15 +550,8 @@ def confine_forked_child(scratch: str, scratch_root: str, server: int) -> None:
     bind_writable(scratch)
     _set_read_only(scratch_root, read_only=True, recursive=False)
     private_shm()
-    block_relayed()
-    reader, writer = os.pipe()
-    init = os.fork()
-    if init:
-        os.close(writer)
-        stand_between(init, reader)
     try:
-        os.close(reader)
-        outlive_no_parent(writer)
+        writer = split_off_init()
         own_proc()
         hide_proc_machine()  # the server left it to its children (`confine(proc=False)`)
         in_probe = be_init(writer) == 0

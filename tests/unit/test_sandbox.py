@@ -156,7 +156,20 @@ def test_a_probe_can_neither_mount_nor_lift_the_protection_as_root(home, tmp_pat
 #: A fork server in miniature: confined as one, it makes itself non-dumpable as `forkserver.main`
 #: does, then forks two children, each confined as `forkserver._become_probe` confines them; the
 #: first tries what a hostile branch would, against its sibling and the server.
-_FORKED = """
+#: What a hostile payload below tries, each attempt printed as done or refused (and why).
+_ATTEMPT = """
+def attempt(calls):
+    for what, call in calls:
+        try:
+            call()
+            print("DID", what, flush=True)
+        except Exception as exc:
+            print("REFUSED", what, type(exc).__name__, flush=True)
+"""
+
+_FORKED = (
+    _ATTEMPT
+    + """
 import os, signal, sys, time
 from difftest.probe import confine
 root, mine, sibling = sys.argv[1:4]
@@ -169,7 +182,7 @@ def child(scratch, act):
     confine.confine_forked_child(scratch, root, server)
     if act:
         signal.signal(signal.SIGUSR2, lambda *_: print("GOT SIGUSR2", flush=True))
-        for what, call in [
+        attempt([
             ("own", lambda: open(os.path.join(mine, "x"), "w").close()),
             ("sibling", lambda: open(os.path.join(sibling, "x"), "w").close()),
             ("root", lambda: open(os.path.join(root, "x"), "w").close()),
@@ -181,12 +194,7 @@ def child(scratch, act):
             ("list processes", lambda: print("SEES", sorted(
                 int(n) for n in os.listdir("/proc") if n.isdigit()), flush=True)),
             ("signal group", lambda: os.kill(0, signal.SIGUSR2)),
-        ]:
-            try:
-                call()
-                print("DID", what, flush=True)
-            except Exception as exc:
-                print("REFUSED", what, type(exc).__name__, flush=True)
+        ])
     else:
         time.sleep(3)
     os._exit(0)
@@ -197,6 +205,7 @@ print("ACTOR", "ended well" if status == 0 else f"ended by {status}", flush=True
 _, status = os.waitpid(quiet, 0)
 print("SIBLING", "ended well" if status == 0 else f"ended by {status}", flush=True)
 """
+)
 
 
 def test_a_forked_child_writes_only_its_own_scratch_and_reaches_no_other_process(home, tmp_path):
@@ -241,23 +250,20 @@ def test_a_forked_child_writes_only_its_own_scratch_and_reaches_no_other_process
 #: A hostile probe against the processes around it: the host that started it, everything else
 #: visible in /proc, its own process group; then a daemon that leaves its session, clears its
 #: death signal and outlives the probe if it can.
-_SIGNALLER = """
+_SIGNALLER = (
+    _ATTEMPT
+    + """
 import ctypes, os, signal, sys, time
 host, marker = int(sys.argv[1]), sys.argv[2]
 signal.signal(signal.SIGUSR2, lambda *_: print("GOT SIGUSR2", flush=True))
 print("PID", os.getpid(), flush=True)
 others = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in (1, os.getpid())]
 print("SEES", len(others), "other processes", flush=True)
-for what, call in [
+attempt([
     ("signal host", lambda: os.kill(host, 0)),
     ("kill init", lambda: os.kill(1, signal.SIGKILL)),
     ("signal group", lambda: os.kill(0, signal.SIGUSR2)),
-]:
-    try:
-        call()
-        print("DID", what, flush=True)
-    except Exception as exc:
-        print("REFUSED", what, type(exc).__name__, flush=True)
+])
 if os.fork() == 0:
     os.setsid()
     ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)
@@ -266,6 +272,7 @@ if os.fork() == 0:
     os._exit(0)
 sys.exit(5)
 """
+)
 
 
 def test_a_probe_cannot_signal_or_outlive_anything_outside_its_own_pid_namespace(home, tmp_path):
