@@ -27,6 +27,7 @@ from difftest.core.config import Config, load_config
 from difftest.core.records import ProbeRun
 from difftest.run.cache.results import result_key
 from difftest.run.pipeline import make_job
+from difftest.run.probes import runner
 from difftest.run.probes.runner import KEEP_FORK_SERVERS_ENV, allow_probes, run_probe
 from tests.factories import ROOT, link_base_into
 
@@ -61,6 +62,24 @@ def _probes_allowed_again() -> Iterator[None]:
     one."""
     yield
     allow_probes()
+
+
+@pytest.fixture(autouse=True)
+def _no_probe_left_listed() -> Iterator[None]:
+    """A test leaves difftest's registry of live probes as it found it, save fork servers kept for
+    the next run: a probe that ended, or a cluster task or actor whose end was never recorded,
+    would be stopped (and counted) by the next interrupt in this process, as a leak in a
+    long-lived host would be."""
+    remote_before = set(map(id, runner._LIVE._remote))
+    yield
+    leaked_remote = [key for key in runner._LIVE._remote if id(key) not in remote_before]
+    ended = [
+        proc.pid
+        for proc in list(runner._LIVE._procs)
+        if proc.poll() is not None and proc.pid not in runner._LIVE._helpers
+    ]
+    assert not leaked_remote, f"cluster probes never recorded as ended: {leaked_remote}"
+    assert not ended, f"probe processes ended but still listed as live: {ended}"
 
 
 @pytest.fixture(scope="session")

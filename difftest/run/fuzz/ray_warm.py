@@ -166,6 +166,7 @@ class RayWarmProcess:
             answer: Answer = ray.get(actor.handle.answer.remote(job))
             return answer
         except ray.exceptions.RayActorError as exc:
+            remote_probe_ended(actor.handle)  # gone: an interrupt has nothing left to stop there
             died = worker_death(str(exc))
             lost = f"node {actor.node.id[:12]} at {actor.node.address}: " + (
                 died or f"lost mid-probe ({str(exc).splitlines()[0][:200]})"

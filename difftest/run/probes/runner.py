@@ -151,6 +151,7 @@ class _LiveProbes:
     def ended(self, proc: Any) -> None:
         with self._lock:
             self._procs.discard(proc)
+            self._helpers.discard(proc.pid)
             scratch = self._scratches.pop(proc.pid, None)
         if scratch is not None:
             scratch.remove()
@@ -185,11 +186,11 @@ class _LiveProbes:
         return StoppedProbes(len(self._killed - self._helpers), self._remote_stopped)
 
     def allow_again(self) -> None:
-        """After an interrupt was handled (tests call `main` again in one process)."""
+        """After an interrupt was handled (tests call `main` again in one process). A fork server
+        kept for the next run stays a helper: the next interrupt does not count it as a probe."""
         with self._lock:
             self._stopped = False
             self._killed.clear()
-            self._helpers.clear()
             self._remote_stopped = 0
 
 
