@@ -27,6 +27,8 @@ SOURCES = sorted(PACKAGE.rglob("*.py"))
 BASE_PACKAGES = {"vllm", "torch", "tokenizers", "transformers", "safetensors", "xgrammar", "numpy"}
 #: The tests tier's pytest plugin also has the test-only folder on its path (pytest and friends).
 SUITE_PLUGIN_PACKAGES = {"pytest"}
+#: The probe's tracer imports coverage.py from the folder the job names (`probe.tracing`).
+TRACER_PACKAGES = {"coverage"}
 #: Layer -> the difftest layers it may import (itself included). cli sits on top and may import all.
 #: `probe.protocol` and `probe.tests.contract` are the wire contracts between the host and what runs
 #: inside branch environments (the probe; the tests tier's pytest plugin), shared by both sides;
@@ -61,9 +63,11 @@ RUN_PARTS = {
     "reread": {"probes"},
     # The Ray executor runs probes elsewhere and reads them back as `probes` reads local ones.
     "cluster": {"probes"},
-    "context": {"probes", "cache", "cluster"},
+    # What the probes trace, and which changed lines they executed.
+    "coverage": {"probes"},
+    "context": {"probes", "cache", "cluster", "coverage"},
     "suites": {"probes", "cache", "context"},
-    "pipeline": {"probes", "cache", "context", "suites", "cluster"},
+    "pipeline": {"probes", "cache", "context", "suites", "cluster", "coverage"},
     "fuzz": {"probes", "cache", "context", "pipeline", "cluster"},
     "rejudge": {"probes", "reread", "pipeline"},
     "blame": {"probes", "cache", "context", "pipeline"},
@@ -135,6 +139,7 @@ def test_the_probe_imports_only_the_standard_library_vllm_and_the_base(path: Pat
             )
         else:
             extra = SUITE_PLUGIN_PACKAGES if path.parent.name == "tests" else set()
+            extra |= TRACER_PACKAGES if path.name == "tracing.py" else set()
             assert (
                 top in sys.stdlib_module_names
                 or top in BASE_PACKAGES | extra

@@ -46,7 +46,7 @@ from difftest.core.errors import DifftestError
 from difftest.core.outcome import ProcessOutcome
 from difftest.core.records import ProbeRun, Reading, Result, TestRecord
 
-SCHEMA_VERSION: Final = "12"
+SCHEMA_VERSION: Final = "13"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -220,8 +220,49 @@ class ProtectionEvidence(BaseModel):
     home_unconfined_since: str = ""
 
 
+class ChangedFileCoverage(BaseModel):
+    """One file a branch changes under `vllm/` relative to the baseline, and which of its changed
+    lines that branch's own probes executed (line numbers in the branch's file, `run.coverage`)."""
+
+    branch: str
+    file: str
+    #: `traced`: judged line by line; `not traced`: not Python, or does not parse (`why`);
+    #: `unknown`: a probe of the branch could not vouch for its coverage (`why`).
+    status: Literal["traced", "not traced", "unknown"]
+    why: str = ""
+    #: The changed lines that are statements (what can be executed at all).
+    lines: list[int] = Field(default_factory=list)
+    reached: list[int] = Field(default_factory=list)
+    unreached: list[int] = Field(default_factory=list)
+    #: Arcs out of changed branch points (`if`, `while`, a boolean expression) that no run took.
+    arcs_missing: list[tuple[int, int]] = Field(default_factory=list)
+
+
+class BranchCoverage(BaseModel):
+    """One branch's changed-line coverage in a word (`run.coverage.judge_branch`)."""
+
+    branch: str
+    #: `verified`: every changed statement ran and every changed branch point went both ways;
+    #: `not verified`: some did not, or could not be traced; `unknown`: its probes could not vouch
+    #: for their coverage; `unchanged`: it changes no file under `vllm/` relative to the baseline.
+    status: Literal["verified", "not verified", "unknown", "unchanged"]
+    #: One line, as every report prints it.
+    summary: str
+
+
+class CoverageEvidence(BaseModel):
+    """What the probes executed of the lines each branch changes (`run.coverage`)."""
+
+    #: The files traced in every probe (`vllm/...`, a folder ending in `/`).
+    traced: list[str] = Field(default_factory=list)
+    #: Why no probe was traced ("" when they were).
+    why_not: str = ""
+    changed: list[ChangedFileCoverage] = Field(default_factory=list)
+    branches: list[BranchCoverage] = Field(default_factory=list)
+
+
 class Evidence(BaseModel):
-    schema_version: Literal["12"] = SCHEMA_VERSION
+    schema_version: Literal["13"] = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     difftest_version: str = __version__
     #: The command line that produced the file (argv).
@@ -255,6 +296,8 @@ class Evidence(BaseModel):
     shard: ShardEvidence | None = None
     #: Set by `difftest blame`: the hunks searched, every set tried, each finding's minimal set.
     blame: BlameEvidence | None = None
+    #: Which changed lines each branch's probes executed; None in files written before schema 13.
+    coverage: CoverageEvidence | None = None
 
 
 def evidence_json(evidence: Evidence) -> str:
@@ -445,6 +488,11 @@ def upgrade_from_11(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": "12", "scenarios": scenarios}
 
 
+def upgrade_from_12(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 12 -> 13: nothing was traced, so no changed line is known to have run."""
+    return {**raw, "schema_version": "13", "coverage": None}
+
+
 #: schema version -> the step that brings a file of that version one version up.
 UPGRADES = {
     "1": upgrade_from_1,
@@ -458,6 +506,7 @@ UPGRADES = {
     "9": upgrade_from_9,
     "10": upgrade_from_10,
     "11": upgrade_from_11,
+    "12": upgrade_from_12,
 }
 
 

@@ -252,6 +252,31 @@ class Trailer(_Record):
     runs: StrictInt
 
 
+class FileCoverage(_Record):
+    """What coverage.py recorded for one traced file: executed lines, and arcs (`[from, to]`,
+    negative numbers for entering and leaving a code object, as coverage.py writes them)."""
+
+    lines: list[StrictInt] = Field(default_factory=list)
+    arcs: list[tuple[StrictInt, StrictInt]] = Field(default_factory=list)
+
+
+class ProbeCoverage(_Record):
+    """What one probe traced of the job's files (`probe.tracing`): `ok` with the files it executed
+    (paths `vllm/...`), or `unknown` with the reason (the tracer did not start, was stopped or
+    replaced by the branch, or the probe's output cannot be trusted)."""
+
+    status: Literal["ok", "unknown"]
+    why: str = ""
+    files: dict[str, FileCoverage] = Field(default_factory=dict)
+
+
+class CoverageRecord(ProbeCoverage):
+    """The probe's `coverage` record, written after its runs and before its trailer."""
+
+    kind: Literal["coverage"]
+    nonce: str
+
+
 class ProbeRun(_Record):
     """One planned run of one branch: what the probe recorded, or why there is no record.
 

@@ -12,6 +12,7 @@ that run, never a crash that loses the other runs.
     probe -> host   RUNS.jsonl, one JSON object per line, each carrying the nonce:
                     {"kind": "header", ...}        once, after vLLM imported
                     {"kind": "run", ...}           once per planned run, flushed as it ends
+                    {"kind": "coverage", ...}      when the job names files to trace (`tracing`)
                     {"kind": "trailer", "runs": N} last; its absence means the probe died
 
 A persistent probe (`serve_stream`, `python -m difftest.probe --serve`) keeps
@@ -40,7 +41,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Protocol, TextIO, TypedDict, cast
+from typing import Any, Literal, NoReturn, NotRequired, Protocol, TextIO, TypedDict, cast
+
+from .tracing import Tracing
 
 PROTOCOL_VERSION = 4
 #: A probe reads its nonce from this variable (where no pipe brought it: a fork server given no
@@ -212,6 +215,8 @@ class Job(TypedDict):
     work_dir: str
     run_timeout_s: float | None
     scenarios: list[JobScenario]
+    #: What to trace (`tracing.JOB_KEY`): {"site": coverage.py's folder, "paths": ["vllm/..."]}.
+    trace: NotRequired[dict[str, Any]]
 
 
 class StepRecord(TypedDict):
@@ -530,8 +535,11 @@ def _start(job: Job, start: Callable[[Job], Session]) -> _Started | None:
     return _Started(session, info, import_s, time.perf_counter() - started - import_s)
 
 
-def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
-    """Header, one record per planned run, trailer: the whole answer to one job."""
+def _answer(
+    job: Job, started: _Started, stream: TextIO, nonce: str, tracing: Tracing | None = None
+) -> None:
+    """Header, one record per planned run, what was traced (when asked), trailer: the whole answer
+    to one job."""
     writer = RecordWriter(stream, nonce)
     writer.header(dict(started.info), started.import_s, started.setup_s)
     for scenario in job["scenarios"]:
@@ -539,6 +547,8 @@ def _answer(job: Job, started: _Started, stream: TextIO, nonce: str) -> None:
             play = functools.partial(started.session.play, scenario, planned)
             call = CallInfo.from_call(play, job.get("run_timeout_s"))
             writer.run(scenario, planned, call)
+    if tracing is not None:
+        writer.write({"kind": "coverage", **tracing.record()})
     writer.trailer()
 
 
@@ -639,6 +649,8 @@ def serve(job: Job, out: Path | int, nonce: str, start: Callable[[Job], Session]
     A session that cannot start (vLLM does not import, the engine does not
     build) exits 3 with its traceback on stderr: nothing could be measured.
     """
+    # Before the session imports vLLM: the stats-path modules' own import is traced too.
+    tracing = Tracing.start(job.get("trace"))
     started = _start(job, start)
     if started is None:
         return 3
@@ -648,7 +660,7 @@ def serve(job: Job, out: Path | int, nonce: str, start: Callable[[Job], Session]
         else Path(out).open("w", encoding="utf-8")
     )
     with opened as stream:
-        _answer(job, started, stream, nonce)
+        _answer(job, started, stream, nonce, tracing)
     sys.stdout.flush()
     return 0
 

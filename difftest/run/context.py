@@ -18,6 +18,7 @@ from difftest.core.config import Config, Timeouts
 from difftest.core.records import Reading
 from difftest.run.cache.results import ResultCache
 from difftest.run.cluster.executor import RayExecutor
+from difftest.run.coverage.tracing_job import TracePlan
 from difftest.run.probes.runner import Progress
 
 Log = Callable[[str], None]
@@ -54,6 +55,8 @@ class RunContext:
     fork: bool = False
     #: Run the probes on a Ray cluster instead of this machine (`run.cluster`, `--executor ray`).
     cluster: RayExecutor | None = None
+    #: What every probe job traces (`run.coverage.tracing_job`); None: nothing is traced.
+    trace: TracePlan | None = None
     #: For difftest's own tests of the tests tier only (see `run.suites.measure.run_session`).
     suite_args: tuple[str, ...] = field(default=())
     inherit_controller_path: bool = False

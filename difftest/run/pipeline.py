@@ -39,7 +39,7 @@ from difftest.core.evidence import (
     ShardEvidence,
     TransplantEvidence,
 )
-from difftest.core.records import ProbeRun, Reading, Result, TestRecord
+from difftest.core.records import ProbeCoverage, ProbeRun, Reading, Result, TestRecord
 from difftest.core.selection import compile_selection
 from difftest.probe.protocol import PROTOCOL_VERSION, Job
 from difftest.run.cache.results import open_cache, result_key
@@ -54,6 +54,8 @@ from difftest.run.context import (
     no_progress,
     quiet,
 )
+from difftest.run.coverage.judge import coverage_evidence
+from difftest.run.coverage.tracing_job import plan_tracing
 from difftest.run.probes.capacity import available_memory_mb, probes_at_once
 from difftest.run.probes.environ import passed_environ
 from difftest.run.probes.runner import (
@@ -183,6 +185,7 @@ def compare(
             log(guard.describe() + " (the base is still checked by content before each run)")
         for chosen in selected:
             _mark_unavailable(chosen, workspace.base.fingerprint, log)
+        plan = plan_tracing(workspace, log)
         context = RunContext(
             workspace,
             default_baseline(workspace, request.baseline),
@@ -193,6 +196,7 @@ def compare(
             cache=cache,
             jobs=request.jobs,
             fork=request.fork,
+            trace=plan,
             cluster=RayExecutor(
                 cluster, config.base, workspace.base, dict(request.cluster.place), log
             )
@@ -230,6 +234,9 @@ def compare(
             "reference_branches": reference,
             "probe_environ_sha256": canonical_hash(passed_environ()),
             "protection": protection_evidence(),
+            "coverage": coverage_evidence(
+                workspace, context.baseline, traced_by_branch(outcomes), plan
+            ),
         }
     )
     return Comparison(workspace, evidence, outcomes, selected)
@@ -284,6 +291,17 @@ class BranchMeasurer:
             )
         with self.context.progress(tier.name, names) as callback:
             return measure_suites(self.context, tier, scenario, callback)
+
+
+def traced_by_branch(
+    outcomes: Mapping[str, TierOutcome[BranchRun]],
+) -> dict[str, dict[str, ProbeCoverage | None]]:
+    """branch -> tier -> what that branch's probe of that tier traced."""
+    traced: dict[str, dict[str, ProbeCoverage | None]] = {}
+    for tier, outcome in outcomes.items():
+        for branch, run in outcome.probes.items():
+            traced.setdefault(branch, {})[tier] = run.coverage
+    return traced
 
 
 def take_shard(selected: list[TierScenarios], index: int, count: int) -> list[TierScenarios]:
@@ -469,6 +487,8 @@ def measure_tier(
     workspace, cache, work_dir = context.workspace, context.cache, context.probe_dir
     branches = [(b.name, b.env) for b in workspace.branches if b.env is not None]
     job = make_job(tier, scenarios, context.timeouts.run_s)
+    if context.trace is not None:
+        context.trace.add_to(job)
     keys = {
         name: result_key(
             tier.name,

@@ -223,7 +223,7 @@ def test_the_evidence_keeps_the_search(tmp_path: Path):
     assert again == evidence and again.blame is not None
     assert again.blame.findings[0].needed == {2: 3, 3: 4}
     assert again.blame.tried(2).branch == CULPRIT and again.blame.tried(5).branch == REST
-    assert json.loads(path.read_text())["schema_version"] == "12"
+    assert json.loads(path.read_text())["schema_version"] == "13"
 
 
 def test_the_headline_names_what_makes_the_branch_worse_not_what_the_base_shares() -> None:

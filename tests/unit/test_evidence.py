@@ -202,7 +202,7 @@ def test_file_is_sorted_indented_and_has_the_record_fields(tmp_path: Path) -> No
     text = path.read_text()
     raw = json.loads(text)
     assert text == json.dumps(raw, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    assert raw["schema_version"] == SCHEMA_VERSION == "12" and raw["reading"] == "lenient"
+    assert raw["schema_version"] == SCHEMA_VERSION == "13" and raw["reading"] == "lenient"
     record = raw["results"][0]
     for key in (
         "branch",
@@ -390,7 +390,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an evidence file"),
-        ('{"schema_version": "13"}', "schema version '13'"),
+        ('{"schema_version": "14"}', "schema version '14'"),
         ("{}", "schema version None"),
         ('{"schema_version": "2"}', "invalid evidence file"),
         ('{"schema_version": "3"}', "invalid evidence file"),
@@ -401,6 +401,7 @@ def test_unknown_version_names_the_readable_versions(tmp_path: Path) -> None:
         ('{"schema_version": "10"}', "invalid evidence file"),
         ('{"schema_version": "11"}', "invalid evidence file"),
         ('{"schema_version": "12"}', "invalid evidence file"),
+        ('{"schema_version": "13"}', "invalid evidence file"),
         ('{"schema_version": "1", "reading": "sideways"}', "invalid evidence file"),
     ],
 )

@@ -30,7 +30,7 @@ from tests.factories import (
 )
 
 ORDER = ["a", "b", "c"]
-SCHEMA = "12"
+SCHEMA = "13"
 
 
 def shard(index: int, count: int = 2, schema: str = SCHEMA, **overrides: Any) -> Shard:

@@ -268,6 +268,7 @@ class ResultCache:
             tier=tier,
             header=records.header,
             runs=records.runs,
+            coverage=records.coverage,
             exited_cleanly=True,
             outcome=outcome,
             launch=None,  # not started by this run
@@ -393,7 +394,9 @@ def _read_records(text: str, nonce: str, job: Job, tier: str) -> ReadRecords:
             + [delivery.incomplete or "no header"]
         )[0]
         raise _Damaged(f"its records do not validate: {why}")
-    return ReadRecords(header=delivery.header, runs=delivery.runs(None))
+    return ReadRecords(
+        header=delivery.header, runs=delivery.runs(None), coverage=delivery.coverage()
+    )
 
 
 def _payload_hash(payload: dict[str, Any]) -> str:

@@ -32,10 +32,10 @@ from pydantic import BaseModel, ValidationError
 
 from difftest.build.envs.fingerprint import sha256_bytes
 from difftest.core.evidence import atomic_write_text
-from difftest.core.records import ProbeHeader, ProbeRun
+from difftest.core.records import ProbeCoverage, ProbeHeader, ProbeRun
 
 #: Bump when the copy's shape changes: a copy of another format is read as damaged and replaced.
-COPY_FORMAT = 1
+COPY_FORMAT = 2
 
 
 class ReadRecords(BaseModel):
@@ -44,6 +44,8 @@ class ReadRecords(BaseModel):
 
     header: ProbeHeader
     runs: list[ProbeRun]
+    #: What the probe traced (None: its job asked for no tracing).
+    coverage: ProbeCoverage | None = None
 
 
 class CopyDamaged(Exception):

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from difftest.core.outcome import ProcessOutcome
-from difftest.core.records import ProbeHeader, ProbeRun, Trailer
+from difftest.core.records import CoverageRecord, ProbeCoverage, ProbeHeader, ProbeRun, Trailer
 from difftest.core.text import loads_clean
 from difftest.core.values import quote
 from difftest.probe.protocol import Job, PlannedRun
@@ -48,6 +48,12 @@ class Delivery:
     untrusted: list[str] = field(default_factory=list)
     #: Why runs without a record have none, beyond the process's own error.
     incomplete: str | None = None
+    #: Whether the job asked the probe to trace files (`probe.tracing`).
+    traced: bool = False
+    #: The probe's coverage record, validated; None when it wrote none.
+    coverage_record: CoverageRecord | None = None
+    #: Why the coverage record cannot be used, when it is there but wrong.
+    coverage_problem: str = ""
 
     def unreported(self) -> list[list[str]]:
         """The planned runs ([scenario, label]) with no record at all: cut short by the process's
@@ -71,6 +77,26 @@ class Delivery:
             started=self.header is not None and self.trusted,
             unreported=self.unreported(),
             **process,
+        )
+
+    def coverage(self) -> ProbeCoverage | None:
+        """What the probe traced, as the host can vouch for it: None when the job asked for no
+        tracing; `unknown` with the reason when the record is missing, invalid, repeated or in an
+        output that cannot be trusted."""
+        if not self.traced:
+            return None
+        why = ""
+        if self.untrusted:
+            why = f"the probe's output cannot be trusted: {self.untrusted[0]}"
+        elif self.coverage_problem:
+            why = self.coverage_problem
+        elif self.coverage_record is None:
+            why = "the probe reported no coverage (it ended before its last records)"
+        if why:
+            return ProbeCoverage(status="unknown", why=why)
+        assert self.coverage_record is not None
+        return ProbeCoverage.model_validate(
+            self.coverage_record.model_dump(exclude={"kind", "nonce"})
         )
 
     def runs(self, process_error: str | None) -> list[ProbeRun]:
@@ -104,7 +130,7 @@ def check_lines(
     """Check a probe's answer to one job, line by line (a file's lines, or a served probe's
     answer)."""
     plan = [(s["name"], run) for s in job["scenarios"] for run in s["runs"]]
-    delivery = Delivery(plan=plan, tier=tier)
+    delivery = Delivery(plan=plan, tier=tier, traced=bool(job.get("trace")))
     planned = {(name, run["label"]): run for name, run in plan}
     run_records = 0
     for number, line in enumerate(lines, 1):
@@ -138,6 +164,8 @@ def check_lines(
                 delivery.untrusted.append(f"line {number} reports a run before the probe's header")
                 continue
             _run(record, delivery, planned, number)
+        elif kind == "coverage":
+            _coverage(record, delivery, number)
         elif kind == "trailer":
             delivery.trailer = _envelope(Trailer, record, delivery, number)
         else:
@@ -163,6 +191,23 @@ def _envelope(model: type[M], record: dict[str, Any], delivery: Delivery, number
             f"line {number}: invalid {record.get('kind')}: {validation_summary(exc)}"
         )
         return None
+
+
+def _coverage(record: dict[str, Any], delivery: Delivery, number: int) -> None:
+    """The coverage record: one, valid, asked for; otherwise the coverage reads unknown (the runs
+    stay as they are: a tracer's trouble is not the counters')."""
+    if not delivery.traced:
+        delivery.coverage_problem = f"line {number} reports coverage the job did not ask for"
+    elif delivery.coverage_record is not None or delivery.coverage_problem:
+        delivery.coverage_record = None
+        delivery.coverage_problem = f"line {number} repeats the coverage record"
+    else:
+        try:
+            delivery.coverage_record = CoverageRecord.model_validate(record)
+        except ValidationError as exc:
+            delivery.coverage_problem = (
+                f"line {number}: invalid coverage record: {validation_summary(exc)}"
+            )
 
 
 def _run(

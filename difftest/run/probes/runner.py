@@ -32,7 +32,7 @@ from typing import Any, Literal, NamedTuple
 from difftest.core import tally
 from difftest.core.evidence import ProbeNode, ReusedProbe
 from difftest.core.outcome import ProcessOutcome
-from difftest.core.records import ProbeHeader, ProbeRun
+from difftest.core.records import ProbeCoverage, ProbeHeader, ProbeRun
 from difftest.core.text import clean
 from difftest.core.verdicts import one_line
 from difftest.probe import confine
@@ -331,6 +331,8 @@ class BranchRun:
     outcome: ProcessOutcome | None = None
     #: The cluster node that ran it (`run.cluster`, `--executor ray`); None: this machine.
     node: ProbeNode | None = None
+    #: What the probe traced of the stats path (`probe.tracing`); None: the job asked for none.
+    coverage: ProbeCoverage | None = None
 
 
 class _Building:
@@ -590,6 +592,7 @@ def _read_output(
     result.set(
         header=delivery.header,
         runs=delivery.runs(None if exit_overdue else error),
+        coverage=delivery.coverage(),
         outcome=delivery.outcome(
             exit_code=returncode,
             timed_out=timed_out,
@@ -609,6 +612,7 @@ def _unreadable(result: _Building, job: Job, tier: str, why: str, exit_code: int
         error=reason,
         header=None,
         runs=check_lines([], "", job, tier, exited_cleanly=False).runs(reason),
+        coverage=check_lines([], "", job, tier, exited_cleanly=False).coverage(),
         outcome=ProcessOutcome(
             exit_code=exit_code, host_error=why, duration_s=result.run.duration_s
         ),

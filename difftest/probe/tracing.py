@@ -1,0 +1,105 @@
+"""Which lines and arcs of vLLM's stats path a probe executed (coverage.py, inside the probe).
+
+The host names the files in the job (`"trace": {"site": ..., "paths": [...]}`: the folder that
+holds coverage.py for this base's Python, and `vllm/...` paths, a folder ending in `/`). The
+tracer starts here, before the tier's session imports vLLM, restricted to those files (no cost
+elsewhere), keeps its data in memory only (no file a branch could rewrite), and reports once, in
+the `coverage` record that precedes the trailer: the lines and arcs executed per file, exactly as
+coverage.py recorded them. The host parses the files itself (`run.coverage`) and never trusts
+the probe for what a file contains.
+
+A branch runs in this very process, so it can stop or replace the tracer (`sys.settrace`,
+`threading.settrace`, coverage's own API). That is checked at the end: the tracer that runs then
+must be the one started here, never stopped, in the thread that played the runs. Otherwise the
+record says `unknown`, with the reason, and the host reads "coverage unknown", never "reached".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Any
+
+#: The job's key naming what to trace.
+JOB_KEY = "trace"
+
+
+class Tracing:
+    """One probe's tracer: started by `start`, read once by `record`."""
+
+    def __init__(self, problem: str = "") -> None:
+        self.problem = problem
+        self._coverage: Any = None
+        self._tracer: Any = None
+        self._root = ""
+
+    @classmethod
+    def start(cls, spec: dict[str, Any] | None) -> Tracing | None:
+        """Start tracing the job's files; None when the job asks for no tracing."""
+        if not spec:
+            return None
+        tracing = cls()
+        try:
+            tracing._begin(spec)
+        except Exception as exc:  # noqa: BLE001 - the runs go on untraced; the record says why
+            tracing.problem = f"the tracer could not start ({type(exc).__name__}: {exc})"
+        return tracing
+
+    def _begin(self, spec: dict[str, Any]) -> None:
+        site, paths = str(spec["site"]), [str(p) for p in spec["paths"]]
+        if not os.path.isdir(site):
+            self.problem = f"the tracer's packages are not on this machine ({site})"
+            return
+        found = importlib.util.find_spec("vllm")  # finds the package without importing it
+        if found is None or not found.submodule_search_locations:
+            self.problem = "vLLM is not importable here"
+            return
+        self._root = os.path.realpath(os.path.dirname(list(found.submodule_search_locations)[0]))
+        sys.path.append(site)  # after the environment's own packages: they keep precedence
+        import coverage
+
+        include = [
+            os.path.join(self._root, p) + ("*" if p.endswith("/") else "")
+            for p in paths
+            if p.startswith("vllm/")
+        ]
+        self._coverage = coverage.Coverage(
+            data_file=None, branch=True, include=include, config_file=False
+        )
+        self._coverage.start()
+        self._tracer = sys.gettrace()
+
+    def record(self) -> dict[str, Any]:
+        """The `coverage` record's body: `status` "ok" with `files` ({path: {"lines", "arcs"}},
+        paths relative to the site folder, `vllm/...`), or "unknown" with `why`."""
+        if self.problem:
+            return {"status": "unknown", "why": self.problem, "files": {}}
+        disturbed = self._disturbed()
+        try:
+            self._coverage.stop()
+            data = self._coverage.get_data()
+            files = {}
+            for measured in sorted(data.measured_files()):
+                relative = os.path.relpath(os.path.realpath(measured), self._root)
+                if relative.startswith(".."):
+                    continue
+                files[relative] = {
+                    "lines": sorted(data.lines(measured) or []),
+                    "arcs": sorted([a, b] for a, b in data.arcs(measured) or []),
+                }
+        except Exception as exc:  # noqa: BLE001 - a tracer the branch broke: unknown, not a crash
+            why = f"the tracer's data cannot be read ({type(exc).__name__}: {exc})"
+            return {"status": "unknown", "why": why, "files": {}}
+        if disturbed:
+            return {"status": "unknown", "why": disturbed, "files": {}}
+        return {"status": "ok", "why": "", "files": files}
+
+    def _disturbed(self) -> str:
+        """Why the tracer that runs now is not the one started ("" when it is)."""
+        now = sys.gettrace()
+        if now is None:
+            return "the tracer was stopped while the probe ran (sys.settrace(None) or its API)"
+        if now is not self._tracer:
+            return "the tracer was replaced while the probe ran (sys.settrace)"
+        return ""
