@@ -11,6 +11,7 @@ the Markdown.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -31,6 +32,7 @@ from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK
 from difftest.core.gate import compare_for_gate, gate_exit_code
 from difftest.reports import locked_out, prepare_out, registry, write_report
+from difftest.reports.conclusion import changed_coverage
 from difftest.reports.json_report import render_skipped_json
 from difftest.reports.sources import GateReport
 from difftest.run.pipeline import check_request, compare
@@ -49,6 +51,12 @@ class GateCommand(Command):
         parser.add_argument("--head", required=True, help="branch name or git ref of the change")
         parser.add_argument(
             "--always", action="store_true", help="run even when no stats-path file changed"
+        )
+        parser.add_argument(
+            "--require-coverage",
+            action="store_true",
+            help="exit 1 when the head changes lines that no scenario executed (default: say "
+            "'not verified' and exit 0)",
         )
         add_compare_options(parser)
         add_executor_options(parser)
@@ -85,8 +93,11 @@ class GateCommand(Command):
             evidence = comparison.evidence
             base_results = [r for r in evidence.results if r.branch == base_name]
             head_results = [r for r in evidence.results if r.branch == head_name]
-            outcome = compare_for_gate(base_results, head_results)
-            code = gate_exit_code(outcome, head_results)
+            outcome = dataclasses.replace(
+                compare_for_gate(base_results, head_results),
+                coverage=changed_coverage(evidence, head_name),
+            )
+            code = gate_exit_code(outcome, head_results, args.require_coverage)
             report = comparison_report(
                 comparison,
                 GateReport,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
+from difftest.core.evidence import BranchCoverage
 from difftest.core.records import COUNTERS, Reading, Result, Totals
 from difftest.core.values import format_value
 from difftest.core.verdicts import (
@@ -68,6 +69,14 @@ class GateOutcome:
     reading: Reading | None = None
     #: (scenario, run) pairs compared with measurements on both sides.
     compared: int = 0
+    #: What the head's probes executed of the lines it changes (`run.coverage`); None: not traced.
+    coverage: BranchCoverage | None = None
+
+    @property
+    def not_verified(self) -> bool:
+        """The head changes code that its runs did not all execute, or whose execution is not
+        known: a pass on it is not a checked pass."""
+        return self.coverage is not None and self.coverage.status in ("not verified", "unknown")
 
     @property
     def unmeasured(self) -> list[GateFinding]:
@@ -153,9 +162,12 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
     )
 
 
-def gate_exit_code(outcome: GateOutcome, head_results: list[Result]) -> int:
+def gate_exit_code(
+    outcome: GateOutcome, head_results: list[Result], require_coverage: bool = False
+) -> int:
     """1 worse; 3 nothing worse but the base or the head went unmeasured somewhere, or nothing was
-    compared at all; 0 only when at least one (scenario, run) was compared and nothing is worse."""
+    compared at all; 0 only when at least one (scenario, run) was compared and nothing is worse,
+    and, with `require_coverage`, the head's changed code all ran (1 otherwise)."""
     if outcome.worse:
         return EXIT_FAILED
     if (
@@ -167,6 +179,8 @@ def gate_exit_code(outcome: GateOutcome, head_results: list[Result]) -> int:
         return EXIT_UNMEASURED
     if outcome.compared == 0:
         return EXIT_UNMEASURED
+    if require_coverage and outcome.not_verified:
+        return EXIT_FAILED
     return EXIT_OK
 
 

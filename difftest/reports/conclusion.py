@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from difftest import tiers
-from difftest.core.evidence import Evidence
+from difftest.core.evidence import BranchCoverage, Evidence
 from difftest.core.records import ProbeRun, Reading, Result, Verdict
 from difftest.core.verdicts import MAL, first_reason
 from difftest.reports.blame_offer import blame_offers
@@ -66,6 +66,16 @@ class Standing:
     headline: str
     #: Further findings, shorter.
     also: list[str] = field(default_factory=list)
+    #: What its probes executed of the lines it changes, in one line ("" when not traced).
+    coverage: str = ""
+    #: It passes, but changes code its runs did not all execute (or cannot say): never shown as a
+    #: plain pass.
+    unverified: bool = False
+
+    @property
+    def mark(self) -> str:
+        """The verdict its mark shows: `unverified` for a pass that is not a checked one."""
+        return "unverified" if self.unverified else self.verdict
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,10 @@ def conclude(
             headline, also = _diverge(results, order, evidence.reading, readings, said, branch)
         else:
             headline, also = f"passes all {len(results)} runs", []
+        coverage = changed_coverage(evidence, branch)
+        unverified = top == "pass" and coverage is not None and coverage.status in UNVERIFIED
+        if unverified and coverage is not None:
+            headline += f", {coverage.status}: its changed code is not all checked"
         if top in ("broken", "error") and counts["diverge"]:
             # An `also` line may be folded away (report.md's short form): a later line must not
             # refer to an explanation only it gives.
@@ -170,9 +184,32 @@ def conclude(
                 + _diverge(results, order, evidence.reading, readings, dict(said), branch)[0]
             )
         standings.append(
-            Standing(branch, top, {v: counts[v] for v in SEVERITY}, len(results), headline, also)
+            Standing(
+                branch,
+                top,
+                {v: counts[v] for v in SEVERITY},
+                len(results),
+                headline,
+                also,
+                coverage=coverage.summary
+                if coverage is not None and coverage.status != "unchanged"
+                else "",
+                unverified=unverified,
+            )
         )
     return Conclusion(evidence.reading, standings, _ranking(standings), blame_offers(evidence))
+
+
+#: Coverage statuses that keep a pass from being a checked one.
+UNVERIFIED = ("not verified", "unknown")
+
+
+def changed_coverage(evidence: Evidence, branch: str) -> BranchCoverage | None:
+    """What the branch's probes executed of the lines it changes (None: not traced, or the
+    baseline)."""
+    if evidence.coverage is None:
+        return None
+    return next((c for c in evidence.coverage.branches if c.branch == branch), None)
 
 
 def _names(names: list[str]) -> str:

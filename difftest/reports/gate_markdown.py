@@ -6,9 +6,9 @@ from __future__ import annotations
 from difftest.core.gate import GateOutcome
 from difftest.core.values import format_value
 from difftest.reports.format import md_escape
-from difftest.reports.gate_view import headline, nothing_found, sections
+from difftest.reports.gate_view import coverage_line, headline, nothing_found, sections
 
-ICONS = {"worse": "❌", "unmeasured": "⛔", "not-worse": "✅"}
+ICONS = {"worse": "❌", "unmeasured": "⛔", "not-verified": "⚠️", "not-worse": "✅"}
 
 
 def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -> str:
@@ -21,6 +21,9 @@ def render_gate_markdown(outcome: GateOutcome, base_name: str, head_name: str) -
         f"{outcome.compared} (scenario, run) pair(s) measured on both sides",
         "",
     ]
+    said = coverage_line(outcome)
+    if said is not None:
+        lines += [md_escape(said), ""]
     for heading, found in sections(outcome):
         if not found:
             continue

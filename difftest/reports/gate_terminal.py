@@ -12,11 +12,12 @@ from rich.text import Text
 
 from difftest.core.gate import GateOutcome
 from difftest.core.values import format_value
-from difftest.reports.gate_view import headline, nothing_found, sections
+from difftest.reports.gate_view import coverage_line, headline, nothing_found, sections
 
 TITLES = {
     "worse": ("✗", "bold red"),
     "unmeasured": ("?", "bold magenta"),
+    "not-verified": ("~", "bold yellow"),
     "not-worse": ("✓", "bold green"),
 }
 
@@ -34,6 +35,9 @@ def render_gate_terminal(
             style="dim",
         )
     )
+    said = coverage_line(outcome)
+    if said is not None:
+        console.print(Text(said, style="yellow" if outcome.not_verified else "dim"))
     for heading, found in sections(outcome):
         if not found:
             continue

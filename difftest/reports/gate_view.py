@@ -11,7 +11,7 @@ from typing import Literal
 
 from difftest.core.gate import WORSE_KINDS, GateFinding, GateOutcome
 
-Standing = Literal["worse", "unmeasured", "not-worse"]
+Standing = Literal["worse", "unmeasured", "not-verified", "not-worse"]
 
 
 def headline(outcome: GateOutcome, base: str, head: str) -> tuple[Standing, str]:
@@ -24,7 +24,17 @@ def headline(outcome: GateOutcome, base: str, head: str) -> tuple[Standing, str]
         return "unmeasured", f"could not measure everything on {head}"
     if outcome.compared == 0:
         return "unmeasured", f"nothing was compared between {base} and {head}"
+    if outcome.not_verified:
+        return "not-verified", f"{head} is not worse than {base}, but not verified"
     return "not-worse", f"{head} is not worse than {base}"
+
+
+def coverage_line(outcome: GateOutcome) -> str | None:
+    """The head's changed-line coverage in one line (None when nothing was traced); a branch's
+    file names are in it: escape it for Markdown."""
+    if outcome.coverage is None:
+        return None
+    return f"Changed code ({outcome.coverage.status}): {outcome.coverage.summary}"
 
 
 def sections(outcome: GateOutcome) -> list[tuple[str, list[GateFinding]]]:

@@ -149,7 +149,7 @@ def render_html(
             summary={b: summary.get(b) for b in branches},
             origins={b: branch_origin(evidence.branches.get(b)) for b in branches},
             verdicts=SUMMARY_ORDER,
-            words=VERDICT_WORDS,
+            words={**VERDICT_WORDS, "unverified": "pass, not verified"},
             fields=FIELDS,
             trace_steps=TRACE_STEPS,
             test_matrices=matrices,

@@ -45,7 +45,13 @@ from difftest.reports.views import (
 from difftest.tiers.common.accounting import READINGS
 from difftest.tiers.common.scenario import ScenarioBase
 
-ICONS: dict[str, str] = {"pass": "✅", "diverge": "⚠️", "broken": "❌", "error": "⛔"}
+ICONS: dict[str, str] = {
+    "pass": "✅",
+    "diverge": "⚠️",
+    "broken": "❌",
+    "error": "⛔",
+    "unverified": "❔",
+}
 #: GitHub rejects comments over 65536 characters; leave room for a wrapper.
 MAX_CHARS = 60_000
 #: Room kept for the closing notes when deciding whether one more block fits.
@@ -134,9 +140,11 @@ def _conclusion(conclusion: Conclusion, also: bool = True) -> list[str]:
     lines = ["### Conclusion", ""]
     for standing in conclusion.standings:
         lines.append(
-            f"- {ICONS[standing.verdict]} **{md_escape(standing.branch)}** "
+            f"- {ICONS[standing.mark]} **{md_escape(standing.branch)}** "
             f"{md_escape(standing.headline)}"
         )
+        if standing.coverage:
+            lines.append(f"  - changed code: {md_escape(standing.coverage)}")
         if also:
             lines += [f"  - {md_escape(line)}" for line in standing.also]
         elif standing.also:

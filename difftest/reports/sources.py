@@ -80,6 +80,7 @@ class GateReport(RunReport):
             "head": self.head,
             "gate": {
                 "worse": self.outcome.worse,
+                "not_verified": self.outcome.not_verified,
                 "findings": [dataclasses.asdict(f) for f in self.outcome.findings],
             },
         }

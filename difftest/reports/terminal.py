@@ -60,10 +60,17 @@ VERDICT_STYLES: dict[str, str] = {
     "diverge": "bold yellow",
     "error": "magenta",
     "pass": "green",
+    "unverified": "bold yellow",
 }
 #: Marks where colours are lost (CI logs, pipes): a flagged cell, a branch's standing.
 MARK = "*"
-ICONS: dict[str, str] = {"broken": "✗", "error": "?", "diverge": "~", "pass": "✓"}
+ICONS: dict[str, str] = {
+    "broken": "✗",
+    "error": "?",
+    "diverge": "~",
+    "pass": "✓",
+    "unverified": "!",
+}
 LEGEND = f"{MARK} differs from the oracle (red: broken, yellow: diverge)"
 
 
@@ -310,9 +317,11 @@ def print_conclusion(console: Console, conclusion: Conclusion) -> None:
     for standing in conclusion.standings:
         text = Text(standing.branch, style="bold")
         text.append(" " + standing.headline)
+        if standing.coverage:
+            text.append("\n" + standing.coverage, style="yellow" if standing.unverified else "dim")
         for also in standing.also:
             text.append("\n" + also, style="dim")
-        lines.add_row(Text(ICONS[standing.verdict], style=VERDICT_STYLES[standing.verdict]), text)
+        lines.add_row(Text(ICONS[standing.mark], style=VERDICT_STYLES[standing.mark]), text)
     lines.add_row(Text("→", style="bold"), Text(conclusion.verdict, style="bold"))
     for command in conclusion.blame:
         text = Text("which hunks make it: ")
