@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from difftest import __version__
 from difftest.core.errors import DifftestError
+from difftest.core.coverage import merge_coverage
 from difftest.core.evidence import Evidence, ProbeFiles, ShardEvidence
 from difftest.core.records import ProbeRun, Result
 
@@ -163,5 +164,6 @@ def merge_shards(
                 for f in p.evidence.probes
             ],
             "shard": None,
+            "coverage": merge_coverage([p.evidence.coverage for p in ordered]),
         }
     )

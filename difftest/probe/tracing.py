@@ -67,6 +67,8 @@ class Tracing:
         self._coverage = coverage.Coverage(
             data_file=None, branch=True, include=include, config_file=False
         )
+        # A probe whose runs never reached a traced file is not a problem to print in its log.
+        self._coverage.set_option("run:disable_warnings", ["no-data-collected"])
         self._coverage.start()
         self._tracer = sys.gettrace()
 

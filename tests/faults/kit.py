@@ -44,6 +44,9 @@ class Fault:
     #: Strikes in each probe's first run only: that run reads `expect` and says `says`, and every
     #: later run of the same probe must pass (what it costs is that run alone).
     once: bool = False
+    #: What its changed-line coverage must read (`core.coverage`), and say, when the kit checks it.
+    coverage: str | None = None
+    coverage_says: str = ""
 
 
 #: Starts a non-daemon thread when the stats module is imported: the probe cannot exit.
@@ -54,6 +57,8 @@ EXIT_HANG = (
     "        _time.sleep(1)\n"
     "_threading.Thread(target=_flush_forever, name='stats-flusher').start()\n"
 )
+#: Puts a trace function of its own in place of the probe's tracer (coverage.py's).
+TRACER_SWAP = "import sys as _sys\n_sys.settrace(lambda *_args: None)\n"
 #: The records file the probe's host opened for it, found as branch code would find it: among its
 #: own open descriptors.
 _RECORDS_FD = (
@@ -338,6 +343,15 @@ FAULTS = (
         ),
         frozenset({"error"}),
         says="vllm/v1/core/sched (a symbolic link)",
+    ),
+    Fault(
+        "tracer-swap",
+        "replaces the probe's tracer with its own at import of metrics.py (sys.settrace): it "
+        "measures, but its coverage cannot be vouched for",
+        lambda tmp, repo: prepend(tmp / "tracer-swap.patch", repo, METRICS, TRACER_SWAP),
+        frozenset({"pass"}),
+        coverage="unknown",
+        coverage_says="the tracer was replaced while the probe ran",
     ),
     Fault(
         "env-count",

@@ -217,6 +217,26 @@ def test_each_fault_reads_what_the_kit_says_on_every_path(path_run, fault):
 
 
 @pytest.mark.xdist_group("fault-kit")
+def test_a_branch_that_disturbs_the_tracer_reads_coverage_unknown_and_the_others_keep_theirs(
+    path_run,
+):
+    """On every path: the tracer-swapping branch's coverage reads unknown, with the reason, never
+    verified; every other branch that measures keeps its own coverage, judged line by line."""
+    path, _code, out, _log, _tmp = path_run
+    coverage = _evidence(out)["coverage"]
+    assert coverage is not None, path
+    standing = {b["branch"]: b for b in coverage["branches"]}
+    for fault in FAULTS:
+        if fault.coverage is not None:
+            assert standing[fault.name]["status"] == fault.coverage, (path, standing[fault.name])
+            assert fault.coverage_says in standing[fault.name]["summary"], path
+    measured = [f.name for f in FAULTS if f.expect == {"pass"} and f.coverage is None]
+    for name in measured:
+        assert standing[name]["status"] in ("verified", "not verified"), (path, standing[name])
+        assert standing[name]["summary"].startswith("changed lines reached"), path
+
+
+@pytest.mark.xdist_group("fault-kit")
 def test_a_branch_that_kills_its_ray_worker_is_retried_there_then_could_not_measure(
     request, tmp_path_factory, fixture_repo
 ):

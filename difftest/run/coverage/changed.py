@@ -11,7 +11,7 @@ branch's probes of every tier.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from coverage.exceptions import CoverageException
@@ -109,25 +109,3 @@ def untraced_file(branch: str, path: str, why: str) -> ChangedFileCoverage:
 
 def unknown_file(branch: str, path: str, why: str) -> ChangedFileCoverage:
     return ChangedFileCoverage(branch=branch, file=path, status="unknown", why=why)
-
-
-def line_ranges(numbers: Iterable[int]) -> str:
-    """`1188-1190, 1201`."""
-    ordered = sorted(set(numbers))
-    spans: list[str] = []
-    start = prev = None
-    for n in [*ordered, None]:
-        if n is not None and prev is not None and n == prev + 1:
-            prev = n
-            continue
-        if start is not None:
-            spans.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = n
-    return ", ".join(spans)
-
-
-def short_name(path: str, others: Mapping[str, object] | Iterable[str]) -> str:
-    """The file's name alone where no other listed file shares it, else its path under `vllm/`."""
-    name = path.rsplit("/", 1)[-1]
-    clashes = [p for p in others if p != path and p.rsplit("/", 1)[-1] == name]
-    return path.removeprefix("vllm/") if clashes else name

@@ -1,14 +1,6 @@
-"""Each compared branch's changed lines against what its own probes executed, in one word and one
-line (`BranchCoverage`): what every report prints beside the verdicts, and what keeps a gate from
-reading a plain pass.
-
-The rule (docs/guarantees.md): a branch is `verified` only when every statement it changes under
-`vllm/` ran in one of its probes and every changed branch point was taken both ways; a changed file
-that is not Python or does not parse, a changed line no run reached, a branch point taken one way
-only, read `not verified`, naming them; a probe that could not vouch for its coverage (the tracer
-did not start, was stopped or replaced by the branch's code, its output cannot be trusted) makes
-the branch `unknown`, never `verified`.
-"""
+"""Each compared branch's changed lines against what its own probes executed
+(`core.coverage.judge_branch` words it): what every report prints beside the verdicts, and what
+keeps a gate from reading a plain pass."""
 
 from __future__ import annotations
 
@@ -16,14 +8,13 @@ from collections.abc import Mapping
 
 from difftest.build.refs.diff import Change, changed_files, read_blob
 from difftest.build.workspace import Workspace
+from difftest.core.coverage import judge_branch
 from difftest.core.evidence import BranchCoverage, ChangedFileCoverage, CoverageEvidence
 from difftest.core.records import ProbeCoverage
 from difftest.run.coverage.changed import (
     Executed,
     changed_line_numbers,
     file_coverage,
-    line_ranges,
-    short_name,
     unknown_file,
     untraced_file,
 )
@@ -101,42 +92,3 @@ def _text(blob: bytes) -> str | None:
         return blob.decode("utf-8")
     except UnicodeDecodeError:
         return None
-
-
-def judge_branch(branch: str, files: list[ChangedFileCoverage]) -> BranchCoverage:
-    """The branch's word and line (see the module's rule)."""
-    if not files:
-        return BranchCoverage(
-            branch=branch, status="unchanged", summary="changes no file under vllm/"
-        )
-    unknown = [f for f in files if f.status == "unknown"]
-    if unknown:
-        return BranchCoverage(
-            branch=branch, status="unknown", summary=f"coverage unknown: {unknown[0].why}"
-        )
-    names = [f.file for f in files]
-    traced = [f for f in files if f.status == "traced"]
-    total = sum(len(f.lines) for f in traced)
-    reached = sum(len(f.reached) for f in traced)
-    parts = [f"changed lines reached {reached}/{total}"]
-    unreached = [
-        f"{short_name(f.file, names)} {line_ranges(f.unreached)}" for f in traced if f.unreached
-    ]
-    if unreached:
-        parts.append("not reached: " + "; ".join(unreached))
-    one_way = [
-        f"{short_name(f.file, names)} {line_ranges(a for a, _b in f.arcs_missing)}"
-        for f in traced
-        if f.arcs_missing
-    ]
-    if one_way:
-        parts.append("taken one way only: " + "; ".join(one_way))
-    untraced = [f"{short_name(f.file, names)} ({f.why})" for f in files if f.status == "not traced"]
-    if untraced:
-        parts.append("not traced: " + "; ".join(untraced))
-    verified = not unreached and not one_way and not untraced
-    return BranchCoverage(
-        branch=branch,
-        status="verified" if verified else "not verified",
-        summary="; ".join(parts),
-    )

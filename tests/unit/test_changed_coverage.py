@@ -1,0 +1,215 @@
+"""Changed-line coverage on the host: which lines a branch changes, which of them its runs executed
+(traced here by the real coverage.py, as a probe traces), the one line every report prints, and
+the union of shards."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import coverage
+
+from difftest.core.coverage import judge_branch, line_ranges, merge_coverage
+from difftest.core.evidence import ChangedFileCoverage, CoverageEvidence
+from difftest.core.records import FileCoverage, ProbeCoverage
+from difftest.run.coverage.changed import Executed, changed_line_numbers, file_coverage
+from difftest.run.probes.read_records import check_lines
+
+OLD = """\
+def accepted(drafts, emitted):
+    count = 0
+    for token in drafts:
+        count += 1
+    return count
+"""
+
+NEW = """\
+def accepted(drafts, emitted):
+    count = 0
+    for token in drafts:
+        if count >= emitted:
+            break
+        count += 1
+    return count
+"""
+
+
+def test_changed_lines_are_the_branchs_lines_that_differ_from_the_baseline() -> None:
+    assert changed_line_numbers(OLD, NEW) == {4, 5}
+    assert changed_line_numbers(None, NEW) == set(range(1, 8))
+    # A deletion counts the line that now runs where the removed ones ran.
+    assert changed_line_numbers(NEW, OLD) == {4}
+    assert changed_line_numbers(OLD, OLD) == set()
+
+
+def _traced(tmp_path: Path, source: str, call: str) -> ProbeCoverage:
+    """Run `call` on `source` as a module under coverage.py, as `probe.tracing` traces a probe."""
+    module = tmp_path / "vllm" / "counting.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(source)
+    tracer = coverage.Coverage(
+        data_file=None, branch=True, include=[str(module)], config_file=False
+    )
+    tracer.start()
+    try:
+        spec = importlib.util.spec_from_file_location("difftest_counting", module)
+        assert spec is not None and spec.loader is not None
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        eval(call, {"m": loaded})  # noqa: S307 - the test's own call
+    finally:
+        tracer.stop()
+    data = tracer.get_data()
+    [measured] = data.measured_files()
+    return ProbeCoverage(
+        status="ok",
+        files={
+            "vllm/counting.py": FileCoverage(
+                lines=sorted(data.lines(measured) or []),
+                arcs=sorted(data.arcs(measured) or []),
+            )
+        },
+    )
+
+
+def test_a_branch_point_taken_one_way_and_a_line_never_reached_are_named(tmp_path) -> None:
+    # Never cut: the `if` runs but never breaks.
+    traced = _traced(tmp_path, NEW, "m.accepted([1, 2], 5)")
+    executed = Executed.of([("scheduler", traced)])
+    found = file_coverage("pr", "vllm/counting.py", NEW, changed_line_numbers(OLD, NEW), executed)
+    assert (found.status, found.lines, found.reached, found.unreached) == (
+        "traced",
+        [4, 5],
+        [4],
+        [5],
+    )
+    assert found.arcs_missing == [(4, 5)]
+    verdict = judge_branch("pr", [found])
+    assert verdict.status == "not verified"
+    assert verdict.summary == (
+        "changed lines reached 1/2; not reached: counting.py 5; taken one way only: counting.py 4"
+    )
+
+
+def test_every_changed_line_run_both_ways_is_verified(tmp_path) -> None:
+    traced = _traced(tmp_path, NEW, "(m.accepted([1, 2], 5), m.accepted([1, 2, 3], 1))")
+    found = file_coverage(
+        "pr", "vllm/counting.py", NEW, changed_line_numbers(OLD, NEW), Executed.of([("t", traced)])
+    )
+    assert (found.reached, found.unreached, found.arcs_missing) == ([4, 5], [], [])
+    assert judge_branch("pr", [found]).summary == "changed lines reached 2/2"
+    assert judge_branch("pr", [found]).status == "verified"
+
+
+def test_a_probe_that_cannot_vouch_for_its_coverage_makes_the_branch_unknown_never_verified(
+    tmp_path,
+) -> None:
+    good = _traced(tmp_path, NEW, "(m.accepted([1, 2], 5), m.accepted([1, 2, 3], 1))")
+    stopped = ProbeCoverage(status="unknown", why="the tracer was stopped while the probe ran")
+    executed = Executed.of([("scheduler", good), ("engine", stopped)])
+    assert executed.unknown == ["engine tier: the tracer was stopped while the probe ran"]
+
+
+def test_a_changed_file_that_does_not_parse_or_is_not_python_is_not_traced() -> None:
+    broken = file_coverage("pr", "vllm/x.py", "def f(:\n", {1}, Executed())
+    assert broken.status == "not traced" and "does not parse" in broken.why
+    other = ChangedFileCoverage(
+        branch="pr", file="vllm/kernel.cu", status="not traced", why="not Python"
+    )
+    verdict = judge_branch("pr", [other])
+    assert verdict.status == "not verified"
+    assert "not traced: kernel.cu (not Python)" in verdict.summary
+    assert judge_branch("pr", []).status == "unchanged"
+
+
+def test_line_ranges_read_as_a_person_writes_them() -> None:
+    assert line_ranges([1188, 1190, 1189, 1201, 7]) == "7, 1188-1190, 1201"
+    assert line_ranges([]) == ""
+
+
+def test_shards_join_what_any_of_them_reached() -> None:
+    def part(reached: list[int], missing: list[tuple[int, int]]) -> CoverageEvidence:
+        entry = ChangedFileCoverage(
+            branch="pr",
+            file="vllm/a.py",
+            status="traced",
+            lines=[4, 5, 9],
+            reached=reached,
+            unreached=[n for n in [4, 5, 9] if n not in reached],
+            arcs_missing=missing,
+        )
+        return CoverageEvidence(changed=[entry], branches=[judge_branch("pr", [entry])])
+
+    # Shard 1 took 4's arc to 9 only, shard 2 took 4's arc to 5 only: both ways in all.
+    merged = merge_coverage([part([4, 9], [(4, 5)]), part([4, 5], [(4, 9)])])
+    assert merged is not None
+    [entry] = merged.changed
+    assert (entry.reached, entry.unreached, entry.arcs_missing) == ([4, 5, 9], [], [])
+    assert merged.branches[0].status == "verified"
+    # A branch point one shard never reached keeps the other shard's missing arc.
+    merged = merge_coverage([part([9], []), part([4, 5], [(4, 9)])])
+    assert merged is not None and merged.changed[0].arcs_missing == [(4, 9)]
+    assert merge_coverage([part([4], []), None]) is None
+
+
+def _lines(*records: str) -> list[str]:
+    header = (
+        '{"kind": "header", "protocol": 4, "python": "3", "import_s": 0, "setup_s": 0, '
+        '"nonce": "n"}'
+    )
+    return [header, *records, '{"kind": "trailer", "runs": 0, "nonce": "n"}']
+
+
+JOB = {"protocol": 4, "entry": "scheduler", "work_dir": "w", "run_timeout_s": None, "scenarios": []}
+TRACED_JOB = {**JOB, "trace": {"site": "s", "paths": ["vllm/"]}}
+GOOD = (
+    '{"kind": "coverage", "status": "ok", "why": "", '
+    '"files": {"vllm/a.py": {"lines": [1], "arcs": [[-1, 1]]}}, "nonce": "n"}'
+)
+
+
+def test_the_coverage_record_is_read_as_every_record_is_or_reads_unknown() -> None:
+    read = check_lines(_lines(GOOD), "n", TRACED_JOB, "scheduler", exited_cleanly=True).coverage()  # type: ignore[arg-type]
+    assert read is not None and read.status == "ok" and read.files["vllm/a.py"].lines == [1]
+    # Not asked for: nothing is traced, whatever the branch wrote.
+    assert check_lines(_lines(GOOD), "n", JOB, "scheduler", True).coverage() is None  # type: ignore[arg-type]
+    for records, says in [
+        ([], "reported no coverage"),
+        ([GOOD, GOOD], "repeats the coverage record"),
+        ([GOOD.replace("[1]", '["1"]')], "invalid coverage record"),
+        ([GOOD.replace('"nonce": "n"', '"nonce": "forged"')], "cannot be trusted"),
+    ]:
+        read = check_lines(_lines(*records), "n", TRACED_JOB, "scheduler", True).coverage()  # type: ignore[arg-type]
+        assert read is not None and read.status == "unknown" and says in read.why, (records, read)
+
+
+def test_the_probes_tracer_reads_unknown_when_the_branch_replaces_or_stops_it(
+    tmp_path, monkeypatch
+) -> None:
+    """`probe.tracing` in this process, on a folder that holds coverage.py (this one's); the host
+    has no vLLM, so an empty package of that name stands for the environment's."""
+    from difftest.probe.tracing import Tracing
+
+    (tmp_path / "env" / "vllm").mkdir(parents=True)
+    (tmp_path / "env" / "vllm" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "env"))
+
+    site = str(Path(coverage.__file__).parent.parent)
+    previous = sys.gettrace()
+    for disturb, says in [
+        (lambda: sys.settrace(lambda *_a: None), "replaced"),
+        (lambda: sys.settrace(None), "stopped"),
+        (lambda: None, ""),
+    ]:
+        tracing = Tracing.start({"site": site, "paths": ["vllm/v1/core/"]})
+        assert tracing is not None and not tracing.problem
+        disturb()
+        record = tracing.record()
+        sys.settrace(previous)
+        if says:
+            assert record["status"] == "unknown" and says in record["why"], record
+        else:
+            assert record["status"] == "ok", record
+    missing = Tracing.start({"site": str(tmp_path / "none"), "paths": ["vllm/"]})
+    assert missing is not None and missing.record()["status"] == "unknown"
