@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from difftest import __version__
-from difftest.core.errors import DifftestError
 from difftest.core.coverage import merge_coverage
+from difftest.core.errors import DifftestError
 from difftest.core.evidence import Evidence, ProbeFiles, ShardEvidence
 from difftest.core.records import ProbeRun, Result
 

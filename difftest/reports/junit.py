@@ -16,6 +16,7 @@ from difftest.core.evidence import Evidence
 from difftest.core.records import Result
 from difftest.core.values import format_value
 from difftest.core.verdicts import first_reason
+from difftest.reports.conclusion import changed_coverage
 from difftest.reports.format import xml_text
 from difftest.reports.views import branch_names
 
@@ -35,6 +36,11 @@ def render_junit(evidence: Evidence) -> str:
         if info:
             ET.SubElement(props, "property", name="ref", value=xml_text(info.ref))
             ET.SubElement(props, "property", name="sha", value=xml_text(info.sha or ""))
+        coverage = changed_coverage(evidence, branch)
+        if coverage is not None and coverage.status != "unchanged":
+            # A CI server shows the suite's properties: the one line every report prints.
+            said = f"{coverage.status}: {coverage.summary}"
+            ET.SubElement(props, "property", name="changed-code", value=xml_text(said))
         counts = {
             "tests": len(results),
             "failures": sum(r.verdict in ("diverge", "broken") for r in results),

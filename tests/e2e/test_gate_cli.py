@@ -71,6 +71,27 @@ def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path
     )
 
 
+def test_a_head_that_passes_without_running_all_its_changed_lines_reads_not_verified(
+    tmp_path, capsys
+):
+    """#48: on one scenario the 56195 style passes, but its early return for a request without a
+    valid draft never runs: never a plain pass; exit 0, or 1 with `--require-coverage`."""
+    gate = ["gate", "-c", SHIPPED, "--base", "main", "--head", "pr-56195-style"]
+    chosen = ["--tier", "scheduler", "-k", "eos-on-bonus", "--format", "json"]
+    code = run_cli(*gate, *chosen, "--out", tmp_path / "plain")
+    document = json.loads(capsys.readouterr().out)
+    assert code == document["exit_code"] == 0
+    assert not document["gate"]["worse"] and document["gate"]["not_verified"]
+    summary = (tmp_path / "plain" / "gate.md").read_text()
+    assert summary.startswith(
+        "## ⚠️ difftest gate: pr-56195-style is not worse than main, but not verified"
+    )
+    assert "Changed code (not verified): changed lines reached" in summary
+    assert "not reached: scheduler.py " in summary
+    code = run_cli(*gate, *chosen, "--require-coverage", "--out", tmp_path / "required")
+    assert code == json.loads(capsys.readouterr().out)["exit_code"] == 1
+
+
 def test_gate_exits_3_when_the_base_cannot_be_measured(tmp_path, fixture_repo, capsys):
     """The base fails to import: nothing can be compared, and the gate says so instead of
     passing."""

@@ -534,3 +534,37 @@ def test_the_docs_scheduler_tier_output_is_what_run_prints(shipped_run):
         for i, line in enumerate(printed)
         if line == expected[0]
     ), "the run printed instead:\n" + "\n".join(printed[-90:])
+
+
+def test_each_branchs_changed_lines_are_traced_and_a_pass_on_unrun_code_is_not_a_plain_pass(
+    shipped_run,
+):
+    """#48: the probes trace the stats path; each branch's changed lines are split into reached and
+    not, and a passing branch whose changed code did not all run reads "not verified"."""
+    coverage = shipped_run.evidence["coverage"]
+    assert "vllm/v1/core/" in coverage["traced"] and not coverage["why_not"]
+    standing = {b["branch"]: b for b in coverage["branches"]}
+    assert "main" not in standing  # the baseline is what the others changed against
+    assert standing["pr-56137-style"] == {
+        "branch": "pr-56137-style",
+        "status": "verified",
+        "summary": "changed lines reached 11/11",
+    }
+    # The 56195 style's guard that returns early for a request with no valid draft: its `return`
+    # runs in no shipped scheduler scenario.
+    assert standing["pr-56195-style"]["status"] == "not verified"
+    [scheduler] = [
+        f
+        for f in coverage["changed"]
+        if f["branch"] == "pr-56195-style" and f["file"].endswith("sched/scheduler.py")
+    ]
+    assert scheduler["unreached"] and set(scheduler["unreached"]) <= set(scheduler["lines"])
+    assert set(scheduler["reached"]) | set(scheduler["unreached"]) == set(scheduler["lines"])
+    # One line per branch, under its standing, in every report (no branch passes the whole tier,
+    # so none wears the "not verified" mark here: tests/e2e/test_gate_cli.py has one that does).
+    assert "changed lines reached 11/11" in shipped_run.printed
+    markdown = (shipped_run.out / "report.md").read_text()
+    assert "  - changed code: changed lines reached 15/16; not reached: scheduler.py" in markdown
+    assert (
+        "changed code: changed lines reached 11/11" in (shipped_run.out / "report.html").read_text()
+    )

@@ -213,3 +213,40 @@ def test_the_probes_tracer_reads_unknown_when_the_branch_replaces_or_stops_it(
             assert record["status"] == "ok", record
     missing = Tracing.start({"site": str(tmp_path / "none"), "paths": ["vllm/"]})
     assert missing is not None and missing.record()["status"] == "unknown"
+
+
+def test_a_pass_whose_changed_code_did_not_all_run_wears_its_own_mark_in_every_report() -> None:
+    """The conclusion, and the terminal and Markdown marks drawn from it: never a plain pass."""
+    from difftest.reports.conclusion import conclude
+    from difftest.reports.markdown import ICONS as MD_ICONS
+    from difftest.reports.terminal import ICONS as TERMINAL_ICONS
+    from tests.factories import BRANCH, make_evidence
+
+    entry = ChangedFileCoverage(
+        branch=BRANCH, file="vllm/a.py", status="traced", lines=[4, 5], reached=[4], unreached=[5]
+    )
+    unverified = CoverageEvidence(changed=[entry], branches=[judge_branch(BRANCH, [entry])])
+    (standing,) = conclude(make_evidence(coverage=unverified)).standings
+    assert standing.verdict == "pass" and standing.unverified and standing.mark == "unverified"
+    assert standing.headline.endswith("not verified: its changed code is not all checked")
+    assert standing.coverage == "changed lines reached 1/2; not reached: a.py 5"
+    assert TERMINAL_ICONS[standing.mark] != TERMINAL_ICONS["pass"]
+    assert MD_ICONS[standing.mark] != MD_ICONS["pass"]
+    (plain,) = conclude(make_evidence()).standings
+    assert plain.mark == "pass" and not plain.coverage
+
+
+def test_junit_names_each_branchs_changed_code_coverage_in_one_property() -> None:
+    from xml.etree import ElementTree
+
+    from difftest.reports.junit import render_junit
+    from tests.factories import BRANCH, make_evidence
+
+    entry = ChangedFileCoverage(
+        branch=BRANCH, file="vllm/a.py", status="traced", lines=[4, 5], reached=[4], unreached=[5]
+    )
+    coverage = CoverageEvidence(changed=[entry], branches=[judge_branch(BRANCH, [entry])])
+    root = ElementTree.fromstring(render_junit(make_evidence(coverage=coverage)))
+    said = root.find(".//property[@name='changed-code']")
+    assert said is not None
+    assert said.get("value") == "not verified: changed lines reached 1/2; not reached: a.py 5"
