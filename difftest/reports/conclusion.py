@@ -491,6 +491,12 @@ def _ranking(everyone: list[Standing]) -> str:
     lead = leaders[0]
     if best == (0, 0, 0):
         text = f"{names} {'passes' if len(leaders) == 1 else 'pass'} every run"
+        unverified = [s.branch for s in leaders if s.unverified]
+        if unverified:
+            text += (
+                f"; not verified: {_names(unverified)} (changed code that no run executed, or "
+                "whose coverage is unknown)"
+            )
     elif best[0]:
         every = "every measured branch" if len(standings) < len(everyone) else "every branch"
         text = f"{every} is broken somewhere; fewest broken runs: {names}"

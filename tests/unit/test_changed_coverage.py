@@ -226,7 +226,12 @@ def test_a_pass_whose_changed_code_did_not_all_run_wears_its_own_mark_in_every_r
         branch=BRANCH, file="vllm/a.py", status="traced", lines=[4, 5], reached=[4], unreached=[5]
     )
     unverified = CoverageEvidence(changed=[entry], branches=[judge_branch(BRANCH, [entry])])
-    (standing,) = conclude(make_evidence(coverage=unverified)).standings
+    concluded = conclude(make_evidence(coverage=unverified))
+    (standing,) = concluded.standings
+    assert concluded.verdict == (
+        f"{BRANCH} passes every run; not verified: {BRANCH} (changed code that no run executed, "
+        "or whose coverage is unknown)"
+    )
     assert standing.verdict == "pass" and standing.unverified and standing.mark == "unverified"
     assert standing.headline.endswith("not verified: its changed code is not all checked")
     assert standing.coverage == "changed lines reached 1/2; not reached: a.py 5"
