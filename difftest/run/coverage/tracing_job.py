@@ -10,6 +10,7 @@ like the tests tier's packages it lies in a folder of its own per base, put on t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,9 @@ from difftest.core.errors import DifftestError
 from difftest.core.stats_path import STATS_PATHS
 from difftest.probe.protocol import Job
 
+#: `off` traces nothing (what tracing costs is measured against it: bench/coverage.py); every
+#: branch's changed code then reads "coverage unknown", never verified.
+SWITCH_ENV = "DIFFTEST_COVERAGE"
 #: The coverage.py the probes trace with: the host's own version, so what they record is what the
 #: host's parser expects.
 TRACER_REQUIREMENT = f"coverage=={coverage.__version__}"
@@ -44,6 +48,10 @@ def plan_tracing(workspace: Workspace, log: Log) -> TracePlan:
     """The stats path plus each branch environment's changed Python files under `vllm/`, and the
     tracer's folder (built on first use); no tracing, with the reason, when it cannot be had."""
     paths = traced_paths(workspace)
+    if os.environ.get(SWITCH_ENV, "").lower() == "off":
+        why = f"turned off ({SWITCH_ENV}=off)"
+        log(f"changed-line coverage is off: {why}; no branch's changed code reads verified")
+        return TracePlan(None, paths, why)
     try:
         site = tracer_site(workspace.base, log)
     except DifftestError as exc:
