@@ -2,10 +2,10 @@
 gets.
 
 One table, read wherever difftest must know whether a change can move a counter or a response:
-the gate's skip rule (`config.stats_paths` defaults to it) and, with changed-line coverage, the
-files traced inside every probe. A change outside it cannot alter what the shipped scenarios
-measure through the code they run... as far as this table knows: the gate names what it checked,
-and `stats_paths` in the config overrides it.
+the gate's skip rule (`config.stats_paths` defaults to it). (Probes trace the files the compared
+branches change, not this whole table: `run.coverage.tracing_job` says why.) A change outside it
+cannot alter what the shipped scenarios measure through the code they run... as far as this table
+knows: the gate names what it checked, and `stats_paths` in the config overrides it.
 
 The issue that widened it (#48): a head that only stopped the output processor from trimming the
 tokens after a matched stop string was skipped ("changes none of the stats-path files"), because

@@ -56,6 +56,12 @@ class Tracing:
             self.problem = "vLLM is not importable here"
             return
         self._root = os.path.realpath(os.path.dirname(list(found.submodule_search_locations)[0]))
+        # The shared third-party libraries first, untraced, as the fork server imports them for
+        # its children: a tracer set during their import (three quarters of a fresh probe's)
+        # cost seconds per probe for files it never records.
+        from .shared import import_shared
+
+        import_shared()
         sys.path.append(site)  # after the environment's own packages: they keep precedence
         import coverage
 
