@@ -268,6 +268,8 @@ class ProbeCoverage(_Record):
     status: Literal["ok", "unknown"]
     why: str = ""
     files: dict[str, FileCoverage] = Field(default_factory=dict)
+    #: Which coverage.py tracer ran (`CTracer`; `PyTracer` is many times slower).
+    core: str = ""
 
 
 class CoverageRecord(ProbeCoverage):

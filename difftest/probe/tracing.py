@@ -33,6 +33,9 @@ class Tracing:
         self._coverage: Any = None
         self._tracer: Any = None
         self._root = ""
+        #: Which of coverage.py's tracers runs (its C tracer is many times faster than its Python
+        #: one, which it falls back to where the C extension does not load).
+        self.core = ""
 
     @classmethod
     def start(cls, spec: dict[str, Any] | None) -> Tracing | None:
@@ -77,6 +80,7 @@ class Tracing:
         self._coverage.set_option("run:disable_warnings", ["no-data-collected"])
         self._coverage.start()
         self._tracer = sys.gettrace()
+        self.core = str(self._coverage._collector.tracer_name())  # CTracer, PyTracer, ...
 
     def record(self) -> dict[str, Any]:
         """The `coverage` record's body: `status` "ok" with `files` ({path: {"lines", "arcs"}},
@@ -101,7 +105,7 @@ class Tracing:
             return {"status": "unknown", "why": why, "files": {}}
         if disturbed:
             return {"status": "unknown", "why": disturbed, "files": {}}
-        return {"status": "ok", "why": "", "files": files}
+        return {"status": "ok", "why": "", "files": files, "core": self.core}
 
     def _disturbed(self) -> str:
         """Why the tracer that runs now is not the one started ("" when it is)."""

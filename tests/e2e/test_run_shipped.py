@@ -539,8 +539,8 @@ def test_the_docs_scheduler_tier_output_is_what_run_prints(shipped_run):
 def test_each_branchs_changed_lines_are_traced_and_a_pass_on_unrun_code_is_not_a_plain_pass(
     shipped_run,
 ):
-    """#48: the probes trace the changed files; each branch's changed lines are split into reached and
-    not, and a passing branch whose changed code did not all run reads "not verified"."""
+    """#48: the probes trace the changed files; each branch's changed lines are split into reached
+    and not, and a passing branch whose changed code did not all run reads "not verified"."""
     coverage = shipped_run.evidence["coverage"]
     assert "vllm/v1/core/sched/scheduler.py" in coverage["traced"] and not coverage["why_not"]
     assert all(path.endswith(".py") for path in coverage["traced"])  # changed files only
