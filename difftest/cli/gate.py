@@ -56,7 +56,7 @@ class GateCommand(Command):
             "--require-coverage",
             action="store_true",
             help="exit 1 when the head changes lines that no scenario executed (default: say "
-            "'not verified' and exit 0)",
+            "'not verified' and exit 0); implies --always",
         )
         add_compare_options(parser)
         add_executor_options(parser)
@@ -78,7 +78,8 @@ class GateCommand(Command):
         with locked_out(args.out):  # before prepare_out clears what another command may be writing
             prepare_out(args.out, log)
             hits = head_stats_path_changes(config, args.base, args.head, args.fetch, log)
-            if not hits and not args.always:
+            # --require-coverage measures every head: a skip would say nothing of what ran.
+            if not hits and not args.always and not args.require_coverage:
                 message = (
                     f"difftest gate: skipped: {head_name} changes none of the stats-path files "
                     f"relative to {base_name} ({', '.join(config.stats_paths)}); pass --always to "

@@ -47,6 +47,9 @@ def judge_branch(branch: str, files: list[ChangedFileCoverage]) -> BranchCoverag
     untraced = [f"{short_name(f.file, names)} ({f.why})" for f in files if f.status == "not traced"]
     if untraced:
         parts.append("not traced: " + "; ".join(untraced))
+    deleted = [short_name(f.file, names) for f in files if f.why == "deleted"]
+    if deleted:
+        parts.append("deleted: " + ", ".join(deleted))
     verified = not unreached and not one_way and not untraced
     return BranchCoverage(
         branch=branch,
@@ -80,16 +83,23 @@ def short_name(path: str, others: Mapping[str, object] | Iterable[str]) -> str:
 def merge_coverage(parts: list[CoverageEvidence | None]) -> CoverageEvidence | None:
     """The shards' coverage as one run's: a changed line is reached where any shard's runs reached
     it, an arc missing only where every shard misses it, a file unknown where any shard could not
-    vouch for it (or a shard traced nothing)."""
-    if not parts or any(p is None for p in parts):
-        return None
+    vouch for it; a shard without coverage, or shards that disagree on a file's changed lines,
+    make the branches concerned unknown (never absent, never verified). None when no shard has
+    any."""
     known = [p for p in parts if p is not None]
+    if not known:
+        return None
     files: dict[tuple[str, str], ChangedFileCoverage] = {}
     for part in known:
         for entry in part.changed:
             key = (entry.branch, entry.file)
             files[key] = _joined(files[key], entry) if key in files else entry
     branches = list(dict.fromkeys(b.branch for p in known for b in p.branches))
+    if len(known) < len(parts):
+        why = "a shard holds no coverage (written before schema 13, or nothing was traced there)"
+        files = {
+            k: f.model_copy(update={"status": "unknown", "why": why}) for k, f in files.items()
+        }
     merged = list(files.values())
     return CoverageEvidence(
         traced=known[0].traced,
@@ -104,6 +114,9 @@ def _joined(one: ChangedFileCoverage, other: ChangedFileCoverage) -> ChangedFile
         return one
     if other.status != "traced":
         return other
+    if one.lines != other.lines:
+        why = "the shards disagree on its changed lines"
+        return one.model_copy(update={"status": "unknown", "why": why})
     reached = sorted(set(one.reached) | set(other.reached))
     return one.model_copy(
         update={

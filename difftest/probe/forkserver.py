@@ -58,7 +58,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
 from . import confine, protocol
-from .shared import import_shared
+from .shared import import_shared, must_import_vllm_first
 
 #: Environment variables the shared libraries may read at import (torch, its compilers and thread
 #: pools, the Hugging Face stack). Should the branch's vLLM import leave one of them other than the
@@ -93,13 +93,7 @@ def fork_unsafe() -> str | None:
     loaded = sorted(n for n in sys.modules if n == "vllm" or n.startswith("vllm."))
     if loaded:
         return f"a shared library imported vLLM ({loaded[0]}): each branch must import its own"
-    if os.environ.get("VLLM_ENABLE_CUDA_COMPATIBILITY", "0").strip().lower() not in (
-        "",
-        "0",
-        "false",
-        "no",
-        "off",
-    ):
+    if must_import_vllm_first():
         return (
             "VLLM_ENABLE_CUDA_COMPATIBILITY is set: vLLM must set up its CUDA libraries before "
             "torch is imported"

@@ -5,6 +5,7 @@ pays for them per probe."""
 from __future__ import annotations
 
 import importlib
+import os
 import time
 
 #: Shared third-party imports, in the order a fresh scheduler probe first imports them
@@ -91,3 +92,15 @@ def import_shared() -> tuple[list[str], float]:
             continue
         done.append(name)
     return done, time.perf_counter() - started
+
+
+def must_import_vllm_first() -> bool:
+    """vLLM must set up its CUDA libraries before torch is imported
+    (`VLLM_ENABLE_CUDA_COMPATIBILITY`): the shared libraries cannot be imported ahead of it."""
+    return os.environ.get("VLLM_ENABLE_CUDA_COMPATIBILITY", "0").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    )

@@ -61,10 +61,12 @@ class Tracing:
         self._root = os.path.realpath(os.path.dirname(list(found.submodule_search_locations)[0]))
         # The shared third-party libraries first, untraced, as the fork server imports them for
         # its children: a tracer set during their import (three quarters of a fresh probe's)
-        # cost seconds per probe for files it never records.
-        from .shared import import_shared
+        # cost seconds per probe for files it never records. Not where vLLM must set up before
+        # torch is imported (the fork server refuses to share then too).
+        from .shared import import_shared, must_import_vllm_first
 
-        import_shared()
+        if not must_import_vllm_first():
+            import_shared()
         sys.path.append(site)  # after the environment's own packages: they keep precedence
         import coverage
 
@@ -78,6 +80,9 @@ class Tracing:
         )
         # A probe whose runs never reached a traced file is not a problem to print in its log.
         self._coverage.set_option("run:disable_warnings", ["no-data-collected"])
+        # The C tracer, whose identity `_disturbed` checks (coverage.py picks `sys.monitoring`
+        # by itself on newer Pythons, where `sys.gettrace()` shows nothing).
+        self._coverage.set_option("run:core", "ctrace")
         self._coverage.start()
         self._tracer = sys.gettrace()
         self.core = str(self._coverage._collector.tracer_name())  # CTracer, PyTracer, ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from difftest.core.evidence import Evidence
+from difftest.core.evidence import BranchCoverage, Evidence
 from difftest.core.records import Result
 from difftest.core.values import format_value
 from difftest.core.verdicts import first_reason
@@ -53,6 +53,12 @@ def render_junit(evidence: Evidence) -> str:
         suite.set("time", _seconds(sum(r.duration_s for r in results)))
         for result in results:
             _testcase(suite, result)
+        if coverage is not None and coverage.status != "unchanged":
+            _coverage_case(suite, coverage)
+            counts["tests"] += 1
+            totals["tests"] += 1
+            suite.set("tests", str(counts["tests"]))
+            suite.set("skipped", "0" if coverage.status == "verified" else "1")
     for key, value in totals.items():
         root.set(key, str(value))
     ET.indent(root)
@@ -72,6 +78,16 @@ def _testcase(suite: ET.Element, result: Result) -> None:
     tag = "error" if result.verdict == "error" else "failure"
     outcome = ET.SubElement(case, tag, message=xml_text(first_reason(result)), type=result.verdict)
     outcome.text = xml_text(_body(result))
+
+
+def _coverage_case(suite: ET.Element, coverage: BranchCoverage) -> None:
+    """One test case per branch for its changed code: passed when verified, skipped (with the
+    line every report prints) when not verified or unknown, so a dashboard that lists test cases
+    shows it, without failing a build the gate itself lets through."""
+    case = ET.SubElement(suite, "testcase", name="changed code", classname="coverage", time="0")
+    if coverage.status != "verified":
+        said = xml_text(f"{coverage.status}: {coverage.summary}")
+        ET.SubElement(case, "skipped", message=said).text = said
 
 
 def _seconds(value: float) -> str:

@@ -62,8 +62,10 @@ class RunReport:
         return cls(evidence=evidence, scenarios=scenarios, recorded=recorded, traces=traces, **rest)
 
     def json_fields(self) -> dict[str, Any]:
-        """What the command adds to `--format json` beside the results (none for `run`)."""
-        return {}
+        """What the command adds to `--format json` beside the results: for every command, each
+        branch's changed-line coverage (None where nothing was traced)."""
+        coverage = self.evidence.coverage
+        return {"coverage": coverage.model_dump(mode="json") if coverage is not None else None}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,12 +77,15 @@ class GateReport(RunReport):
     head: str
 
     def json_fields(self) -> dict[str, Any]:
+        head_coverage = self.outcome.coverage
         return {
+            **super().json_fields(),
             "base": self.base,
             "head": self.head,
             "gate": {
                 "worse": self.outcome.worse,
                 "not_verified": self.outcome.not_verified,
+                "coverage": head_coverage.model_dump(mode="json") if head_coverage else None,
                 "findings": [dataclasses.asdict(f) for f in self.outcome.findings],
             },
         }
@@ -96,6 +101,7 @@ class VerifyReport(RunReport):
 
     def json_fields(self) -> dict[str, Any]:
         return {
+            **super().json_fields(),
             "identical": not self.differences,
             "differences": self.differences,
             "evidence_file": self.evidence_file,
@@ -113,4 +119,7 @@ class BlameReport(RunReport):
 
     def json_fields(self) -> dict[str, Any]:
         blame = self.evidence.blame
-        return {"blame": blame.model_dump(mode="json") if blame is not None else None}
+        return {
+            **super().json_fields(),
+            "blame": blame.model_dump(mode="json") if blame is not None else None,
+        }

@@ -27,7 +27,7 @@ from rich.text import Text
 from difftest.core.evidence import Evidence
 from difftest.core.records import ProbeRun, Result
 from difftest.core.verdicts import SUMMARY_ORDER, summarize
-from difftest.reports.conclusion import Conclusion, RunKey, conclude
+from difftest.reports.conclusion import Conclusion, RunKey, Standing, conclude
 from difftest.reports.fit import fit
 from difftest.reports.tests_matrix import terminal_renderables
 from difftest.reports.views import (
@@ -305,6 +305,15 @@ def _counts_table(evidence: Evidence) -> Table:
     return table
 
 
+def _coverage_line(standing: Standing) -> str:
+    """The branch's changed-line coverage: whole for a pass (it decides whether the pass is a
+    checked one), its count alone for a branch that does not pass (the conclusion fits one
+    screen; report.md and report.html name the lines)."""
+    if standing.verdict == "pass" or ";" not in standing.coverage:
+        return standing.coverage
+    return standing.coverage.split(";", 1)[0] + " (report.md names the rest)"
+
+
 def print_conclusion(console: Console, conclusion: Conclusion) -> None:
     console.print()
     title = Text("conclusion", style="bold")
@@ -318,7 +327,9 @@ def print_conclusion(console: Console, conclusion: Conclusion) -> None:
         text = Text(standing.branch, style="bold")
         text.append(" " + standing.headline)
         if standing.coverage:
-            text.append("\n" + standing.coverage, style="yellow" if standing.unverified else "dim")
+            text.append(
+                "\n" + _coverage_line(standing), style="yellow" if standing.unverified else "dim"
+            )
         for also in standing.also:
             text.append("\n" + also, style="dim")
         lines.add_row(Text(ICONS[standing.mark], style=VERDICT_STYLES[standing.mark]), text)

@@ -55,7 +55,7 @@ from difftest.run.context import (
     quiet,
 )
 from difftest.run.coverage.judge import coverage_evidence
-from difftest.run.coverage.tracing_job import plan_tracing
+from difftest.run.coverage.tracing_job import plan_tracing, untraced
 from difftest.run.probes.capacity import available_memory_mb, probes_at_once
 from difftest.run.probes.environ import passed_environ
 from difftest.run.probes.runner import (
@@ -489,10 +489,15 @@ def measure_tier(
     job = make_job(tier, scenarios, context.timeouts.run_s)
     if context.trace is not None:
         context.trace.add_to(job)
+    # The baseline's coverage is never judged (the others' changes are measured against it): its
+    # result is keyed and reused whatever the other branches change, and traced or not.
+    jobs_by_branch = {
+        name: untraced(job) if name == context.baseline else job for name, _env in branches
+    }
     keys = {
         name: result_key(
             tier.name,
-            job,
+            jobs_by_branch[name],
             env.fingerprint,
             workspace.base.fingerprint,
             {s.name: s.sha256 for s in scenarios},
@@ -504,7 +509,9 @@ def measure_tier(
     reused: dict[str, BranchRun] = {}
     if cache is not None:
         for name, _env in branches:
-            found = cache.load(keys[name], job, name, tier.name, work_dir, context.log)
+            found = cache.load(
+                keys[name], jobs_by_branch[name], name, tier.name, work_dir, context.log
+            )
             if found is not None:
                 reused[name] = found
                 if progress is not None:

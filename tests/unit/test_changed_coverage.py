@@ -9,11 +9,14 @@ import sys
 from pathlib import Path
 
 import coverage
+import git
 
+from difftest.build.refs.diff import changed_lines
 from difftest.core.coverage import judge_branch, line_ranges, merge_coverage
 from difftest.core.evidence import ChangedFileCoverage, CoverageEvidence
 from difftest.core.records import FileCoverage, ProbeCoverage
-from difftest.run.coverage.changed import Executed, changed_line_numbers, file_coverage
+from difftest.run.coverage.changed import Executed, file_coverage
+from difftest.run.coverage.judge import _text
 from difftest.run.probes.read_records import check_lines
 
 OLD = """\
@@ -35,12 +38,34 @@ def accepted(drafts, emitted):
 """
 
 
-def test_changed_lines_are_the_branchs_lines_that_differ_from_the_baseline() -> None:
-    assert changed_line_numbers(OLD, NEW) == {4, 5}
-    assert changed_line_numbers(None, NEW) == set(range(1, 8))
-    # A deletion counts the line that now runs where the removed ones ran.
-    assert changed_line_numbers(NEW, OLD) == {4}
-    assert changed_line_numbers(OLD, OLD) == set()
+def changed_line_numbers(old: str | None, new: str, folder: Path | None = None) -> set[int]:
+    """What `refs.diff.changed_lines` says of two versions of one file, in a real repository."""
+    import tempfile
+
+    root = Path(folder or tempfile.mkdtemp(prefix="difftest-changed-"))
+    repo = git.Repo.init(root)
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "t").set_value("user", "email", "t@example.org")
+    target = root / "vllm" / "a.py"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes((old or "").encode())
+    repo.index.add(["vllm/a.py"]) if old is not None else None
+    repo.index.commit("old")
+    first = repo.head.commit.hexsha
+    target.write_bytes(new.encode())
+    repo.index.add(["vllm/a.py"])
+    repo.index.commit("new")
+    return changed_lines(repo, first, repo.head.commit.hexsha, "vllm/a.py")
+
+
+def test_changed_lines_are_the_branchs_lines_that_differ_from_the_baseline(tmp_path) -> None:
+    assert changed_line_numbers(OLD, NEW, tmp_path / "a") == {4, 5}
+    assert changed_line_numbers(None, NEW, tmp_path / "b") == set(range(1, 8))
+    # A deletion counts the lines on both sides of it.
+    assert changed_line_numbers(NEW, OLD, tmp_path / "c") == {3, 4}
+    # A form feed or U+2028 is no line end to Python, nor to git (str.splitlines would count it).
+    old = "x = 1\n# a\x0cb \u2028 c\ndef f():\n    return 1\ny = 2\n"
+    assert changed_line_numbers(old, old.replace("return 1", "return 2"), tmp_path / "d") == {4}
 
 
 def _traced(tmp_path: Path, source: str, call: str) -> ProbeCoverage:
@@ -77,7 +102,8 @@ def test_a_branch_point_taken_one_way_and_a_line_never_reached_are_named(tmp_pat
     # Never cut: the `if` runs but never breaks.
     traced = _traced(tmp_path, NEW, "m.accepted([1, 2], 5)")
     executed = Executed.of([("scheduler", traced)])
-    found = file_coverage("pr", "vllm/counting.py", NEW, changed_line_numbers(OLD, NEW), executed)
+    changed = changed_line_numbers(OLD, NEW, tmp_path / "repo")
+    found = file_coverage("pr", "vllm/counting.py", NEW, changed, executed)
     assert (found.status, found.lines, found.reached, found.unreached) == (
         "traced",
         [4, 5],
@@ -94,9 +120,8 @@ def test_a_branch_point_taken_one_way_and_a_line_never_reached_are_named(tmp_pat
 
 def test_every_changed_line_run_both_ways_is_verified(tmp_path) -> None:
     traced = _traced(tmp_path, NEW, "(m.accepted([1, 2], 5), m.accepted([1, 2, 3], 1))")
-    found = file_coverage(
-        "pr", "vllm/counting.py", NEW, changed_line_numbers(OLD, NEW), Executed.of([("t", traced)])
-    )
+    changed = changed_line_numbers(OLD, NEW, tmp_path / "repo")
+    found = file_coverage("pr", "vllm/counting.py", NEW, changed, Executed.of([("t", traced)]))
     assert (found.reached, found.unreached, found.arcs_missing) == ([4, 5], [], [])
     assert judge_branch("pr", [found]).summary == "changed lines reached 2/2"
     assert judge_branch("pr", [found]).status == "verified"
@@ -150,7 +175,14 @@ def test_shards_join_what_any_of_them_reached() -> None:
     # A branch point one shard never reached keeps the other shard's missing arc.
     merged = merge_coverage([part([9], []), part([4, 5], [(4, 9)])])
     assert merged is not None and merged.changed[0].arcs_missing == [(4, 9)]
-    assert merge_coverage([part([4], []), None]) is None
+    # A shard without coverage never lets the merge read verified (nor say nothing).
+    unknown = merge_coverage([part([4, 5, 9], []), None])
+    assert unknown is not None and unknown.branches[0].status == "unknown"
+    assert merge_coverage([None, None]) is None
+    edited = part([4, 5, 9], [])
+    edited.changed[0].lines.remove(5)
+    disagree = merge_coverage([part([4, 9], [(4, 5)]), edited])
+    assert disagree is not None and disagree.branches[0].status == "unknown"
 
 
 def _lines(*records: str) -> list[str]:
@@ -255,3 +287,51 @@ def test_junit_names_each_branchs_changed_code_coverage_in_one_property() -> Non
     said = root.find(".//property[@name='changed-code']")
     assert said is not None
     assert said.get("value") == "not verified: changed lines reached 1/2; not reached: a.py 5"
+    case = root.find(".//testcase[@name='changed code']")
+    assert case is not None and case.find("skipped") is not None
+    assert root.find("testsuite").get("skipped") == "1"  # type: ignore[union-attr]
+
+
+DEFINES = """\
+import os
+
+
+@staticmethod
+def scaled(a,
+           n=8):
+    return a * n
+
+
+def caller():
+    return 1
+"""
+
+
+def test_a_changed_def_line_is_reached_only_when_the_function_ran_not_when_it_was_imported(
+    tmp_path,
+) -> None:
+    changed = {4, 5, 6}  # the decorator, the def, the signature's default
+    imported = Executed.of([("t", _traced(tmp_path / "a", DEFINES, "m.caller()"))])
+    found = file_coverage("pr", "vllm/counting.py", DEFINES, changed, imported)
+    assert (found.lines, found.reached) == ([4, 5], [])  # 6 is the def statement's second line
+    called = Executed.of([("t", _traced(tmp_path / "b", DEFINES, "m.scaled.__func__(2)"))])
+    found = file_coverage("pr", "vllm/counting.py", DEFINES, changed, called)
+    assert (found.lines, found.reached, found.unreached) == ([4, 5], [4, 5], [])
+
+
+def test_a_file_the_host_cannot_analyse_reads_not_traced_and_loses_nothing_else() -> None:
+    deep = "x = " + "+".join(["1"] * 20000) + "\n"
+    found = file_coverage("pr", "vllm/deep.py", deep, {1}, Executed())
+    assert (
+        found.status == "not traced"
+        and "could not be analysed" in found.why
+        or ("does not parse" in found.why)
+    )
+
+
+def test_a_source_file_is_decoded_as_python_decodes_it() -> None:
+    assert _text("\ufeffx = 1\n".encode()) == "x = 1\n"
+    assert (
+        _text(b"# -*- coding: latin-1 -*-\nx = '\xe9'\n") == "# -*- coding: latin-1 -*-\nx = 'é'\n"
+    )
+    assert _text(b"\xff\xfe\x00") is None

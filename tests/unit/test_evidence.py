@@ -372,6 +372,39 @@ def test_version_11_upgrades_to_the_plain_case_and_a_conditions_list_round_trips
     ]
 
 
+def test_version_12_upgrades_to_no_coverage_and_coverage_round_trips(tmp_path: Path) -> None:
+    """Nothing was traced before schema 13: no changed line is known to have run."""
+    from difftest.core.evidence import BranchCoverage, ChangedFileCoverage, CoverageEvidence
+
+    evidence = rich_evidence()
+    raw = json.loads(evidence_json(evidence))
+    assert raw.pop("coverage") is None
+    raw["schema_version"] = "12"
+    upgraded = read_evidence(write_raw(tmp_path, raw))
+    assert upgraded == evidence and upgraded.coverage is None
+    entry = ChangedFileCoverage(
+        branch="pr",
+        file="vllm/v1/core/sched/scheduler.py",
+        status="traced",
+        lines=[1188, 1201],
+        reached=[1201],
+        unreached=[1188],
+        arcs_missing=[(1201, 1204)],
+    )
+    traced = evidence.model_copy(
+        update={
+            "coverage": CoverageEvidence(
+                traced=["vllm/v1/core/sched/scheduler.py"],
+                changed=[entry],
+                branches=[BranchCoverage(branch="pr", status="not verified", summary="s")],
+            )
+        }
+    )
+    path = tmp_path / "traced.json"
+    write_evidence(traced, path)
+    assert read_evidence(path) == traced
+
+
 def test_every_older_version_has_an_upgrade_step() -> None:
     assert set(UPGRADES) == {str(v) for v in range(1, int(SCHEMA_VERSION))}
 

@@ -48,6 +48,48 @@ def changed_files(repo: git.Repo, base: str, head: str) -> list[Change]:
 _STATUS: dict[str, Literal["A", "M", "D"]] = {"A": "A", "D": "D", "M": "M", "T": "M"}
 
 
+#: A hunk header of `git diff -U0`: where the new side's lines start, and how many there are.
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", re.MULTILINE)
+
+
+def changed_lines(repo: git.Repo, base: str, head: str, path: str) -> set[int]:
+    """The lines of `path` at `head` that differ from `path` at `base` (1-based, as Python numbers
+    them: git counts lines as the tokenizer does, at newlines); a pure deletion counts the lines on
+    both sides of it."""
+    base_sha, head_sha = resolve_ref(repo, base), resolve_ref(repo, head)
+    try:
+        text = repo.git.diff(
+            "-U0",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-renames",
+            base_sha,
+            head_sha,
+            "--",
+            path,
+        )
+    except GitCommandError as exc:
+        raise RefError(
+            f"cannot diff {path} between {base} and {head} in {repo_label(repo)}: "
+            f"{git_message(exc)}",
+            f"check that {repo_label(repo)} is intact (`git fsck`)",
+        ) from None
+    return hunk_lines(text)
+
+
+def hunk_lines(diff: str) -> set[int]:
+    """The new side's lines named by the hunk headers of a `git diff -U0`."""
+    lines: set[int] = set()
+    for match in _HUNK.finditer(diff):
+        start, count = int(match[1]), int(match[2]) if match[2] is not None else 1
+        if count:
+            lines.update(range(start, start + count))
+        else:  # removed after line `start`: what ran before and after the removed lines
+            lines.update(n for n in (start, start + 1) if n > 0)
+    return lines
+
+
 def read_blob(repo: git.Repo, sha: str, path: str) -> bytes:
     """The bytes of `path` at commit `sha` (read through GitPython's persistent cat-file)."""
     try:

@@ -1,16 +1,17 @@
 """Which of the lines a branch changes its own probes executed.
 
-The changed lines are the branch's file's lines that differ from the baseline's (difflib over the
-two blobs git holds; a pure deletion counts the line that now follows it). Which of them can run at
-all, and where a changed branch point (`if`, `while`, a boolean expression) can go, comes from
-coverage.py's parser run here, on the branch's file as git holds it: the probe, which runs the
-branch's code, reports only the lines and arcs it executed (`probe.tracing`), summed over the
-branch's probes of every tier.
+The changed lines are the branch's file's lines that differ from the baseline's (`git diff -U0`,
+`refs.diff.changed_lines`; a pure deletion counts the lines on both sides of it). Which of them can
+run at all, and where a changed branch point (`if`, `while`) can go, comes from coverage.py's parser
+run here, on the branch's file as git holds it: the probe, which runs the branch's code, reports
+only the lines and arcs it executed (`probe.tracing`), summed over the branch's probes of every
+tier. A changed `def` line (its decorators, its signature) counts as reached only when the function
+was entered, not when the module that defines it was imported.
 """
 
 from __future__ import annotations
 
-import difflib
+import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -19,21 +20,6 @@ from coverage.parser import PythonParser
 
 from difftest.core.evidence import ChangedFileCoverage
 from difftest.core.records import ProbeCoverage
-
-
-def changed_line_numbers(old: str | None, new: str) -> set[int]:
-    """1-based lines of `new` that differ from `old` (every line when the file is new)."""
-    new_lines = new.splitlines()
-    if old is None:
-        return set(range(1, len(new_lines) + 1))
-    matcher = difflib.SequenceMatcher(None, old.splitlines(), new_lines, autojunk=False)
-    changed: set[int] = set()
-    for tag, _i1, _i2, j1, j2 in matcher.get_opcodes():
-        if tag in ("replace", "insert"):
-            changed.update(range(j1 + 1, j2 + 1))
-        elif tag == "delete" and j1 < len(new_lines):
-            changed.add(j1 + 1)  # what runs now where the removed lines ran
-    return changed
 
 
 @dataclass
@@ -71,26 +57,35 @@ def file_coverage(
     executed: Executed,
 ) -> ChangedFileCoverage:
     """One changed Python file of `branch`: its changed statements, those executed and not, and
-    the arcs out of its changed branch points that no run took."""
+    the arcs out of its changed branch points that no run took. A file the host cannot analyse
+    (it does not parse here, or breaks the parser) reads "not traced", with why."""
     try:
-        parser = PythonParser(text=source, filename=path)
-        parser.parse_source()
+        return _analysed(branch, path, source, changed, executed)
     except (CoverageException, SyntaxError, ValueError) as exc:
-        why = f"does not parse ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
-        return ChangedFileCoverage(branch=branch, file=path, status="not traced", why=why)
+        why = f"does not parse ({type(exc).__name__}: {_first_line(exc)})"
+    except Exception as exc:  # noqa: BLE001 - one odd file must not lose the run's evidence
+        why = f"could not be analysed ({type(exc).__name__}: {_first_line(exc)})"
+    return ChangedFileCoverage(branch=branch, file=path, status="not traced", why=why)
+
+
+def _analysed(
+    branch: str, path: str, source: str, changed: set[int], executed: Executed
+) -> ChangedFileCoverage:
+    parser = PythonParser(text=source, filename=path)
+    parser.parse_source()
     statements = parser.statements
-    lines = sorted({parser.first_line(n) for n in changed} & statements)
+    lines = sorted({parser.first_line(n) for n in changed if n > 0} & statements)
     ran = parser.translate_lines(executed.lines.get(path, set()))
     taken = parser.translate_arcs(executed.arcs.get(path, set()))
-    reached = [n for n in lines if n in ran]
+    entered = {-a for a, _b in taken if a < 0}
+    starts = _function_starts(source)
+    reached = [n for n in lines if n in ran and (n not in starts or starts[n] in entered)]
     exits = parser.exit_counts()
-    possible = parser.arcs()
+    out_of: dict[int, list[tuple[int, int]]] = {}
+    for arc in parser.arcs():
+        out_of.setdefault(arc[0], []).append(arc)
     missing = sorted(
-        arc
-        for n in reached
-        if exits.get(n, 0) > 1
-        for arc in possible
-        if arc[0] == n and arc not in taken
+        arc for n in reached if exits.get(n, 0) > 1 for arc in out_of.get(n, []) if arc not in taken
     )
     return ChangedFileCoverage(
         branch=branch,
@@ -98,9 +93,26 @@ def file_coverage(
         status="traced",
         lines=lines,
         reached=reached,
-        unreached=[n for n in lines if n not in ran],
+        unreached=[n for n in lines if n not in reached],
         arcs_missing=missing,
     )
+
+
+def _function_starts(source: str) -> dict[int, int]:
+    """Each line of a function's definition that coverage.py counts as a statement (its decorators,
+    its `def`) -> the line its code object starts at (the first decorator's, as CPython numbers
+    it): the function ran when an arc enters it from there."""
+    starts: dict[int, int] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            for line in [node.lineno, *(d.lineno for d in node.decorator_list)]:
+                starts[line] = first
+    return starts
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:120]
 
 
 def untraced_file(branch: str, path: str, why: str) -> ChangedFileCoverage:

@@ -4,16 +4,18 @@ keeps a gate from reading a plain pass."""
 
 from __future__ import annotations
 
+import io
+import tokenize
 from collections.abc import Mapping
 
-from difftest.build.refs.diff import Change, changed_files, read_blob
+from difftest.build.refs.diff import Change, changed_files, changed_lines, read_blob
 from difftest.build.workspace import Workspace
 from difftest.core.coverage import judge_branch
+from difftest.core.errors import DifftestError
 from difftest.core.evidence import BranchCoverage, ChangedFileCoverage, CoverageEvidence
 from difftest.core.records import ProbeCoverage
 from difftest.run.coverage.changed import (
     Executed,
-    changed_line_numbers,
     file_coverage,
     unknown_file,
     untraced_file,
@@ -37,17 +39,11 @@ def coverage_evidence(
             continue
         executed = Executed.of(traced.get(branch.name, {}).items())
         mine = [
-            _file(
-                workspace,
-                base.resolved.sha,
-                branch.resolved.sha,
-                branch.name,
-                change,
-                executed,
-                plan,
+            _guarded(
+                workspace, base.resolved.sha, branch.resolved.sha, branch.name, c, executed, plan
             )
-            for change in changed_files(workspace.repo, base.resolved.sha, branch.resolved.sha)
-            if change.status != "D" and change.path.startswith("vllm/")
+            for c in changed_files(workspace.repo, base.resolved.sha, branch.resolved.sha)
+            if c.path.startswith("vllm/")
         ]
         files += mine
         verdicts.append(judge_branch(branch.name, mine))
@@ -59,6 +55,23 @@ def coverage_evidence(
     )
 
 
+def _guarded(
+    workspace: Workspace,
+    baseline_sha: str,
+    sha: str,
+    branch: str,
+    change: Change,
+    executed: Executed,
+    plan: TracePlan,
+) -> ChangedFileCoverage:
+    """`_file`, or "unknown" with the reason when difftest cannot read the file from git: one
+    file never loses the run's evidence."""
+    try:
+        return _file(workspace, baseline_sha, sha, branch, change, executed, plan)
+    except DifftestError as exc:
+        return unknown_file(branch, change.path, f"could not be read ({exc.problem})")
+
+
 def _file(
     workspace: Workspace,
     baseline_sha: str,
@@ -68,8 +81,10 @@ def _file(
     executed: Executed,
     plan: TracePlan,
 ) -> ChangedFileCoverage:
-    """One changed file of `branch` (deleted ones have no line left to run, and are not listed)."""
+    """One changed file of `branch`; a deleted one is named, with no line left to run."""
     path = change.path
+    if change.status == "D":
+        return ChangedFileCoverage(branch=branch, file=path, status="traced", why="deleted")
     if not path.endswith(".py"):
         return untraced_file(branch, path, "not Python")
     if plan.spec is None:
@@ -77,18 +92,21 @@ def _file(
     if not any(path == p or (p.endswith("/") and path.startswith(p)) for p in plan.paths):
         return untraced_file(branch, path, "outside the traced files")
     if executed.traced_probes == 0:
-        return unknown_file(branch, path, "no probe of this branch ran")
+        why = "no probe of this branch was traced (only probe tiers are: the tests tier is not yet)"
+        return unknown_file(branch, path, why)
     if executed.unknown:
         return unknown_file(branch, path, executed.unknown[0])
     source = _text(read_blob(workspace.repo, sha, path))
     if source is None:
-        return untraced_file(branch, path, "not UTF-8 text")
-    old = None if change.status == "A" else _text(read_blob(workspace.repo, baseline_sha, path))
-    return file_coverage(branch, path, source, changed_line_numbers(old, source), executed)
+        return untraced_file(branch, path, "not text in its declared encoding")
+    changed = changed_lines(workspace.repo, baseline_sha, sha, path)
+    return file_coverage(branch, path, source, changed, executed)
 
 
 def _text(blob: bytes) -> str | None:
+    """The file's text, decoded as Python decodes a source file (a BOM, a coding line)."""
     try:
-        return blob.decode("utf-8")
-    except UnicodeDecodeError:
+        encoding, _lines = tokenize.detect_encoding(io.BytesIO(blob).readline)
+        return blob.decode(encoding).removeprefix("\ufeff")
+    except (SyntaxError, LookupError, UnicodeDecodeError):
         return None
