@@ -326,11 +326,14 @@ def test_report_md_with_more_branches_still_fits_and_keeps_every_broken_run(ship
 
 
 def test_junit_cases_carry_their_time(shipped_run):
-    cases = ET.parse(shipped_run.out / "junit.xml").getroot().iter("testcase")
-    times = [float(case.get("time")) for case in cases]
+    cases = list(ET.parse(shipped_run.out / "junit.xml").getroot().iter("testcase"))
+    runs = [case for case in cases if case.get("classname") != "coverage"]
+    times = [float(case.get("time")) for case in runs]
     assert (
         len(times) == len(SHIPPED_BRANCHES) * 106 and all(t >= 0 for t in times) and sum(times) > 0
     )
+    # Beside the runs, one "changed code" case per branch the baseline is compared with.
+    assert len(cases) - len(runs) == len(SHIPPED_BRANCHES) - 1
 
 
 def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):

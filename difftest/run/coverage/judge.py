@@ -39,9 +39,7 @@ def coverage_evidence(
             continue
         executed = Executed.of(traced.get(branch.name, {}).items())
         mine = [
-            _guarded(
-                workspace, base.resolved.sha, branch.resolved.sha, branch.name, c, executed, plan
-            )
+            _file(workspace, base.resolved.sha, branch.resolved.sha, branch.name, c, executed, plan)
             for c in changed_files(workspace.repo, base.resolved.sha, branch.resolved.sha)
             if c.path.startswith("vllm/")
         ]
@@ -53,23 +51,6 @@ def coverage_evidence(
         changed=files,
         branches=verdicts,
     )
-
-
-def _guarded(
-    workspace: Workspace,
-    baseline_sha: str,
-    sha: str,
-    branch: str,
-    change: Change,
-    executed: Executed,
-    plan: TracePlan,
-) -> ChangedFileCoverage:
-    """`_file`, or "unknown" with the reason when difftest cannot read the file from git: one
-    file never loses the run's evidence."""
-    try:
-        return _file(workspace, baseline_sha, sha, branch, change, executed, plan)
-    except DifftestError as exc:
-        return unknown_file(branch, change.path, f"could not be read ({exc.problem})")
 
 
 def _file(
@@ -96,10 +77,13 @@ def _file(
         return unknown_file(branch, path, why)
     if executed.unknown:
         return unknown_file(branch, path, executed.unknown[0])
-    source = _text(read_blob(workspace.repo, sha, path))
+    try:
+        source = _text(read_blob(workspace.repo, sha, path))
+        changed = changed_lines(workspace.repo, baseline_sha, sha, path)
+    except DifftestError as exc:  # one file never loses the run's evidence
+        return unknown_file(branch, path, f"could not be read from git ({exc.problem})")
     if source is None:
         return untraced_file(branch, path, "not text in its declared encoding")
-    changed = changed_lines(workspace.repo, baseline_sha, sha, path)
     return file_coverage(branch, path, source, changed, executed)
 
 
