@@ -11,7 +11,7 @@ the branch `unknown`, never `verified`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from difftest.core.evidence import BranchCoverage, ChangedFileCoverage, CoverageEvidence
 
@@ -73,7 +73,7 @@ def line_ranges(numbers: Iterable[int]) -> str:
     return ", ".join(spans)
 
 
-def short_name(path: str, others: Mapping[str, object] | Iterable[str]) -> str:
+def short_name(path: str, others: Iterable[str]) -> str:
     """The file's name alone where no other listed file shares it, else its path under `vllm/`."""
     name = path.rsplit("/", 1)[-1]
     clashes = [p for p in others if p != path and p.rsplit("/", 1)[-1] == name]

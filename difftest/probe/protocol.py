@@ -215,7 +215,7 @@ class Job(TypedDict):
     work_dir: str
     run_timeout_s: float | None
     scenarios: list[JobScenario]
-    #: What to trace (`tracing.JOB_KEY`): {"site": coverage.py's folder, "paths": ["vllm/..."]}.
+    #: What to trace (`tracing`): {"site": coverage.py's folder, "paths": ["vllm/..."]}.
     trace: NotRequired[dict[str, Any]]
 
 
@@ -483,6 +483,11 @@ def _real_path(path: str) -> str:
     """`os.path.realpath`, once per file: a serving probe names its origin in every answer, and
     resolving every loaded vLLM module's path each time cost more than playing a scenario."""
     return os.path.realpath(path)
+
+
+def without_trace(job: Any) -> Any:
+    """A job (or what a file says is one) less what it traces: what its runs depend on."""
+    return {k: v for k, v in job.items() if k != "trace"} if isinstance(job, dict) else job
 
 
 def read_job(path: Path) -> Job:

@@ -21,9 +21,6 @@ import os
 import sys
 from typing import Any
 
-#: The job's key naming what to trace.
-JOB_KEY = "trace"
-
 
 class Tracing:
     """One probe's tracer: started by `start`, read once by `record`."""
@@ -95,6 +92,8 @@ class Tracing:
         disturbed = self._disturbed()
         try:
             self._coverage.stop()
+            if disturbed:
+                return {"status": "unknown", "why": disturbed, "files": {}}
             data = self._coverage.get_data()
             files = {}
             for measured in sorted(data.measured_files()):
@@ -108,8 +107,6 @@ class Tracing:
         except Exception as exc:  # noqa: BLE001 - a tracer the branch broke: unknown, not a crash
             why = f"the tracer's data cannot be read ({type(exc).__name__}: {exc})"
             return {"status": "unknown", "why": why, "files": {}}
-        if disturbed:
-            return {"status": "unknown", "why": disturbed, "files": {}}
         return {"status": "ok", "why": "", "files": files, "core": self.core}
 
     def _disturbed(self) -> str:

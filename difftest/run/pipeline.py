@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import git
 
@@ -41,7 +41,7 @@ from difftest.core.evidence import (
 )
 from difftest.core.records import ProbeCoverage, ProbeRun, Reading, Result, TestRecord
 from difftest.core.selection import compile_selection
-from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.probe.protocol import PROTOCOL_VERSION, Job, without_trace
 from difftest.run.cache.results import open_cache, result_key
 from difftest.run.cluster.connect import ClusterRequest, connect
 from difftest.run.cluster.executor import RayExecutor, TierProbes
@@ -55,7 +55,7 @@ from difftest.run.context import (
     quiet,
 )
 from difftest.run.coverage.judge import coverage_evidence
-from difftest.run.coverage.tracing_job import plan_tracing, untraced
+from difftest.run.coverage.tracing_job import plan_tracing
 from difftest.run.probes.capacity import available_memory_mb, probes_at_once
 from difftest.run.probes.environ import passed_environ
 from difftest.run.probes.runner import (
@@ -492,7 +492,8 @@ def measure_tier(
     # The baseline's coverage is never judged (the others' changes are measured against it): its
     # result is keyed and reused whatever the other branches change, and traced or not.
     jobs_by_branch = {
-        name: untraced(job) if name == context.baseline else job for name, _env in branches
+        name: cast(Job, without_trace(job)) if name == context.baseline else job
+        for name, _env in branches
     }
     keys = {
         name: result_key(

@@ -59,7 +59,7 @@ from difftest.core.errors import ConfigError
 from difftest.core.evidence import ReusedProbe, atomic_write_text
 from difftest.core.outcome import ProcessOutcome, clean_outcome
 from difftest.core.records import ProbeRun
-from difftest.probe.protocol import PROTOCOL_VERSION, Job
+from difftest.probe.protocol import PROTOCOL_VERSION, Job, without_trace
 from difftest.run.cache.heap import long_lived
 from difftest.run.cache.validated_copy import (
     CopyDamaged,
@@ -260,7 +260,7 @@ class ResultCache:
             raise _Damaged(f"incomplete payload: {exc}") from None
         # A job measured traced serves an untraced one (the baseline's: `pipeline.measure_tier`);
         # the other way round, the key already differs.
-        if untraced_job(stored_job) != untraced_job(job):
+        if without_trace(stored_job) != without_trace(job):
             raise _Damaged("its job is not this job")
         records = self._records(
             path, sha256_bytes(raw), records_text, nonce, job, tier, f"{branch}: {tier}", log
@@ -383,11 +383,6 @@ class ResultCache:
 
 class _Damaged(Exception):
     """A cache entry that does not read back as it was written."""
-
-
-def untraced_job(job: Any) -> Any:
-    """A job as compared for reuse: what it traces aside."""
-    return {k: v for k, v in job.items() if k != "trace"} if isinstance(job, dict) else job
 
 
 def _read_records(text: str, nonce: str, job: Job, tier: str) -> ReadRecords:

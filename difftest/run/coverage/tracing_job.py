@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import coverage
 
@@ -45,11 +45,6 @@ class TracePlan:
     def add_to(self, job: Job) -> None:
         if self.spec is not None:
             job["trace"] = self.spec
-
-
-def untraced(job: Job) -> Job:
-    """`job` without its `trace` entry."""
-    return cast(Job, {k: v for k, v in job.items() if k != "trace"})
 
 
 def plan_tracing(workspace: Workspace, log: Log) -> TracePlan:

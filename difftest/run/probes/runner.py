@@ -608,11 +608,12 @@ def _unreadable(result: _Building, job: Job, tier: str, why: str, exit_code: int
     """Everything of this probe is `error`: difftest could not read what it left (truncated,
     removed, replaced by something that is not a file)."""
     reason = f"difftest could not read this probe's output: {why}"
+    nothing = check_lines([], "", job, tier, exited_cleanly=False)
     result.set(
         error=reason,
         header=None,
-        runs=check_lines([], "", job, tier, exited_cleanly=False).runs(reason),
-        coverage=check_lines([], "", job, tier, exited_cleanly=False).coverage(),
+        runs=nothing.runs(reason),
+        coverage=nothing.coverage(),
         outcome=ProcessOutcome(
             exit_code=exit_code, host_error=why, duration_s=result.run.duration_s
         ),
