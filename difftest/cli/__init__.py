@@ -25,6 +25,7 @@ from difftest import __version__
 from difftest.build.refs import use_system_git
 from difftest.cli.base import Command
 from difftest.cli.blame import BlameCommand
+from difftest.cli.coverage import CoverageCommand
 from difftest.cli.envs import EnvsCommand
 from difftest.cli.fuzz import FuzzCommand
 from difftest.cli.gate import GateCommand
@@ -58,6 +59,7 @@ COMMANDS: dict[str, Command] = {
         FuzzCommand(),
         MergeCommand(),
         BlameCommand(),
+        CoverageCommand(),
     )
 }
 

@@ -111,7 +111,9 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
 
 def cluster_request(args: argparse.Namespace) -> ClusterRequest | None:
     """The `--executor ray` request, or None for this machine; the Ray options without it are a
-    usage error (they would be silently ignored)."""
+    usage error (they would be silently ignored). A command without the options runs here."""
+    if not hasattr(args, "executor"):
+        return None
     if args.executor != "ray":
         if args.ray_address or args.ray_place:
             raise ConfigError(

@@ -14,8 +14,9 @@ import argparse
 import dataclasses
 import os
 import sys
+from pathlib import Path
 
-from difftest.build.gate_changes import head_stats_path_changes
+from difftest.build.gate_changes import HeadChanges, head_changes
 from difftest.build.workspace import branch_specs
 from difftest.cli.base import (
     Command,
@@ -35,7 +36,10 @@ from difftest.reports import locked_out, prepare_out, registry, write_report
 from difftest.reports.conclusion import changed_coverage
 from difftest.reports.json_report import render_skipped_json
 from difftest.reports.sources import GateReport
-from difftest.run.pipeline import check_request, compare
+from difftest.run.coverage.changed import Executed
+from difftest.run.coverage.skip_rule import SkipCheck, check_skip
+from difftest.run.pipeline import CompareRequest, check_request, compare
+from difftest.run.traced import run_traced
 
 #: The gate's own `--format` choice, before the registry's: text on a terminal, md when piped.
 AUTO = "auto"
@@ -77,17 +81,23 @@ class GateCommand(Command):
         check_request(config, request)  # a usage error touches nothing in --out
         with locked_out(args.out):  # before prepare_out clears what another command may be writing
             prepare_out(args.out, log)
-            hits = head_stats_path_changes(config, args.base, args.head, args.fetch, log)
+            changes = head_changes(config, args.base, args.head, args.fetch, log)
+            hits = changes.on_stats_path
             # --require-coverage measures every head: a skip would say nothing of what ran.
             if not hits and not args.always and not args.require_coverage:
-                message = (
-                    f"difftest gate: skipped: {head_name} changes none of the stats-path files "
-                    f"relative to {base_name} ({', '.join(config.stats_paths)}); pass --always to "
-                    "run anyway"
-                )
-                print(message if args.format != "json" else render_skipped_json(message, EXIT_OK))
-                _step_summary(message + "\n", log)
-                return EXIT_OK
+                check = _may_skip(config, request, changes, args.base, base_name, log)
+                if check.skip:
+                    message = (
+                        f"difftest gate: skipped: {head_name} changes none of the stats-path "
+                        f"files relative to {base_name} ({', '.join(config.stats_paths)}), and "
+                        f"{check.why}; pass --always to run anyway"
+                    )
+                    print(
+                        message if args.format != "json" else render_skipped_json(message, EXIT_OK)
+                    )
+                    _step_summary(message + "\n", log)
+                    return EXIT_OK
+                log(f"measuring: {head_name} changes no stats-path file, but {check.why}")
             if hits:
                 log(f"{head_name} changes {len(hits)} stats-path file(s): {', '.join(hits[:6])}")
             comparison = compare(config, request, log, probe_progress)
@@ -114,6 +124,25 @@ class GateCommand(Command):
             registry.show(report, self.name, chosen)
             _step_summary(registry.render("gate", report), log)
             return code
+
+
+def _may_skip(
+    config: Config,
+    request: CompareRequest,
+    changes: HeadChanges,
+    base_ref: str,
+    base_name: str,
+    log: Log,
+) -> SkipCheck:
+    """The skip rule outside the stats path (`run.coverage.skip_rule`), the base traced over the
+    gate's own tiers and scenarios."""
+
+    def trace_base() -> tuple[Executed, list[str], int, Path]:
+        log(f"checking which lines of vllm/ the scenarios run on {base_name} (traced; cached)")
+        traced = run_traced(config, request, base_ref, log, probe_progress)
+        return traced.executed, traced.tiers, traced.scenarios, traced.root
+
+    return check_skip(changes, base_name, trace_base)
 
 
 def _step_summary(markdown: str, log: Log) -> None:

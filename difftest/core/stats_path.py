@@ -62,3 +62,30 @@ STATS_PATH: tuple[StatsPathPart, ...] = (
 
 #: The table's paths, for `config.stats_paths`' default.
 STATS_PATHS: tuple[str, ...] = tuple(part.path for part in STATS_PATH)
+
+
+@dataclass(frozen=True)
+class Unreached:
+    """Why the shipped scenarios cannot reach a stats-path file or folder (ending in `/`) here."""
+
+    path: str
+    #: "GPU-only", "condition not modelled" or "dead code".
+    kind: str
+    why: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.kind}: {self.why}"
+
+
+#: What no scenario reaches, and why; a file it does not name reads "no scenario reaches it".
+#: The most specific entry wins (a file before its folder).
+UNREACHED: tuple[Unreached, ...] = ()
+
+
+def unreached_reason(path: str) -> str:
+    """The reason `UNREACHED` gives for `path` ("" when it names none)."""
+    matching = [
+        u for u in UNREACHED if path == u.path or (u.path.endswith("/") and path.startswith(u.path))
+    ]
+    return max(matching, key=lambda u: len(u.path)).reason if matching else ""

@@ -65,6 +65,8 @@ OWN_FILES = (
     "fuzz.json",
     "found/branches.yaml",
     "found/*/*.yaml",
+    "coverage.json",
+    "coverage/*.html",
     "found/evidence/*/evidence.json",
     *(f"found/evidence/*/probe/{pattern}" for pattern in PROBE_FILES),
 )
@@ -489,10 +491,12 @@ def write_report_set(out_dir: str | Path, files: Mapping[str, str]) -> dict[str,
         out.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
         for name, text in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)  # `coverage/index.html`
             atomic_write_text(staging / name, text)
         if files:
             (out / list(files)[-1]).unlink(missing_ok=True)
         for name in files:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / name, out / name)
             moved.append(out / name)
         _sync_folder(out)

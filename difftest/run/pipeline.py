@@ -113,6 +113,9 @@ class CompareRequest:
     fork: bool = True
     #: Run every probe on a Ray cluster (`--executor ray`); None: on this machine.
     cluster: ClusterRequest | None = None
+    #: Trace these `vllm/` files (folders ending in `/`) in every branch, the baseline too
+    #: (`difftest coverage`); None: each branch's changed files, the baseline untraced.
+    trace_paths: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -185,7 +188,7 @@ def compare(
             log(guard.describe() + " (the base is still checked by content before each run)")
         for chosen in selected:
             _mark_unavailable(chosen, workspace.base.fingerprint, log)
-        plan = plan_tracing(workspace, log)
+        plan = plan_tracing(workspace, log, request.trace_paths)
         context = RunContext(
             workspace,
             default_baseline(workspace, request.baseline),
@@ -492,7 +495,9 @@ def measure_tier(
     # The baseline's coverage is never judged (the others' changes are measured against it): its
     # result is keyed and reused whatever the other branches change, and traced or not.
     jobs_by_branch = {
-        name: cast(Job, without_trace(job)) if name == context.baseline else job
+        name: cast(Job, without_trace(job))
+        if name == context.baseline and not (context.trace and context.trace.everywhere)
+        else job
         for name, _env in branches
     }
     keys = {

@@ -127,14 +127,6 @@ def touches(changes: Iterable[Change], prefixes: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(c.path for c in changes if any(_under(c.path, p) for p in prefixes)))
 
 
-def stats_path_changes(
-    repo: git.Repo, base: str, head: str, stats_paths: Iterable[str]
-) -> list[str]:
-    """The files `head` changes relative to `base` that lie on the stats path (the config's
-    `stats_paths`): whether a gate has anything to measure."""
-    return touches(changed_files(repo, base, head), stats_paths)
-
-
 def native_changes(changes: Iterable[Change], binary: Iterable[str] = ()) -> list[str]:
     """The changed paths a Python overlay cannot reproduce: anything that feeds or is compiled code,
     and (`binary`, from `binary_paths`) any file git sees as binary."""

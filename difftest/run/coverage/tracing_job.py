@@ -15,6 +15,7 @@ probe's `sys.path` after the environment's own packages (`probe.tracing`).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,29 +42,35 @@ class TracePlan:
     spec: dict[str, Any] | None
     paths: list[str] = field(default_factory=list)
     why_not: str = ""
+    #: Trace the baseline too (`difftest coverage`, the gate's map of the base): otherwise the
+    #: baseline's result is keyed and reused untraced, its coverage never judged.
+    everywhere: bool = False
 
     def add_to(self, job: Job) -> None:
         if self.spec is not None:
             job["trace"] = self.spec
 
 
-def plan_tracing(workspace: Workspace, log: Log) -> TracePlan:
+def plan_tracing(workspace: Workspace, log: Log, chosen: Sequence[str] | None = None) -> TracePlan:
     """Each branch environment's changed Python files under `vllm/`, and the tracer's folder (built
-    on first use); no tracing when nothing changed, or (with the reason) when it cannot be had."""
-    paths = traced_paths(workspace)
+    on first use); no tracing when nothing changed, or (with the reason) when it cannot be had.
+    `chosen` (`vllm/...` files, folders ending in `/`) traces those instead, in every branch, the
+    baseline too."""
+    paths = sorted(chosen) if chosen is not None else traced_paths(workspace)
+    everywhere = chosen is not None
     if not paths:
         return TracePlan(None)
     if os.environ.get(SWITCH_ENV, "").lower() == "off":
         why = f"turned off ({SWITCH_ENV}=off)"
         log(f"changed-line coverage is off: {why}; no branch's changed code reads verified")
-        return TracePlan(None, paths, why)
+        return TracePlan(None, paths, why, everywhere)
     try:
         site = tracer_site(workspace.base, log)
     except DifftestError as exc:
         why = f"coverage.py could not be installed beside the base ({exc.problem})"
         log(f"changed-line coverage is off: {why}")
-        return TracePlan(None, paths, why)
-    return TracePlan({"site": str(site), "paths": paths}, paths)
+        return TracePlan(None, paths, why, everywhere)
+    return TracePlan({"site": str(site), "paths": paths}, paths, everywhere=everywhere)
 
 
 def traced_paths(workspace: Workspace) -> list[str]:
