@@ -3,7 +3,8 @@ function, on one branch (default: the config's baseline).
 
 The branch's probes run every selected scenario traced over all of `vllm/` (its results come from
 and go to the result cache like `run`'s); the stats path's files are then read from the branch's
-environment, parsed here and marked. Writes `coverage.json` (with the map of every executed
+environment, parsed here and marked. Exits 0, or 3 where the coverage is unknown or partial (a
+probe failed). Writes `coverage.json` (with the map of every executed
 `vllm/` line, which the gate's skip rule reads) and `coverage/` (HTML pages) into --out.
 """
 
@@ -23,7 +24,7 @@ from difftest.cli.base import (
 )
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
-from difftest.core.errors import EXIT_OK
+from difftest.core.errors import EXIT_OK, EXIT_UNMEASURED
 from difftest.reports import locked_out, prepare_out, write_report_set
 from difftest.reports.coverage_view import (
     CoverageReport,
@@ -64,7 +65,8 @@ class CoverageCommand(Command):
             log(
                 f"wrote {Path(request.out) / 'coverage.json'} and {Path(request.out) / 'coverage'}/"
             )
-            return EXIT_OK
+            # A figure that could not be had, or only in part, is never read as one.
+            return EXIT_OK if report.status == "ok" and not report.failures else EXIT_UNMEASURED
 
 
 def coverage_report(traced: TracedRun) -> tuple[CoverageReport, dict[str, str]]:

@@ -140,6 +140,8 @@ def _may_skip(
     def trace_base() -> tuple[Executed, list[str], int, Path]:
         log(f"checking which lines of vllm/ the scenarios run on {base_name} (traced; cached)")
         traced = run_traced(config, request, base_ref, log, probe_progress)
+        for tier, failure in traced.failures.items():  # a partial map cannot clear a head
+            traced.executed.unknown.append(f"its {tier} tier's probe failed ({failure})")
         return traced.executed, traced.tiers, traced.scenarios, traced.root
 
     return check_skip(changes, base_name, trace_base)

@@ -214,6 +214,63 @@ def test_gate_skips_when_no_stats_path_file_changes(tmp_path, fixture_repo, caps
     assert "skipped" in capsys.readouterr().out
 
 
+def _sampling_params_head(tmp_path, fixture_repo, name, old_text, new_text):
+    """A config whose branch `name` edits vllm/sampling_params.py (off the stats path)."""
+    old = read_blob(fixture_repo, BASE_TAG, "vllm/sampling_params.py").decode()
+    assert old.count(old_text) == 1
+    patch = make_patch(
+        tmp_path / f"{name}.patch",
+        "vllm/sampling_params.py",
+        old,
+        old.replace(old_text, new_text),
+    )
+    return write_config(
+        tmp_path, [shipped_branch("main"), {"name": name, "ref": "main", "patches": [str(patch)]}]
+    )
+
+
+def test_a_head_off_the_stats_path_is_skipped_only_where_no_scenario_runs_its_lines(
+    tmp_path, fixture_repo, capsys
+):
+    """#48: the skip rule reads the base's coverage: an edit inside a method no scenario calls
+    (`SamplingParams.__repr__`) is skipped, naming what was checked; an edit to a line every
+    request runs (`__post_init__`) is measured although the file is off the stats path."""
+    chosen = ["--tier", "scheduler", "-k", "eos-on-bonus"]
+    config = _sampling_params_head(
+        tmp_path,
+        fixture_repo,
+        "repr-only",
+        'f"SamplingParams(n={self.n}, "',
+        'f"Params(n={self.n}, "',
+    )
+    gate = ["gate", "-c", config, "--base", "main", "--format", "md", *chosen]
+    assert run_cli(*gate, "--head", "repr-only", "--out", tmp_path / "skip") == 0
+    captured = capsys.readouterr()
+    assert "skipped: repr-only changes none of the stats-path files" in captured.out
+    assert (
+        "none of its changed lines in vllm/sampling_params.py ran on main in 1 scenario(s) of "
+        "the scheduler tier(s)" in captured.out
+    )
+    assert "checking which lines of vllm/ the scenarios run on main" in captured.err
+    config = _sampling_params_head(
+        tmp_path,
+        fixture_repo,
+        "post-init",
+        "        if 0 < self.temperature < _MAX_TEMP:",
+        "        _ = None\n        if 0 < self.temperature < _MAX_TEMP:",
+    )
+    gate = ["gate", "-c", config, "--base", "main", "--format", "md", *chosen]
+    assert run_cli(*gate, "--head", "post-init", "--out", tmp_path / "measure") == 0
+    captured = capsys.readouterr()
+    assert "skipped" not in captured.out
+    assert re.search(
+        r"measuring: post-init changes no stats-path file, but vllm/sampling_params.py lines "
+        r"[0-9, -]+ ran on main",
+        captured.err,
+    )
+    assert (tmp_path / "measure" / "gate.md").read_text().startswith("## ")
+
+
 @pytest.mark.parametrize("where", ["missing-folder/summary.md", "a-directory"])
 def test_a_job_summary_that_cannot_be_written_is_a_warning_not_a_failure(
     tmp_path, fixture_repo, capsys, monkeypatch, where
