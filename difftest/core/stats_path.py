@@ -64,12 +64,17 @@ STATS_PATH: tuple[StatsPathPart, ...] = (
 STATS_PATHS: tuple[str, ...] = tuple(part.path for part in STATS_PATH)
 
 
+GPU = "GPU-only"
+CONDITION = "condition not modelled"
+DEAD = "dead code"
+
+
 @dataclass(frozen=True)
 class Unreached:
     """Why the shipped scenarios cannot reach a stats-path file or folder (ending in `/`) here."""
 
     path: str
-    #: "GPU-only", "condition not modelled" or "dead code".
+    #: GPU, CONDITION or DEAD.
     kind: str
     why: str
 
@@ -80,7 +85,39 @@ class Unreached:
 
 #: What no scenario reaches, and why; a file it does not name reads "no scenario reaches it".
 #: The most specific entry wins (a file before its folder).
-UNREACHED: tuple[Unreached, ...] = ()
+UNREACHED: tuple[Unreached, ...] = (
+    Unreached(
+        "vllm/distributed/kv_transfer/kv_connector/v1/",
+        CONDITION,
+        "KV connectors (P/D, offloading, LMCache, NIXL, Mooncake): no scenario configures one",
+    ),
+    Unreached("vllm/v1/worker/gpu/model_states/", GPU, "the GPU model runner's model states"),
+    Unreached("vllm/v1/worker/gpu/spec_decode/", GPU, "the GPU model runner's speculators"),
+    Unreached("vllm/v1/worker/gpu/mm/", GPU, "the GPU model runner's multimodal rotary kernels"),
+    Unreached("vllm/v1/worker/xpu_model_runner.py", GPU, "Intel XPU only"),
+    Unreached("vllm/v1/worker/xpu_worker.py", GPU, "Intel XPU only"),
+    Unreached("vllm/v1/sample/ops/topk_topp_triton.py", GPU, "Triton kernels"),
+    Unreached(
+        "vllm/v1/worker/cpu/model_runner.py",
+        CONDITION,
+        "the new (v2) model runner on CPU: this release's CPU worker runs the v1 runner",
+    ),
+    Unreached(
+        "vllm/v1/worker/mm_encoder_model_runner.py",
+        CONDITION,
+        "a multimodal encoder's runner: the tiny model is text only",
+    ),
+    Unreached(
+        "vllm/v1/engine/async_llm.py",
+        CONDITION,
+        "the asynchronous engine client (the OpenAI server's): the engine tier drives LLMEngine",
+    ),
+    Unreached(
+        "vllm/v1/engine/admission_control.py", CONDITION, "no scenario sets admission control"
+    ),
+    Unreached("vllm/v1/metrics/ray_wrappers.py", CONDITION, "no scenario exports metrics via Ray"),
+    Unreached("vllm/v1/core/sched/diffusion_scheduler.py", CONDITION, "diffusion models"),
+)
 
 
 def unreached_reason(path: str) -> str:

@@ -88,12 +88,14 @@ def render_terminal(report: CoverageReport, console: Console) -> None:
     statements, reached = report.totals()
     table.add_row("all", "", str(statements), f"{reached} ({percent(reached, statements)})")
     console.print(table)
-    reasons: dict[str, int] = {}
+    kinds: dict[str, int] = {}
     for f in report.files:
         if not f.imported and f.statements:
-            reasons[f.reason] = reasons.get(f.reason, 0) + 1
-    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
-        console.print(f"  {count} file(s) not run: {reason}")
+            kind = f.reason.split(":", 1)[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    if kinds:
+        counted = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+        console.print(f"files not run: {counted}; see {PAGES}/index.html")
     for tier, failure in report.failures.items():
         console.print(f"[yellow]partial[/yellow]: the {tier} tier's probe failed ({failure})")
 

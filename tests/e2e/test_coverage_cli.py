@@ -26,7 +26,7 @@ def test_the_stats_paths_reach_per_file_and_function_in_every_output(tmp_path, c
     printed = capsys.readouterr().out
     assert printed.startswith("difftest coverage: main (")
     assert max(len(line) for line in printed.splitlines()) <= 80
-    assert "v1/core/ " in printed and "file(s) not run: no scenario reaches it" in printed
+    assert "v1/core/ " in printed and "files not run: no scenario reaches it " in printed
     body = json.loads((out / "coverage.json").read_text())
     assert body["schema"] == 1 and body["status"] == "ok" and body["tiers"] == ["scheduler"]
     assert body["scenarios"] == 1 and body["traced"] == ["vllm/"]
