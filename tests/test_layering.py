@@ -72,7 +72,7 @@ RUN_PARTS = {
     "rejudge": {"probes", "reread", "pipeline"},
     "blame": {"probes", "cache", "context", "pipeline"},
     # One branch run traced over all of vLLM (`difftest coverage`, the gate's skip rule).
-    "traced": {"probes", "coverage", "pipeline"},
+    "traced": {"probes", "context", "coverage", "pipeline"},
 }
 #: Inside `tiers`: the shared parts, and the tiers that build on them. A tier's folder imports the
 #: shared parts only: no tier depends on another, so adding or removing one touches nothing else.

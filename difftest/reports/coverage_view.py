@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from difftest.core.coverage import line_ranges
+from difftest.core.reach import FileReach
 from difftest.core.stats_path import STATS_PATH
-from difftest.run.coverage.reach import FileReach
 
 #: coverage.json's own schema (its keys are documented in docs/coverage.md).
 COVERAGE_SCHEMA = 1

@@ -52,6 +52,7 @@ def test_every_option_of_every_command_has_help():
         "fuzz",
         "merge",
         "blame",
+        "coverage",
     }
 
 

@@ -12,51 +12,18 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from coverage.exceptions import CoverageException
 from coverage.parser import PythonParser
 
 from difftest.build.workspace import Workspace
+from difftest.core.reach import FileReach, FunctionReach
 from difftest.core.stats_path import STATS_PATH, unreached_reason
 from difftest.run.coverage.changed import Executed
 
 #: The reason of an unreached file that `core.stats_path.UNREACHED` does not name.
 NO_SCENARIO = "no scenario reaches it"
-
-
-@dataclass(frozen=True)
-class FunctionReach:
-    """One function or method: its qualified name, where it starts, its statements and those
-    executed."""
-
-    name: str
-    line: int
-    statements: int
-    reached: int
-
-
-@dataclass
-class FileReach:
-    """One stats-path file of the branch."""
-
-    file: str
-    part: str
-    statements: int = 0
-    reached: list[int] = field(default_factory=list)
-    unreached: list[int] = field(default_factory=list)
-    #: Branch points executed but left one way only: (from, to) arcs no run took.
-    partial: list[tuple[int, int]] = field(default_factory=list)
-    functions: list[FunctionReach] = field(default_factory=list)
-    #: Why nothing (or not everything) of it ran, where known; "" when every statement ran.
-    reason: str = ""
-    #: Why it could not be analysed ("" when it was).
-    problem: str = ""
-
-    @property
-    def imported(self) -> bool:
-        return bool(self.reached)
 
 
 def stats_path_files(vllm_root: Path, parts: Iterable[str] | None = None) -> list[str]:
@@ -138,13 +105,14 @@ def _functions(source: str, statements: set[int], ran: set[int]) -> list[Functio
 
 
 def _nested_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
-    """The lines of the functions and classes defined inside `function`."""
+    """The bodies of the functions and classes defined inside `function` (their `def` and
+    `class` lines run with it)."""
     lines: set[int] = set()
     for node in ast.walk(function):
         if node is not function and isinstance(
             node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
         ):
-            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+            lines.update(range(node.body[0].lineno, (node.end_lineno or node.lineno) + 1))
     return lines
 
 
