@@ -335,3 +335,19 @@ def test_a_source_file_is_decoded_as_python_decodes_it() -> None:
         _text(b"# -*- coding: latin-1 -*-\nx = '\xe9'\n") == "# -*- coding: latin-1 -*-\nx = 'é'\n"
     )
     assert _text(b"\xff\xfe\x00") is None
+
+
+def test_a_changed_file_that_cannot_run_on_this_platform_is_named_as_such() -> None:
+    """#48: a change to a GPU-only module reads "cannot run here", not "not reached"; the same file
+    where some run did reach it is judged line by line."""
+    path = "vllm/v1/worker/xpu_worker.py"
+    gpu = file_coverage("fix", path, NEW, {4, 5}, Executed(traced_probes=1))
+    assert gpu.status == "not traced"
+    assert gpu.why == "GPU-only: Intel XPU only; cannot run here"
+    verdict = judge_branch("fix", [gpu])
+    assert verdict.status == "not verified"
+    assert (
+        "not traced: xpu_worker.py (cannot run here (GPU-only: Intel XPU only))" in verdict.summary
+    )
+    ran = Executed(lines={path: {1, 2, 3}}, traced_probes=1)
+    assert file_coverage("fix", path, NEW, {4, 5}, ran).status == "traced"

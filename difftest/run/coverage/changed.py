@@ -20,6 +20,7 @@ from coverage.parser import PythonParser
 
 from difftest.core.evidence import ChangedFileCoverage
 from difftest.core.records import ProbeCoverage
+from difftest.core.stats_path import GPU, unreached_reason
 
 
 @dataclass
@@ -58,7 +59,14 @@ def file_coverage(
 ) -> ChangedFileCoverage:
     """One changed Python file of `branch`: its changed statements, those executed and not, and
     the arcs out of its changed branch points that no run took. A file the host cannot analyse
-    (it does not parse here, or breaks the parser) reads "not traced", with why."""
+    (it does not parse here, or breaks the parser) reads "not traced", with why; so does a file that
+    cannot run on this platform (GPU-only in `core.stats_path.UNREACHED`) and did not: its lines
+    are named as such, not as unreached."""
+    platform = unreached_reason(path)
+    if platform.startswith(GPU) and not executed.lines.get(path):
+        return ChangedFileCoverage(
+            branch=branch, file=path, status="not traced", why=f"{platform}; cannot run here"
+        )
     try:
         return _analysed(branch, path, source, changed, executed)
     except (CoverageException, SyntaxError, ValueError) as exc:
