@@ -347,7 +347,7 @@ def test_a_changed_file_that_cannot_run_on_this_platform_is_named_as_such() -> N
     verdict = judge_branch("fix", [gpu])
     assert verdict.status == "not verified"
     assert (
-        "not traced: xpu_worker.py (cannot run here (GPU-only: Intel XPU only))" in verdict.summary
+        "not traced: xpu_worker.py (GPU-only: Intel XPU only; cannot run here)" in verdict.summary
     )
     ran = Executed(lines={path: {1, 2, 3}}, traced_probes=1)
     assert file_coverage("fix", path, NEW, {4, 5}, ran).status == "traced"
