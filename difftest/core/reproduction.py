@@ -17,7 +17,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from difftest.core.evidence import SCHEMA_VERSION, Evidence
+from difftest.core.evidence import (
+    SCHEMA_VERSION,
+    BranchCoverage,
+    ChangedFileCoverage,
+    Evidence,
+)
 from difftest.core.records import ProbeRun, Result, TestRecord
 
 #: Fields of a result that must be identical in a re-run (the error text is not: it may quote
@@ -39,6 +44,46 @@ def evidence_differences(
         _result_differences(recorded.results, rerun.results, ignored)
         + _run_differences(recorded.runs or {}, rerun.runs or {})
         + _test_differences(recorded.tests, rerun.tests)
+        + _coverage_differences(recorded, rerun, written_as)
+    )
+
+
+#: What a changed file's coverage is judged on: each must be the same in a re-run.
+COVERAGE_FIELDS = ("status", "lines", "reached", "unreached", "arcs_missing")
+
+
+def _coverage_differences(recorded: Evidence, rerun: Evidence, written_as: str) -> list[str]:
+    """Each branch's changed-line coverage, file by file and in its word (schema 13 on: earlier
+    files hold none). A re-run that reaches other lines, or cannot vouch for them, differs."""
+    if int(written_as) < 13 or recorded.coverage is None:
+        return []
+    if rerun.coverage is None:
+        return ["coverage: recorded, but the re-run traced nothing"]
+    before: dict[Key, ChangedFileCoverage] = {
+        ("coverage", c.branch, c.file): c for c in recorded.coverage.changed
+    }
+    after: dict[Key, ChangedFileCoverage] = {
+        ("coverage", c.branch, c.file): c for c in rerun.coverage.changed
+    }
+
+    def changes(old: Any, new: Any) -> list[str]:
+        return [
+            f"{name} {_short(getattr(old, name))} -> {_short(getattr(new, name))}"
+            for name in COVERAGE_FIELDS
+            if getattr(old, name) != getattr(new, name)
+        ]
+
+    words: dict[Key, BranchCoverage] = {
+        ("coverage", b.branch): b for b in recorded.coverage.branches
+    }
+    rewords: dict[Key, BranchCoverage] = {
+        ("coverage", b.branch): b for b in rerun.coverage.branches
+    }
+    return _keyed(before, after, "changed file ", changes) + _keyed(
+        words,
+        rewords,
+        "branch ",
+        lambda old, new: [f"{old.status} -> {new.status}"] if old.status != new.status else [],
     )
 
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from difftest.core.evidence import evidence_json, read_evidence, written_version
+from difftest.core.evidence import (
+    BranchCoverage,
+    ChangedFileCoverage,
+    CoverageEvidence,
+    Evidence,
+    evidence_json,
+    read_evidence,
+    written_version,
+)
 from difftest.core.reproduction import evidence_differences
 from tests.factories import LABEL, make_evidence, make_result, make_violation
 
@@ -94,3 +102,41 @@ def test_durations_in_a_violations_detail_are_not_held_against_a_rerun() -> None
     assert _result_differences(
         [then], [broken("crashed in vLLM: ValueError (main completes this run in 0.49 s)")]
     )
+
+
+def _covered(reached: list[int], status: str = "verified") -> Evidence:
+    return make_evidence(results=[make_result("pass")]).model_copy(
+        update={
+            "coverage": CoverageEvidence(
+                traced=["vllm/a.py"],
+                changed=[
+                    ChangedFileCoverage(
+                        branch="fix",
+                        file="vllm/a.py",
+                        status="traced",
+                        lines=[3, 4],
+                        reached=reached,
+                        unreached=[n for n in (3, 4) if n not in reached],
+                    )
+                ],
+                branches=[BranchCoverage(branch="fix", status=status, summary="")],
+            )
+        }
+    )
+
+
+def test_a_rerun_that_reaches_other_changed_lines_differs() -> None:
+    """#48: verify re-checks coverage as it re-checks results; a file older than schema 13 holds
+    none, and nothing is held against its re-run."""
+    assert evidence_differences(_covered([3, 4]), _covered([3, 4])) == []
+    found = evidence_differences(_covered([3, 4]), _covered([3], "not verified"))
+    assert found == [
+        "coverage/fix/vllm/a.py: reached [3, 4] -> [3]",
+        "coverage/fix/vllm/a.py: unreached [] -> [4]",
+        "coverage/fix: verified -> not verified",
+    ]
+    untraced = _covered([3, 4]).model_copy(update={"coverage": None})
+    assert evidence_differences(_covered([3, 4]), untraced) == [
+        "coverage: recorded, but the re-run traced nothing"
+    ]
+    assert evidence_differences(_covered([3, 4]), untraced, written_as="12") == []
