@@ -421,7 +421,7 @@ def test_verify_reads_the_previous_schemas(shipped_run, tmp_path, capsys):
 
 def test_verify_catches_tampering_wherever_it_is(shipped_run, tmp_path, capsys):
     """One edit in each thing a verdict rests on: measured, expected, differences, violations, raw
-    runs."""
+    runs, changed-line coverage (its reached and unreached lines: two differences)."""
     evidence = shipped_run.evidence
     results = evidence["results"]
 
@@ -445,6 +445,9 @@ def test_verify_catches_tampering_wherever_it_is(shipped_run, tmp_path, capsys):
     violation["violations"][0]["detail"] = "edited"
     raw = evidence["runs"]["pr-56137-style"][0]
     raw["totals"]["num_drafts"] += 1
+    # #48: a changed line said to be reached that no run reached.
+    unrun = next(c for c in evidence["coverage"]["changed"] if c["unreached"])
+    unrun["reached"].append(unrun["unreached"].pop())
     tampered = tmp_path / "evidence.json"
     tampered.write_text(json.dumps(evidence))
     assert run_cli("verify", "-c", SHIPPED, tampered, "--out", tmp_path / "o") == 1
@@ -458,7 +461,8 @@ def test_verify_catches_tampering_wherever_it_is(shipped_run, tmp_path, capsys):
     assert f"{where(difference)}: differences differ" in printed
     assert f"{where(violation)}: violations differ" in printed
     assert f"pr-56137-style/{raw['scenario']}/{raw['label']}: raw run totals differ" in printed
-    assert "5 difference(s)" in printed
+    assert f"coverage/{unrun['branch']}/{unrun['file']}: reached [" in printed
+    assert "7 difference(s)" in printed
 
 
 def test_verify_never_overwrites_the_evidence_it_verifies(shipped_run, tmp_path, capsys):
