@@ -4,8 +4,9 @@ function, on one branch (default: the config's baseline).
 The branch's probes run every selected scenario traced over all of `vllm/` (its results come from
 and go to the result cache like `run`'s); the stats path's files are then read from the branch's
 environment, parsed here and marked. Exits 0, or 3 where the coverage is unknown or partial (a
-probe failed). Writes `coverage.json` (with the map of every executed
-`vllm/` line, which the gate's skip rule reads) and `coverage/` (HTML pages) into --out.
+probe failed, a file could not be read or parsed). Writes `coverage.json` (with the map of every
+executed `vllm/` line: what the gate's skip rule computes the same way for its base) and
+`coverage/` (HTML pages) into --out.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from difftest.cli.base import (
 from difftest.cli.progress import probe_progress
 from difftest.core.config import Config
 from difftest.core.errors import EXIT_OK, EXIT_UNMEASURED
+from difftest.core.stats_path import STATS_PATH
 from difftest.reports import locked_out, prepare_out, write_report_set
 from difftest.reports.coverage_view import (
     CoverageReport,
@@ -35,6 +37,9 @@ from difftest.reports.coverage_view import (
 from difftest.run.coverage.reach import reach_of, stats_path_files
 from difftest.run.pipeline import check_request
 from difftest.run.traced import TRACED, TracedRun, run_traced
+
+#: What each built-in stats-path part decides (a part the config adds has no words).
+DECIDES = {part.path: part.decides for part in STATS_PATH}
 
 
 class CoverageCommand(Command):
@@ -57,7 +62,7 @@ class CoverageCommand(Command):
         with locked_out(request.out):
             prepare_out(request.out, log)
             traced = run_traced(config, request, branch, log, probe_progress)
-            report, sources = coverage_report(traced)
+            report, sources = coverage_report(traced, config.stats_paths)
             files = {"coverage.json": render_json(report)}
             files.update(render_pages(report, sources))
             write_report_set(request.out, files)
@@ -66,11 +71,15 @@ class CoverageCommand(Command):
                 f"wrote {Path(request.out) / 'coverage.json'} and {Path(request.out) / 'coverage'}/"
             )
             # A figure that could not be had, or only in part, is never read as one.
-            return EXIT_OK if report.status == "ok" and not report.failures else EXIT_UNMEASURED
+            complete = not report.failures and not any(f.problem for f in report.files)
+            return EXIT_OK if report.status == "ok" and complete else EXIT_UNMEASURED
 
 
-def coverage_report(traced: TracedRun) -> tuple[CoverageReport, dict[str, str]]:
-    """The traced branch's reach over the stats path, and the sources of the files it ran."""
+def coverage_report(
+    traced: TracedRun, stats_paths: list[str]
+) -> tuple[CoverageReport, dict[str, str]]:
+    """The traced branch's reach over the stats path (`stats_paths`, the config's), and the
+    sources of the files it ran."""
     executed, workspace = traced.executed, traced.comparison.workspace
     status, why = "ok", ""
     if executed.unknown:
@@ -82,7 +91,7 @@ def coverage_report(traced: TracedRun) -> tuple[CoverageReport, dict[str, str]]:
             "no probe was traced (only probe tiers are: the tests tier is not yet)"
         )
     root = traced.root
-    files = reach_of(root, executed, stats_path_files(root))
+    files = reach_of(root, executed, stats_path_files(root, stats_paths), stats_paths)
     sources = {
         f.file: (root.parent / f.file).read_text(encoding="utf-8", errors="replace")
         for f in files
@@ -99,6 +108,7 @@ def coverage_report(traced: TracedRun) -> tuple[CoverageReport, dict[str, str]]:
         status=status,
         why=why,
         files=files,
+        parts=[(path, DECIDES.get(path, "")) for path in stats_paths],
         executed={path: sorted(lines) for path, lines in sorted(executed.lines.items())},
         failures=traced.failures,
     )

@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import os
 import sys
-from pathlib import Path
 
 from difftest.build.gate_changes import HeadChanges, head_changes
 from difftest.build.workspace import branch_specs
@@ -36,10 +35,10 @@ from difftest.reports import locked_out, prepare_out, registry, write_report
 from difftest.reports.conclusion import changed_coverage
 from difftest.reports.json_report import render_skipped_json
 from difftest.reports.sources import GateReport
-from difftest.run.coverage.changed import Executed
-from difftest.run.coverage.skip_rule import SkipCheck, check_skip
-from difftest.run.pipeline import CompareRequest, check_request, compare
+from difftest.run.coverage.skip_rule import BaseTrace, SkipCheck, check_skip
+from difftest.run.pipeline import CompareRequest, check_request, compare, select_scenarios
 from difftest.run.traced import run_traced
+from difftest.tiers.suite_tier import SuiteTier
 
 #: The gate's own `--format` choice, before the registry's: text on a terminal, md when piped.
 AUTO = "auto"
@@ -137,14 +136,16 @@ def _may_skip(
     """The skip rule outside the stats path (`run.coverage.skip_rule`), the base traced over the
     gate's own tiers and scenarios."""
 
-    def trace_base() -> tuple[Executed, list[str], int, Path]:
-        log(f"checking which lines of vllm/ the scenarios run on {base_name} (traced; cached)")
+    def trace_base() -> BaseTrace:
+        log(f"checking which code of vllm/ the scenarios run on {base_name} (traced; cached)")
         traced = run_traced(config, request, base_ref, log, probe_progress)
         for tier, failure in traced.failures.items():  # a partial map cannot clear a head
             traced.executed.unknown.append(f"its {tier} tier's probe failed ({failure})")
-        return traced.executed, traced.tiers, traced.scenarios, traced.root
+        return BaseTrace(traced.executed, traced.tiers, traced.scenarios, traced.root, traced.sha)
 
-    return check_skip(changes, base_name, trace_base)
+    selected = select_scenarios(config, request.tiers, request.select, request.scenarios)
+    untraced = [s.tier.name for s in selected if isinstance(s.tier, SuiteTier) and s.scenarios]
+    return check_skip(changes, base_name, trace_base, untraced)
 
 
 def _step_summary(markdown: str, log: Log) -> None:

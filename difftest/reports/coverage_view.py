@@ -16,9 +16,8 @@ from rich.table import Table
 
 from difftest.core.coverage import line_ranges
 from difftest.core.reach import FileReach
-from difftest.core.stats_path import STATS_PATH
 
-#: coverage.json's own schema (its keys are documented in docs/coverage.md).
+#: coverage.json's own schema (its keys are documented in docs/commands.md).
 COVERAGE_SCHEMA = 1
 #: The folder, under --out, of the HTML pages.
 PAGES = "coverage"
@@ -38,6 +37,9 @@ class CoverageReport:
     status: str
     why: str
     files: list[FileReach]
+    #: The stats path's parts (the config's `stats_paths`), each with what it decides where the
+    #: built-in table knows.
+    parts: list[tuple[str, str]] = field(default_factory=list)
     #: Every traced file (`vllm/...`) -> the lines the runs executed: the base's map, which the
     #: gate's skip rule reads.
     executed: dict[str, list[int]] = field(default_factory=dict)
@@ -54,8 +56,9 @@ def percent(reached: int, statements: int) -> str:
 
 
 def page_name(path: str) -> str:
-    """`vllm/v1/core/sched/scheduler.py` -> `v1_core_sched_scheduler_py.html`."""
-    return path.removeprefix("vllm/").replace("/", "_").replace(".", "_") + ".html"
+    """`vllm/v1/core/sched/scheduler.py` -> `v1--core--sched--scheduler.py.html` (`--` is in no
+    Python module's path, so no two files share a page)."""
+    return path.removeprefix("vllm/").replace("/", "--") + ".html"
 
 
 def render_terminal(report: CoverageReport, console: Console) -> None:
@@ -73,14 +76,14 @@ def render_terminal(report: CoverageReport, console: Console) -> None:
     table.add_column("files run", justify="right")
     table.add_column("statements", justify="right")
     table.add_column("reached", justify="right")
-    for part in STATS_PATH:
-        files = [f for f in report.files if f.part == part.path]
+    for part, _decides in report.parts:
+        files = [f for f in report.files if f.part == part]
         if not files:
             continue
-        statements, reached = report.totals(part.path)
+        statements, reached = report.totals(part)
         imported = sum(1 for f in files if f.imported)
         table.add_row(
-            part.path.removeprefix("vllm/"),
+            part.removeprefix("vllm/"),
             f"{imported}/{len(files)}",
             str(statements),
             f"{reached} ({percent(reached, statements)})",
@@ -94,8 +97,15 @@ def render_terminal(report: CoverageReport, console: Console) -> None:
             kind = f.reason.split(":", 1)[0]
             kinds[kind] = kinds.get(kind, 0) + 1
     if kinds:
-        counted = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-        console.print(f"files not run: {counted}; see {PAGES}/index.html")
+        console.print(f"files not run, by reason (each named in {PAGES}/index.html):")
+        for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            console.print(f"  {kind:<32} {count:>5}")
+    broken = [f for f in report.files if f.problem]
+    if broken:
+        console.print(
+            f"[yellow]not counted[/yellow]: {len(broken)} file(s), e.g. {broken[0].file} "
+            f"({broken[0].problem})"
+        )
     for tier, failure in report.failures.items():
         console.print(f"[yellow]partial[/yellow]: the {tier} tier's probe failed ({failure})")
 
@@ -117,12 +127,12 @@ def render_json(report: CoverageReport) -> str:
         "totals": {"statements": statements, "reached": reached},
         "parts": [
             {
-                "path": part.path,
-                "decides": part.decides,
-                "statements": report.totals(part.path)[0],
-                "reached": report.totals(part.path)[1],
+                "path": part,
+                "decides": decides,
+                "statements": report.totals(part)[0],
+                "reached": report.totals(part)[1],
             }
-            for part in STATS_PATH
+            for part, decides in report.parts
         ],
         "files": [
             {
@@ -151,9 +161,7 @@ def render_pages(report: CoverageReport, sources: Mapping[str, str]) -> dict[str
     index = env.get_template("coverage_index.html.j2")
     page = env.get_template("coverage_file.html.j2")
     statements, reached = report.totals()
-    parts = [
-        (part, *report.totals(part.path)) for part in STATS_PATH if report.totals(part.path)[0]
-    ]
+    parts = [(part, decides, *report.totals(part)) for part, decides in report.parts]
     pages = {
         f"{PAGES}/index.html": index.render(
             report=report,
@@ -182,7 +190,8 @@ def _marked(reach: FileReach, source: str) -> list[tuple[int, str, str, str]]:
     for a, b in reach.partial:
         one_way.setdefault(a, []).append(b)
     marked = []
-    for number, text in enumerate(source.splitlines(), start=1):
+    # Lines as Python numbers them: at newlines only (a form feed or U+2028 is no line end).
+    for number, text in enumerate(source.split("\n"), start=1):
         if number in one_way:
             targets = ", ".join("exit" if b < 0 else str(b) for b in one_way[number])
             marked.append((number, "par", text, f"never went to {targets}"))

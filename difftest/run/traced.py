@@ -10,7 +10,7 @@ from pathlib import Path
 
 from difftest.build.envs.base import Log
 from difftest.core.config import Config
-from difftest.core.errors import DifftestError
+from difftest.core.errors import NotMeasured
 from difftest.run.context import ProgressFactory, no_progress
 from difftest.run.coverage.changed import Executed
 from difftest.run.coverage.reach import vllm_root
@@ -29,8 +29,10 @@ class TracedRun:
     executed: Executed
     #: The tiers whose probes were traced.
     tiers: list[str]
-    #: The scenarios run (those the base can run).
+    #: The scenarios those tiers ran (those the base can run).
     scenarios: int
+    #: The commit the branch was built from.
+    sha: str
     #: The branch's `vllm/` folder, as its probes imported it.
     root: Path
     #: tier -> why that tier's probe failed (its coverage is partial).
@@ -50,11 +52,12 @@ def run_traced(
     workspace = comparison.workspace
     built = next((b for b in workspace.branches if b.env is not None), None)
     if built is None or built.env is None:
-        raise DifftestError(
+        raise NotMeasured(
             f"{branch} has no environment to trace",
             "see the log above for why it could not be built",
         )
     traced = traced_by_branch(comparison.outcomes).get(built.name, {})
+    tiers = [tier for tier, coverage in traced.items() if coverage is not None]
     failures = {
         tier: str(outcome.probes[built.name].error)
         for tier, outcome in comparison.outcomes.items()
@@ -64,8 +67,11 @@ def run_traced(
         comparison=comparison,
         branch=built.name,
         executed=Executed.of(traced.items()),
-        tiers=[tier for tier, coverage in traced.items() if coverage is not None],
-        scenarios=sum(len(s.scenarios) - len(s.skipped) for s in comparison.selected),
+        tiers=tiers,
+        scenarios=sum(
+            len(s.scenarios) - len(s.skipped) for s in comparison.selected if s.tier.name in tiers
+        ),
+        sha=built.resolved.sha,
         root=vllm_root(workspace, built.env.path),
         failures=failures,
     )

@@ -248,26 +248,26 @@ def test_a_head_off_the_stats_path_is_skipped_only_where_no_scenario_runs_its_li
     captured = capsys.readouterr()
     assert "skipped: repr-only changes none of the stats-path files" in captured.out
     assert (
-        "none of its changed lines in vllm/sampling_params.py ran on main in 1 scenario(s) of "
-        "the scheduler tier(s)" in captured.out
+        "none of the code it changes in vllm/sampling_params.py ran on main in 1 scenario(s) "
+        "of the scheduler tier(s)" in captured.out
     )
-    assert "checking which lines of vllm/ the scenarios run on main" in captured.err
+    assert "checking which code of vllm/ the scenarios run on main" in captured.err
     config = _sampling_params_head(
         tmp_path,
         fixture_repo,
         "post-init",
         "        if 0 < self.temperature < _MAX_TEMP:",
-        "        _ = None\n        if 0 < self.temperature < _MAX_TEMP:",
+        "        if 0 < self.temperature < _MAX_TEMP:\n            _ = None",
     )
     gate = ["gate", "-c", config, "--base", "main", "--format", "md", *chosen]
     assert run_cli(*gate, "--head", "post-init", "--out", tmp_path / "measure") == 0
     captured = capsys.readouterr()
     assert "skipped" not in captured.out
     assert re.search(
-        r"measuring: post-init changes no stats-path file, but vllm/sampling_params.py lines "
-        r"[0-9, -]+ ran on main",
+        r"measuring: post-init changes no stats-path file, but vllm/sampling_params.py line "
+        r"\d+ is in SamplingParams.__post_init__, which ran on main",
         captured.err,
-    )
+    ), captured.err
     assert (tmp_path / "measure" / "gate.md").read_text().startswith("## ")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from difftest.core.stats_path import unreached_reason
+from difftest.reports.coverage_view import page_name
 from difftest.run.coverage.changed import Executed
 from difftest.run.coverage.reach import NO_SCENARIO, reach_of, stats_path_files
 
@@ -69,3 +70,51 @@ def test_the_most_specific_reason_names_why():
         "condition not modelled: KV connectors"
     )
     assert unreached_reason("vllm/v1/core/sched/scheduler.py") == ""
+
+
+NESTED = (
+    "import os\n"  # 1
+    "if os.sep:\n"  # 2
+    "    def under_if():\n"  # 3
+    "        return 1\n"  # 4
+    "class K:\n"  # 5
+    "    if True:\n"  # 6
+    "        def method(self):\n"  # 7
+    "            if self:\n"  # 8
+    "                def closure():\n"  # 9
+    "                    return 2\n"  # 10
+    "            return 3\n"  # 11
+    "def one(): return 4\n"  # 12
+)
+
+
+def test_functions_under_an_if_a_class_or_another_function_are_each_counted_once(tmp_path):
+    """#48 review: a function defined under a module-level `if`, a method under a class-level
+    `if`, a closure under an `if` are all listed, each statement counted in one function only,
+    and a one-line function is not reached by its import alone."""
+    root = _tree(tmp_path)
+    (root.parent / FILE).write_text(NESTED)
+    executed = Executed(lines={FILE: {1, 2, 3, 5, 6, 7, 12}}, traced_probes=1)
+    (reach,) = reach_of(root, executed, [FILE])
+    functions = {f.name: (f.statements, f.reached) for f in reach.functions}
+    assert functions == {
+        "under_if": (1, 0),
+        "K.method": (3, 0),
+        "K.method.closure": (1, 0),
+        "one": (0, 0),
+    }
+
+
+def test_a_file_that_cannot_be_read_is_named_and_pages_never_collide(tmp_path):
+    root = _tree(tmp_path)
+    (root.parent / FILE).unlink()
+    (root.parent / FILE).mkdir()  # reading it fails, as an unreadable file would
+    (reach,) = reach_of(root, Executed(), [FILE])
+    assert reach.problem.startswith("could not be read")
+    names = [
+        "vllm/v1/worker/cpu/model_runner.py",
+        "vllm/v1/worker/cpu_model_runner.py",
+        "vllm/v1/worker/gpu/input_batch.py",
+        "vllm/v1/worker/gpu_input_batch.py",
+    ]
+    assert len({page_name(n) for n in names}) == len(names)

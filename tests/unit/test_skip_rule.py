@@ -11,8 +11,9 @@ import pytest
 
 from difftest.build.gate_changes import HeadChanges
 from difftest.build.refs.diff import changed_files
+from difftest.core.errors import NotMeasured
 from difftest.run.coverage.changed import Executed
-from difftest.run.coverage.skip_rule import check_skip
+from difftest.run.coverage.skip_rule import BaseTrace, check_skip
 
 pytestmark = pytest.mark.quick
 
@@ -20,20 +21,26 @@ PARAMS = "vllm/params.py"
 SOURCE = (
     "def used(x):\n"  # 1
     "    y = x + 1\n"  # 2
-    "    return y\n"  # 3
+    "    # y = y * 100\n"  # 3
     "\n"  # 4
-    "def unused(x):\n"  # 5
-    "    z = (x,\n"  # 6
-    "         2)\n"  # 7
-    "    return z\n"  # 8
+    "    if y:\n"  # 5
+    "        y += 1\n"  # 6
+    "    else:\n"  # 7
+    "        y -= 1\n"  # 8
+    "    return y\n"  # 9
+    "\n"  # 10
+    "def unused(x):\n"  # 11
+    "    z = (x,\n"  # 12
+    "         2)\n"  # 13
+    "    return z\n"  # 14
 )
-#: What the base's runs executed: the module, and `used`.
-RAN = {PARAMS: {1, 2, 3, 5}}
+#: What the base's runs executed: the module, and `used` (its `else` too, in another run).
+RAN = {PARAMS: {1, 2, 5, 6, 8, 9, 11}}
 
 
 def _history(tmp_path: Path, edit: dict[str, str | None]) -> HeadChanges:
     """A repository whose base holds SOURCE and whose head applies `edit` (path -> text, None
-    deletes)."""
+    deletes); the working tree is left at the base, as the base's environment holds it."""
     repo = git.Repo.init(tmp_path / "repo")
     with repo.config_writer() as config:
         config.set_value("user", "name", "t").set_value("user", "email", "t@example.org")
@@ -50,83 +57,103 @@ def _history(tmp_path: Path, edit: dict[str, str | None]) -> HeadChanges:
         (root / path).write_text(text)
         repo.index.add([path])
     head = repo.index.commit("head").hexsha
+    repo.git.checkout(base)
     return HeadChanges(repo, base, head, changed_files(repo, base, head), [])
 
 
-def _traced(root: Path, ran=RAN, unknown=()):
+def _check(head: HeadChanges, ran=RAN, unknown=(), untraced=(), sha=None):
     calls: list[int] = []
 
-    def trace():
+    def trace() -> BaseTrace:
         calls.append(1)
         executed = Executed(lines={k: set(v) for k, v in ran.items()}, traced_probes=1)
         executed.unknown.extend(unknown)
-        return executed, ["scheduler"], 3, root / "vllm"
+        root = Path(head.repo.working_tree_dir or "") / "vllm"
+        return BaseTrace(executed, ["scheduler"], 3, root, sha or head.base_sha)
 
-    return trace, calls
+    return check_skip(head, "main", trace, list(untraced)), calls
 
 
 def test_a_change_inside_a_function_no_scenario_runs_is_skipped_naming_what_was_checked(tmp_path):
-    head = _history(tmp_path, {PARAMS: SOURCE.replace("2)", "3)")})
-    trace, _ = _traced(Path(head.repo.working_tree_dir or ""))
-    # The base's file as its probes imported it: the repository's own, checked out at base.
-    head.repo.git.checkout(head.base_sha)
-    check = check_skip(head, "main", trace)
-    assert check.skip
+    check, calls = _check(_history(tmp_path, {PARAMS: SOURCE.replace("2)", "3)")}))
+    assert check.skip and calls
     assert check.why == (
-        "none of its changed lines in vllm/params.py ran on main in 3 scenario(s) of the "
-        "scheduler tier(s) (the tests tier's sessions are not traced)"
+        "none of the code it changes in vllm/params.py ran on main in 3 scenario(s) of the "
+        "scheduler tier(s)"
     )
 
 
 @pytest.mark.parametrize(
-    ("new", "ran"),
+    ("old", "new"),
     [
         # A line the base ran.
-        (SOURCE.replace("x + 1", "x + 2"), "lines 2"),
-        # A line added at the end of `used`: the lines on both sides of it count.
-        (SOURCE.replace("    return y\n", "    return y\n    print(y)\n"), "lines 3"),
+        ("x + 1", "x + 2"),
+        # A line added at the end of `used`.
+        ("    return y\n", "    return y\n    print(y)\n"),
+        # A statement inserted between a comment and a blank line: neither is a statement.
+        ("    # y = y * 100\n\n", "    # y = y * 100\n    y = 0\n\n"),
+        # An uncommented line: its base line is a comment.
+        ("    # y = y * 100", "    y = y * 100"),
+        # `else:` turned `elif`: `else:` is no statement, but its body ran.
+        ("    else:", "    elif x:"),
     ],
 )
-def test_a_change_to_a_line_the_base_ran_is_measured_naming_the_lines(tmp_path, new, ran):
-    head = _history(tmp_path, {PARAMS: new})
-    head.repo.git.checkout(head.base_sha)
-    trace, _ = _traced(Path(head.repo.working_tree_dir or ""))
-    check = check_skip(head, "main", trace)
-    assert not check.skip and check.why == f"vllm/params.py {ran} ran on main"
+def test_a_change_in_a_function_the_base_ran_is_measured_however_silent_its_own_line(
+    tmp_path, old, new
+):
+    """#48 review: the rule is the scope's, not the changed line's own (a comment, a blank line,
+    `else:` never "run")."""
+    check, _ = _check(_history(tmp_path, {PARAMS: SOURCE.replace(old, new, 1)}))
+    assert not check.skip
+    assert check.why.startswith("vllm/params.py line ") and "is in used, which ran on main" in (
+        check.why
+    )
+
+
+def test_module_level_code_of_a_module_that_ran_is_measured(tmp_path):
+    check, _ = _check(_history(tmp_path, {PARAMS: "LIMIT = 3\n" + SOURCE}))
+    assert not check.skip and "module-level code of a module that ran on main" in check.why
+    check, _ = _check(_history(tmp_path / "2", {PARAMS: "LIMIT = 3\n" + SOURCE}), ran={})
+    assert check.skip
 
 
 def test_comments_and_layout_only_are_skipped_without_tracing_the_base(tmp_path):
     new = "# a comment\n" + SOURCE.replace("    z = (x,\n         2)", "    z = (x, 2)")
-    head = _history(tmp_path, {PARAMS: new})
-    trace, calls = _traced(Path(head.repo.working_tree_dir or ""))
-    check = check_skip(head, "main", trace)
+    check, calls = _check(_history(tmp_path, {PARAMS: new}))
     assert check.skip and "only comments and layout" in check.why and not calls
 
 
 def test_what_cannot_be_vouched_for_is_measured(tmp_path):
-    head = _history(tmp_path, {"vllm/table.json": "{}\n"})
-    trace, calls = _traced(Path(head.repo.working_tree_dir or ""))
-    check = check_skip(head, "main", trace)
-    assert not check.skip and "vllm/table.json, not Python" in check.why and not calls
-    head = _history(tmp_path / "2", {PARAMS: SOURCE.replace("2)", "3)")})
-    trace, _ = _traced(Path(head.repo.working_tree_dir or ""), unknown=["the tracer was stopped"])
-    check = check_skip(head, "main", trace)
+    check, calls = _check(_history(tmp_path, {"vllm/table.json": "{}\n"}))
+    assert not check.skip and "vllm/table.json is not Python" in check.why and not calls
+    check, _ = _check(_history(tmp_path / "2", {PARAMS: None, "vllm/t.json": "{}\n"}))
+    assert not check.skip and "vllm/t.json is not Python" in check.why
+    edited = {PARAMS: SOURCE.replace("2)", "3)")}
+    check, _ = _check(_history(tmp_path / "3", edited), unknown=["the tracer was stopped"])
     assert not check.skip and check.why == "the base's coverage is unknown (the tracer was stopped)"
+    check, _ = _check(_history(tmp_path / "4", edited), sha="f" * 40)
+    assert not check.skip and check.why.startswith("the base resolved to ffffffffffff")
+    check, calls = _check(_history(tmp_path / "5", edited), untraced=["tests"])
+    assert not check.skip and "tests tier's sessions are not traced" in check.why and not calls
 
 
-def test_a_deleted_file_that_ran_is_measured_and_an_added_one_is_named(tmp_path):
-    head = _history(tmp_path, {PARAMS: None})
-    trace, _ = _traced(tmp_path)
-    check = check_skip(head, "main", trace)
-    assert not check.skip and check.why.startswith("vllm/params.py (deleted; lines 1-3, 5) ran")
-    head = _history(tmp_path / "2", {"vllm/new.py": "X = 1\n", "docs/a.md": "a\n"})
-    trace, _ = _traced(tmp_path)
-    check = check_skip(head, "main", trace)
-    assert check.skip and check.why == "it adds vllm/new.py, which nothing on main imports"
+def test_a_base_that_cannot_be_traced_is_measured_not_an_error(tmp_path):
+    head = _history(tmp_path, {PARAMS: SOURCE.replace("2)", "3)")})
+
+    def fails() -> BaseTrace:
+        raise NotMeasured("main has no environment to trace", "see the log")
+
+    check = check_skip(head, "main", fails, [])
+    assert not check.skip and "main has no environment to trace" in check.why
+
+
+def test_deleted_and_added_files(tmp_path):
+    check, _ = _check(_history(tmp_path, {PARAMS: None}))
+    assert not check.skip and check.why == "it deletes vllm/params.py, which ran on main"
+    check, calls = _check(_history(tmp_path / "2", {"vllm/new.py": "X = 1\n"}))
+    assert not check.skip and "it adds vllm/new.py" in check.why and not calls
 
 
 def test_a_head_that_changes_nothing_under_vllm_is_skipped(tmp_path):
-    head = _history(tmp_path, {"docs/a.md": "a\n"})
-    trace, calls = _traced(tmp_path)
-    check = check_skip(head, "main", trace)
+    check, calls = _check(_history(tmp_path, {"docs/a.md": "a\n"}))
     assert check.skip and check.why == "changes no file under vllm/" and not calls

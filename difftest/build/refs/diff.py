@@ -60,6 +60,10 @@ def changed_lines(repo: git.Repo, base: str, head: str, path: str) -> set[int]:
     try:
         text = repo.git.diff(
             "-U0",
+            # Pinned: a user's diff.algorithm or indent heuristic would move insertions among
+            # identical lines, and the lines counted with them.
+            "--diff-algorithm=myers",
+            "--no-indent-heuristic",
             "--no-color",
             "--no-ext-diff",
             "--no-textconv",

@@ -27,7 +27,8 @@ NO_SCENARIO = "no scenario reaches it"
 
 
 def stats_path_files(vllm_root: Path, parts: Iterable[str] | None = None) -> list[str]:
-    """Every Python file of the stats path (`vllm/...`) under `vllm_root`'s parent, sorted."""
+    """Every Python file of the stats path (`vllm/...`; `parts`: the config's `stats_paths`)
+    under `vllm_root`'s parent, sorted."""
     top = vllm_root.parent
     found: set[str] = set()
     for part in parts if parts is not None else [p.path for p in STATS_PATH]:
@@ -39,22 +40,40 @@ def stats_path_files(vllm_root: Path, parts: Iterable[str] | None = None) -> lis
     return sorted(found)
 
 
-def reach_of(vllm_root: Path, executed: Executed, files: Iterable[str]) -> list[FileReach]:
-    """Each of `files` (`vllm/...`), read from `vllm_root`'s parent, against `executed`."""
+def reach_of(
+    vllm_root: Path, executed: Executed, files: Iterable[str], parts: Iterable[str] | None = None
+) -> list[FileReach]:
+    """Each of `files` (`vllm/...`), read from `vllm_root`'s parent, against `executed`; a file
+    that cannot be read or parsed is named with its problem (never left out silently)."""
     top = vllm_root.parent
-    return [_file(path, (top / path).read_bytes(), executed) for path in files]
+    chosen = list(parts) if parts is not None else [p.path for p in STATS_PATH]
+    found = []
+    for path in files:
+        try:
+            blob = (top / path).read_bytes()
+        except OSError as exc:
+            found.append(
+                FileReach(
+                    file=path,
+                    part=part_of(path, chosen),
+                    problem=f"could not be read ({exc.strerror or type(exc).__name__})",
+                )
+            )
+            continue
+        found.append(_file(path, blob, executed, part_of(path, chosen)))
+    return found
 
 
-def part_of(path: str) -> str:
-    """The stats-path part (`core.stats_path.STATS_PATH`) a file belongs to."""
-    for part in STATS_PATH:
-        if path == part.path or (part.path.endswith("/") and path.startswith(part.path)):
-            return part.path
+def part_of(path: str, parts: Iterable[str]) -> str:
+    """The stats-path part (a file, or a folder ending in `/`) a file belongs to."""
+    for part in parts:
+        if path == part or (part.endswith("/") and path.startswith(part)):
+            return part
     return ""
 
 
-def _file(path: str, blob: bytes, executed: Executed) -> FileReach:
-    reach = FileReach(file=path, part=part_of(path))
+def _file(path: str, blob: bytes, executed: Executed, part: str) -> FileReach:
+    reach = FileReach(file=path, part=part)
     try:
         source = blob.decode("utf-8").removeprefix("\ufeff")
         parser = PythonParser(text=source, filename=path)
@@ -81,24 +100,28 @@ def _file(path: str, blob: bytes, executed: Executed) -> FileReach:
 
 
 def _functions(source: str, statements: set[int], ran: set[int]) -> list[FunctionReach]:
-    """Every function and method with its own statements (those of a nested function are its
-    own), outermost first in source order."""
+    """Every function and method, wherever it is defined (under an `if`, a `try`, a class, another
+    function), in source order, with its own statements: not those of a function or class defined
+    inside it, not its `def` line (which runs when its module or outer function does)."""
     found: list[FunctionReach] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
-            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 name = f"{prefix}{child.name}"
                 inner = _nested_lines(child)
+                first, last = child.body[0].lineno, child.end_lineno or child.lineno
                 body = {
                     n
                     for n in statements
-                    if child.body[0].lineno <= n <= (child.end_lineno or n) and n not in inner
+                    if first <= n <= last and n not in inner and n != child.lineno
                 }
                 found.append(FunctionReach(name, child.lineno, len(body), len(body & ran)))
                 visit(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
 
     visit(ast.parse(source), "")
     return found

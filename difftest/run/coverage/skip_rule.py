@@ -1,15 +1,19 @@
-"""The gate's skip rule outside the stats path: a head may be skipped only when none of the lines it
-changes is executed by the selected scenarios on the base.
+"""The gate's skip rule outside the stats path: a head may be skipped only when none of the code it
+changes can run in the selected scenarios on the base.
 
 A change under `config.stats_paths` is always measured (the table is an explicit override). A file
 whose syntax tree is unchanged (comments, blank lines, layout) cannot change a run. For the rest,
 the base's probes are run traced over all of `vllm/` (results from and to the result cache, like
-`difftest coverage`), and each changed file is checked: a Python file whose changed lines (as the
-base numbers them, a pure insertion counting the lines on both sides of it) include a statement the
-base's runs executed, a deleted file the runs executed, a changed file that is not Python (what
-runs of it cannot be told), or a base whose coverage is unknown, all mean "measure". An added file
-cannot run on the base; only an edit to a file that does would import it, and that edit is checked.
-Probe tiers are traced; the tests tier's sessions are not, which the skip line says.
+`difftest coverage`), and each changed Python file is checked by scope, not by line: a changed
+line inside a function (as the base numbers it; an insertion counts the lines on both sides of it)
+is measured when any statement of that function ran on the base, a changed line outside every
+function (module or class level, a `def` or decorator line) when the module ran at all. Checking
+the scope rather than the line itself keeps a change next to a comment, an `else:` turned `elif`,
+a new `except` clause or an uncommented line from being cleared by the line's own silence.
+Everything that cannot be vouched for is measured: a changed file under `vllm/` that is not
+Python (deleted or not), an added Python file (a `try: import` or a folder scan may load it with
+no edit elsewhere), a base whose coverage is unknown or partial, a base that resolved to another
+commit than the diff's, and any selection with a tier that is not traced (the tests tier).
 """
 
 from __future__ import annotations
@@ -19,64 +23,80 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from coverage.exceptions import CoverageException
-from coverage.parser import PythonParser
-
 from difftest.build.gate_changes import HeadChanges
 from difftest.build.refs.diff import Change, changed_lines, read_blob
 from difftest.core.coverage import line_ranges
 from difftest.core.errors import DifftestError
 from difftest.run.coverage.changed import Executed
 
-#: What the base is traced over to decide.
-TRACED = ("vllm/",)
-
 
 @dataclass(frozen=True)
 class SkipCheck:
-    """Whether the gate may skip, and the line that says what was checked (or what ran)."""
+    """Whether the gate may skip, and the clause that says what was checked (or why it
+    measures)."""
 
     skip: bool
     why: str
 
 
-#: Runs the base traced (`run.traced`): what its probes executed, the tiers traced, the scenarios
-#: run, the base's `vllm/` folder.
-TraceBase = Callable[[], tuple[Executed, list[str], int, Path]]
+@dataclass(frozen=True)
+class BaseTrace:
+    """The base's traced run: what its probes executed, and where it came from."""
+
+    executed: Executed
+    #: The tiers whose probes were traced, and the scenarios they ran.
+    tiers: list[str]
+    scenarios: int
+    #: The base's `vllm/` folder, as its probes imported it, and the commit it was built from.
+    root: Path
+    sha: str
 
 
-def check_skip(head: HeadChanges, base_name: str, trace_base: TraceBase) -> SkipCheck:
+#: Runs the base traced (`run.traced`); raises DifftestError when it cannot.
+TraceBase = Callable[[], BaseTrace]
+
+
+def check_skip(
+    head: HeadChanges, base_name: str, trace_base: TraceBase, untraced_tiers: list[str]
+) -> SkipCheck:
     """Whether a head that changes nothing on the stats path may be skipped (see the module)."""
     vllm = [c for c in head.changes if c.path.startswith("vllm/")]
+    if untraced_tiers and any(c.path.startswith(("vllm/", "tests/")) for c in head.changes):
+        tiers = ", ".join(untraced_tiers)
+        return SkipCheck(False, f"the {tiers} tier's sessions are not traced, so cannot clear it")
     if not vllm:
         return SkipCheck(True, "changes no file under vllm/")
-    other = [c.path for c in vllm if not c.path.endswith(".py") and c.status != "D"]
+    other = [c.path for c in vllm if not c.path.endswith(".py")]
     if other:
-        return SkipCheck(False, f"changes {other[0]}, not Python: what runs of it cannot be told")
+        return SkipCheck(False, f"{other[0]} is not Python: what runs of it cannot be told")
+    added = [c.path for c in vllm if c.status == "A"]
+    if added:
+        return SkipCheck(False, f"it adds {added[0]}, which an import elsewhere may load")
     code = [c for c in vllm if c.status != "M" or not _layout_only(head, c.path)]
     if not code:
         return SkipCheck(True, "changes only comments and layout in vllm/ (the same syntax tree)")
-    executed, tiers, scenarios, root = trace_base()
+    try:
+        base = trace_base()
+    except DifftestError as exc:
+        return SkipCheck(False, f"the base's coverage could not be had ({exc.problem})")
+    if base.sha != head.base_sha:
+        return SkipCheck(False, f"the base resolved to {base.sha[:12]}, not {head.base_sha[:12]}")
+    executed = base.executed
     if executed.unknown or not executed.traced_probes:
         why = executed.unknown[0] if executed.unknown else "no probe was traced"
         return SkipCheck(False, f"the base's coverage is unknown ({why})")
     for change in code:
-        ran = _changed_and_run(head, change, executed, root)
+        ran = _ran(head, change, executed, base.root)
         if ran:
-            return SkipCheck(False, f"{change.path} {ran} ran on {base_name}")
-    added = [c.path for c in code if c.status == "A"]
-    checked = [c.path for c in code if c.status != "A"]
-    parts = []
-    if checked:
-        parts.append(
-            f"none of its changed lines in {', '.join(checked[:4])}"
-            + (f" and {len(checked) - 4} more" if len(checked) > 4 else "")
-            + f" ran on {base_name} in {scenarios} scenario(s) of the {', '.join(tiers)} tier(s)"
-            " (the tests tier's sessions are not traced)"
-        )
-    if added:
-        parts.append(f"it adds {', '.join(added[:4])}, which nothing on {base_name} imports")
-    return SkipCheck(True, "; ".join(parts))
+            return SkipCheck(False, ran.replace("{base}", base_name))
+    shown = ", ".join(c.path for c in code[:4]) + (
+        f" and {len(code) - 4} more" if len(code) > 4 else ""
+    )
+    return SkipCheck(
+        True,
+        f"none of the code it changes in {shown} ran on {base_name} in {base.scenarios} "
+        f"scenario(s) of the {', '.join(base.tiers)} tier(s)",
+    )
 
 
 def _layout_only(head: HeadChanges, path: str) -> bool:
@@ -91,19 +111,50 @@ def _layout_only(head: HeadChanges, path: str) -> bool:
     return ast.dump(before) == ast.dump(after)
 
 
-def _changed_and_run(head: HeadChanges, change: Change, executed: Executed, root: Path) -> str:
-    """The changed lines (base numbering) the base's runs executed, as `line 12-14`; "" if none."""
+def _ran(head: HeadChanges, change: Change, executed: Executed, root: Path) -> str:
+    """Why `change` must be measured ("" when no scope it touches ran on the base); `{base}`
+    stands for the base's name."""
     ran = executed.lines.get(change.path, set())
-    if change.status == "A":
-        return ""
     if change.status == "D":
-        return f"(deleted; lines {line_ranges(ran)})" if ran else ""
+        return f"it deletes {change.path}, which ran on {{base}}" if ran else ""
     try:
-        source = (root.parent / change.path).read_text(encoding="utf-8")
-        parser = PythonParser(text=source, filename=change.path)
-        parser.parse_source()
+        source = (root.parent / change.path).read_text(encoding="utf-8").removeprefix("\ufeff")
+        scopes = _function_bodies(ast.parse(source))
         lines = changed_lines(head.repo, head.head_sha, head.base_sha, change.path)
-    except (OSError, UnicodeDecodeError, CoverageException, SyntaxError, DifftestError) as exc:
-        return f"(could not be checked: {type(exc).__name__}; measured to be safe)"
-    hit = {parser.first_line(n) for n in lines if n > 0} & parser.translate_lines(ran)
-    return f"lines {line_ranges(hit)}" if hit else ""
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, DifftestError) as exc:
+        return f"{change.path} could not be checked on {{base}} ({type(exc).__name__})"
+    for n in sorted(lines):
+        inside = [s for s in scopes if s[0] <= n <= s[1]]
+        if not inside:
+            if ran:
+                return (
+                    f"{change.path} line {n} is module-level code of a module that ran on {{base}}"
+                )
+            continue
+        first, last, name = max(inside, key=lambda s: s[0])  # the innermost
+        entered = sorted(x for x in ran if first <= x <= last)
+        if entered:
+            return (
+                f"{change.path} line {n} is in {name}, which ran on {{base}} (lines "
+                f"{line_ranges(entered[:6])})"
+            )
+    return ""
+
+
+def _function_bodies(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """(first line of the body, last line, qualified name) of every function, however nested."""
+    found: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                found.append((child.body[0].lineno, child.end_lineno or child.lineno, name))
+                visit(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
