@@ -37,6 +37,8 @@ TRUNCATION = (
     "engine-stop-token-in-accepted-drafts",
     "engine-max-tokens-mid-block",
 )
+#: Stop strings, matched by the output processor after the step's stats exist (#49).
+STOP_STRINGS = ("engine-stop-string-in-accepted-drafts", "engine-stop-string-spanning-steps")
 STRUCTURED = ("engine-structured-outputs", "engine-structured-mixed-batch")
 #: Serving conditions the real engine reaches where every branch must match the oracle.
 SERVING = ("engine-preemption", "engine-chunked-prefill", "engine-abort")
@@ -106,6 +108,42 @@ def test_main_overcounts_truncation(engine_runs, name):
             expected = expected_engine_totals(SCENARIOS[name], run, "strict")
             assert run.totals.emitted_source == "implied"
             assert run.totals.num_emitted_tokens > expected.num_emitted_tokens, run.label
+
+
+@pytest.mark.parametrize("name", STOP_STRINGS)
+def test_a_stop_string_ends_the_response_inside_accepted_drafts_after_the_stats_exist(
+    engine_runs, name
+):
+    """#49: the scheduler emitted the whole verified block; the output processor matched the stop
+    string on an accepted draft and returned only the tokens up to it. The response agrees with
+    itself (`response-at-stop` holds in test_invariants_hold)."""
+    for run in engine_runs("main")[name]:
+        if run.role == "reference":
+            continue
+        rid, cut = next(iter(run.notes["truncation"].items()))
+        assert (cut["finish_reason"], cut["stop_reason"]) == ("stop", cut["stop_string"])
+        scheduled = [t for s in run.steps for t in s.emitted.get(rid, [])]
+        returned = run.outputs[rid]
+        assert scheduled[: len(returned)] == returned and len(scheduled) > len(returned)
+        assert returned[-1] == cut["token"] and cut["index_in_block"] < cut["accepted_in_block"] - 1
+        if cut["include_stop_str_in_output"]:
+            assert cut["text"].endswith(cut["stop_string"]) and cut["spans_steps"]
+        else:
+            assert not cut["text"].endswith(cut["stop_string"])
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+@pytest.mark.parametrize("name", STOP_STRINGS)
+def test_every_branch_counts_the_tokens_a_stop_string_dropped(engine_runs, branch, name):
+    """Neither PR style fixes this: both count what the scheduler emitted, and the response
+    holds fewer tokens (the oracle counts what the request returned)."""
+    for run in engine_runs(branch)[name]:
+        if run.role == "reference":
+            continue
+        rid = next(iter(run.notes["truncation"]))
+        dropped = sum(len(s.emitted.get(rid, [])) for s in run.steps) - len(run.outputs[rid])
+        expected = expected_engine_totals(SCENARIOS[name], run, "strict")
+        assert run.totals.num_emitted_tokens - expected.num_emitted_tokens == dropped > 0
 
 
 @pytest.mark.parametrize("branch", BRANCHES)

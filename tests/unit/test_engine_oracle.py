@@ -692,3 +692,89 @@ def test_the_shipped_engine_folder_turns_the_serving_conditions_on() -> None:
         "engine-chunked-prefill",
         "engine-abort",
     } <= names
+
+
+# -- stop strings (#49) ----------------------------------------------------------
+#
+# The default run's request: the scheduler emitted [5] then [6, 7] (its stop handling knows
+# nothing of stop strings); a stop string completed by 6 leaves the response [5, 6].
+
+STOP_TEXT = {"a": "six"}
+
+
+def _stop_string_run(
+    outputs: list[int], text: str, decoded: str, include: bool = False, reason: Any = "six"
+) -> ProbeRun:
+    cut = {
+        "kind": "stop_string",
+        "token": 6,
+        "stop_string": "six",
+        "finish_reason": "stop",
+        "stop_reason": reason,
+        "text": text,
+        "decoded": decoded,
+        "include_stop_str_in_output": include,
+    }
+    return engine_run(
+        outputs={"a": outputs}, notes={"truncation": {"a": cut}, "stop_reasons": {"a": reason}}
+    )
+
+
+def test_the_oracle_counts_what_the_request_returned() -> None:
+    """A row keeps only the tokens of its step that the response holds."""
+    run = _stop_string_run([5, 6], "five", "fivesix")
+    expected = expected_totals(K, run, "strict")
+    assert expected.num_emitted_tokens == 1 and expected.num_drafts == 1
+    assert expected.num_accepted_tokens == 3  # what was verified is not what was returned
+    assert invariants_of(run) == []
+
+
+def test_a_response_that_disagrees_with_itself_at_a_stop_string_is_broken() -> None:
+    # Token ids past the stop string were returned.
+    found = check([_stop_string_run([5, 6], "five", "fivesixseven")])[LABEL]
+    assert [v.invariant for v in found] == ["response-at-stop"]
+    assert "does not end at the stop string 'six'" in found[0].detail
+    # The text keeps the stop string although it should not, and the other way round.
+    assert invariants_of(_stop_string_run([5, 6], "fivesix", "fivesix")) == ["response-at-stop"]
+    assert invariants_of(_stop_string_run([5, 6], "five", "fivesix", include=True)) == [
+        "response-at-stop"
+    ]
+    assert invariants_of(_stop_string_run([5, 6], "fivesix", "fivesix", include=True)) == []
+    # Only a stop string may end the response before the scheduler's last token.
+    assert "emitted-vs-output" in invariants_of(
+        _stop_string_run([5, 6], "five", "fivesix", reason=None)
+    )
+
+
+def test_a_stop_string_is_cut_where_the_response_first_completes_it() -> None:
+    """The string is the chosen tokens' text, new in the response's text (whatever the
+    detokenizer wrote before the output's own text: an echoed prompt), completed by an accepted
+    draft that is not its block's last."""
+    words = {5: "ab", 6: "cd", 7: "ef", 9: "gh"}
+
+    def decode(ids: list[int]) -> str:
+        return "".join(words[i] for i in ids)
+
+    text = decode(REFERENCE_OUTPUT)
+    cut = choose("stop_string", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, set(), decode, 1, text)
+    # "ab" (5) first completes at position 0; "cd" (6) is new at position 2, index 1 of its block.
+    assert (cut["stop_string"], cut["position"], cut["spans_steps"]) == ("cd", 2, False)
+    cut = choose("stop_string", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, set(), decode, 2, text)
+    # Two tokens: the prefill's "ab" and the first accepted draft's, across the two steps.
+    assert (cut["stop_string"], cut["position"], cut["spans_steps"]) == ("abab", 1, True)
+    # A prompt echoed into the text that already holds "cd": no cut there.
+    with pytest.raises(NoTruncationPoint):
+        choose("stop_string", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, set(), decode, 1, "cd" + text)
+
+
+def test_stop_string_options_belong_to_a_stop_string_cut() -> None:
+    from pydantic import ValidationError
+
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    raw = _engine_scenario(stop_string_tokens=2)
+    raw["requests"][0]["max_tokens"] = 20
+    with pytest.raises(ValidationError, match="apply to `truncate: stop_string` only"):
+        EngineScenario.model_validate(raw)
+    raw["requests"][0]["truncate"] = "stop_string"
+    assert EngineScenario.model_validate(raw).requests[0].stop_string_tokens == 2

@@ -29,6 +29,9 @@ def _sampling_params(
             kwargs["max_tokens"] = int(cut["max_tokens"])
         elif cut["kind"] == "eos":
             eos = int(cut["token"])
+        elif cut["kind"] == "stop_string":
+            kwargs["stop"] = [str(cut["stop_string"])]
+            kwargs["include_stop_str_in_output"] = bool(req.get("include_stop_str_in_output"))
     return SamplingParams(**kwargs), eos
 
 
@@ -160,12 +163,29 @@ def run_one(
             rid: _with_outcome(c, finish.get(rid), stop_reasons.get(rid))
             for rid, c in used_cuts.items()
         }
+        for rid, cut in used_cuts.items():
+            if cut["kind"] == "stop_string":
+                # What the user got, beside what its token ids decode to (checked on the host).
+                notes["truncation"][rid].update(
+                    text=texts.get(rid, ""),
+                    decoded=session.detokenize(outputs.get(rid, [])),
+                    include_stop_str_in_output=bool(specs[rid].get("include_stop_str_in_output")),
+                )
     if reference:
         rid = run["order"][0]
         kind = specs[rid].get("truncate", "none")
         if kind != "none":
             avoid = {t for t in (session.tokenizer_eos,) if t is not None}
-            cuts[rid] = truncation.choose(kind, rid, played["records"], outputs.get(rid, []), avoid)
+            cuts[rid] = truncation.choose(
+                kind,
+                rid,
+                played["records"],
+                outputs.get(rid, []),
+                avoid,
+                session.detokenize,
+                int(specs[rid].get("stop_string_tokens") or 1),
+                texts.get(rid),
+            )
             notes["truncation_choice"] = cuts[rid]
     return {
         "steps": played["records"],
@@ -178,7 +198,7 @@ def run_one(
 
 def _prompt_ids(session: EngineSession, req: dict[str, Any], state: dict[str, Any]) -> list[int]:
     """The request's prompt tokens; with `prime: m`, followed by the model's own first m greedy
-    tokens.
+    tokens (under the request's grammar, where it has one).
 
     Priming puts the model's loop into the prompt, so the ngram drafter can
     propose tokens the output has not emitted yet (the only way a stop/EOS
@@ -191,11 +211,13 @@ def _prompt_ids(session: EngineSession, req: dict[str, Any], state: dict[str, An
         return ids
     key = f"prime:{req['id']}"
     if key not in state:
-        from vllm.sampling_params import SamplingParams
+        from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
-        played = session.play(
-            [(key, {"prompt_token_ids": ids}, SamplingParams(temperature=0.0, max_tokens=m), None)]
-        )
+        kwargs: dict[str, Any] = {"temperature": 0.0, "max_tokens": m}
+        if req.get("structured"):
+            # The grammar's own greedy path: what the request will generate, for ngram to draft.
+            kwargs["structured_outputs"] = StructuredOutputsParams(**req["structured"])
+        played = session.play([(key, {"prompt_token_ids": ids}, SamplingParams(**kwargs), None)])
         state[key] = ids + [int(t) for t in played["finals"][key].outputs[0].token_ids]
     return list(state[key])
 

@@ -159,6 +159,12 @@ class EngineSession:
     def tokenize(self, prompt: str) -> list[int]:
         return list(self.engine.input_processor.renderer.tokenizer.encode(prompt))
 
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of `ids`, special tokens skipped (as `SamplingParams` decodes by default)."""
+        return str(
+            self.engine.input_processor.renderer.tokenizer.decode(ids, skip_special_tokens=True)
+        )
+
     def add(self, rid: str, prompt: Any, params: Any, eos: int | None) -> None:
         """Add a request; `eos` makes that token the request's EOS through the frontend's own path.
 

@@ -10,6 +10,11 @@ that the cut can use, so the truncating run's step samples drafts past the stop:
   token new to the output can only be drafted from the prompt, so truncation
   scenarios use prompts that already contain the model's own loop;
 - `max_tokens`: the request's limit is set to end on that same token;
+- `stop_string`: the text of the last `span` output tokens ending on that token
+  becomes the request's stop string (`SamplingParams.stop`); it must be new in
+  the output's text, completed only by that token. Stop strings are matched by
+  the engine's output processor, after the step's stats exist (#49); with
+  `span` 2 and the token first in its block, the string spans two steps;
 - `boundary` (for controls): the limit is set to end exactly on the bonus token
   of the last step that accepted drafts and emitted everything it sampled, so
   nothing accepted is ever trimmed and every branch must match the oracle.
@@ -19,7 +24,11 @@ repeats the reference run up to the cut. Pure Python: no vLLM import.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+#: Token ids -> their text, as the engine's tokenizer decodes them.
+Decode = Callable[[list[int]], str]
 
 
 class NoTruncationPoint(RuntimeError):
@@ -27,11 +36,24 @@ class NoTruncationPoint(RuntimeError):
 
 
 def choose(
-    kind: str, rid: str, steps: list[dict[str, Any]], output: list[int], avoid: set[int]
+    kind: str,
+    rid: str,
+    steps: list[dict[str, Any]],
+    output: list[int],
+    avoid: set[int],
+    decode: Decode | None = None,
+    span: int = 1,
+    text: str | None = None,
 ) -> dict[str, Any]:
-    """The cut for request `rid`: token, its output position, the step and block it came from."""
+    """The cut for request `rid`: token, its output position, the step and block it came from
+    (`stop_string`: with the string, from `decode`, new in `text`, the reference run's response
+    text as the engine's own detokenizer wrote it)."""
     if kind == "boundary":
         return _step_boundary(rid, steps)
+    if kind == "stop_string":
+        if decode is None:
+            raise ValueError("a stop_string cut needs the tokenizer's decode")
+        return _stop_string(rid, steps, output, decode, span, text)
     produced = 0
     for rec in steps:
         sampled = rec.get("sampled", {}).get(rid) or []
@@ -88,3 +110,64 @@ def _step_boundary(rid: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
             f"request {rid!r}: the reference run never accepted a draft in a step it emitted whole"
         )
     return chosen
+
+
+def _stop_string(
+    rid: str,
+    steps: list[dict[str, Any]],
+    output: list[int],
+    decode: Decode,
+    span: int,
+    text: str | None,
+) -> dict[str, Any]:
+    """The first accepted draft (not its block's last accepted one) whose last `span` tokens'
+    text is a stop string the response's text completes there first. Positions in the text are
+    found from its end (the text of the tokens from a position on), so whatever the detokenizer
+    wrote before the output's own text cannot shift them."""
+    engine_text = text if text is not None else decode(output)
+    produced = 0
+    for rec in steps:
+        sampled = rec.get("sampled", {}).get(rid) or []
+        drafts = rec.get("drafts", {}).get(rid) or []
+        emitted = rec.get("emitted", {}).get(rid) or []
+        accepted = max(0, len(sampled) - 1) if drafts else 0
+        for j in range(accepted - 1) if accepted >= 2 else ():
+            position = produced + j
+            first = position - span + 1
+            if first < 0:
+                continue
+            stop = decode(output[first : position + 1])
+            starts = len(engine_text) - len(decode(output[first:]))
+            ends = len(engine_text) - len(decode(output[position + 1 :]))
+            found = engine_text.find(stop)
+            # The string starts within its first token's text and is first completed by the
+            # chosen token; each spanned token adds text of its own.
+            if (
+                stop.strip()
+                and "\ufffd" not in stop
+                and starts <= found
+                and found + len(stop) == ends
+                and all(decode([t]) for t in output[first : position + 1])
+            ):
+                return {
+                    "kind": "stop_string",
+                    "request": rid,
+                    "token": int(output[position]),
+                    "position": position,
+                    "index_in_block": j,
+                    "stop_string": stop,
+                    "span": span,
+                    # The string starts in an earlier step's tokens.
+                    "spans_steps": first < produced,
+                    "reference_step": rec.get("step"),
+                    "reference_drafts": list(drafts),
+                    "reference_sampled": list(sampled),
+                    "accepted_in_block": accepted,
+                    "max_tokens": None,
+                }
+        produced += len(emitted)
+    raise NoTruncationPoint(
+        f"request {rid!r}: the reference run has no accepted draft (other than its block's last) "
+        f"whose last {span} token(s) form a text new in the output; change the prompt, "
+        "raise max_tokens or lower stop_string_tokens"
+    )

@@ -8,7 +8,10 @@ plus what only the engine has:
   summed SpecDecodingStats;
 - the tokens emitted step by step add up to each request's final output;
 - a truncation was applied the way it was asked (EOS: finish `stop` with no
-  stop_reason; stop token: stop_reason = the token; max_tokens: `length`).
+  stop_reason; stop token: stop_reason = the token; max_tokens: `length`; a
+  stop string: stop_reason = the string, and the response agrees with itself
+  there: its token ids end on the token completing the string, its text at the
+  string's end or just before it, as `include_stop_str_in_output` says).
 - an abort held: a request aborted after its `abort_after_steps`-th step was
   not scheduled again.
 Across runs of one branch: batch orders agree and a batch is the sum of its
@@ -124,20 +127,27 @@ def _views_agree(run: ProbeRun) -> list[Violation]:
 
 
 def _outputs_consistent(run: ProbeRun) -> list[Violation]:
+    """The tokens emitted step by step are the response's; only a stop string, matched by the
+    output processor after the step, may end the response before the scheduler's last token."""
     emitted: dict[str, list[int]] = {}
     for step in run.steps:
         for rid, toks in step.emitted.items():
             emitted.setdefault(rid, []).extend(toks)
-    return [
-        _v(
-            "emitted-vs-output",
-            run,
-            f"request {rid}: tokens emitted step by step {emitted.get(rid, [])} "
-            f"!= final output {toks}",
-        )
-        for rid, toks in run.outputs.items()
-        if emitted.get(rid, []) != toks
-    ]
+    stop_strings = run.notes.get("stop_reasons") or {}
+    out = []
+    for rid, toks in run.outputs.items():
+        scheduled = emitted.get(rid, [])
+        trimmed = isinstance(stop_strings.get(rid), str) and scheduled[: len(toks)] == toks
+        if scheduled != toks and not trimmed:
+            out.append(
+                _v(
+                    "emitted-vs-output",
+                    run,
+                    f"request {rid}: tokens emitted step by step {scheduled} != final output "
+                    f"{toks}",
+                )
+            )
+    return out
 
 
 def _truncation_applied(run: ProbeRun) -> list[Violation]:
@@ -150,6 +160,7 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
             "stop": ("stop", token),
             "max_tokens": ("length", None),
             "boundary": ("length", None),
+            "stop_string": ("stop", cut.get("stop_string")),
         }.get(kind)
         if want is not None and (finish, reason) != want:
             out.append(
@@ -169,7 +180,33 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
                     f"request {rid}: output does not end at the first {kind} token {token}",
                 )
             )
+        if kind == "stop_string":
+            out += _response_at_stop_string(run, rid, cut)
     return out
+
+
+def _response_at_stop_string(run: ProbeRun, rid: str, cut: dict[str, Any]) -> list[Violation]:
+    """The response agrees with itself at a stop string: its token ids end on the token that
+    completes the string (none past it), and its text ends where `include_stop_str_in_output`
+    says (at the string's end, or just before it)."""
+    stop, decoded, text = str(cut.get("stop_string")), cut.get("decoded"), cut.get("text")
+    if not isinstance(decoded, str) or not isinstance(text, str):
+        return []
+    found = decoded.find(stop)
+    problems = []
+    if found < 0 or found + len(stop) != len(decoded):
+        problems.append(
+            f"its token ids decode to {decoded[-40:]!r}, which does not end at the stop string "
+            f"{stop!r} (tokens past the stop were returned)"
+        )
+    else:
+        want = decoded if cut.get("include_stop_str_in_output") else decoded[:found]
+        if text != want:
+            problems.append(
+                f"its text ends {text[-40:]!r}, but its token ids give {want[-40:]!r} "
+                f"(include_stop_str_in_output={bool(cut.get('include_stop_str_in_output'))})"
+            )
+    return [_v("response-at-stop", run, f"request {rid}: {p}") for p in problems]
 
 
 def _abort_applied(run: ProbeRun) -> list[Violation]:

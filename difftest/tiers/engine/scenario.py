@@ -29,7 +29,7 @@ from difftest.tiers.common.scenario import (
 
 GUIDE = "scenarios/README.md (Engine scenarios)"
 
-Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary"]
+Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary", "stop_string"]
 
 
 class _Strict(StrictModel):
@@ -124,6 +124,10 @@ class EngineRequest(_Strict):
     max_tokens: int = Field(gt=0, le=512)
     #: How the probe cuts this request inside accepted drafts, chosen from a reference run.
     truncate: Truncate = "none"
+    #: With `truncate: stop_string`: how many output tokens the stop string spans (2 and more can
+    #: span two steps), and whether the response keeps it (`include_stop_str_in_output`).
+    stop_string_tokens: int | None = Field(None, ge=1, le=4)
+    include_stop_str_in_output: bool | None = None
     #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can
     #: draft from it).
     prime: int = Field(0, ge=0, le=64)
@@ -134,6 +138,18 @@ class EngineRequest(_Strict):
     #: Abort the request (`LLMEngine.abort_request`) right after its N-th sampling step (the
     #: prefill's is the 1st), between two engine steps, as a client that disconnects.
     abort_after_steps: int | None = Field(None, ge=1, le=511)
+
+    @model_validator(mode="after")
+    def _stop_string_options(self) -> EngineRequest:
+        if self.truncate != "stop_string" and (
+            self.stop_string_tokens is not None or self.include_stop_str_in_output is not None
+        ):
+            raise ValueError(
+                "stop_string_tokens and include_stop_str_in_output apply to `truncate: "
+                f"stop_string` only (this request has truncate {self.truncate!r}): set it, or "
+                "remove them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _abort_before_the_end(self) -> EngineRequest:
@@ -235,6 +251,8 @@ class EngineScenario(ScenarioBase):
                     "prompt": r.prompt,
                     "max_tokens": r.max_tokens,
                     "truncate": r.truncate,
+                    "stop_string_tokens": r.stop_string_tokens,
+                    "include_stop_str_in_output": r.include_stop_str_in_output,
                     "prime": r.prime,
                     "structured": r.structured.params() if r.structured else None,
                     "abort_after_steps": r.abort_after_steps,
