@@ -24,7 +24,8 @@ repeats the reference run up to the cut. Pure Python: no vLLM import.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 #: Token ids -> their text, as the engine's tokenizer decodes them.
@@ -54,30 +55,15 @@ def choose(
         if decode is None:
             raise ValueError("a stop_string cut needs the tokenizer's decode")
         return _stop_string(rid, steps, output, decode, span, text)
-    produced = 0
-    for rec in steps:
-        sampled = rec.get("sampled", {}).get(rid) or []
-        drafts = rec.get("drafts", {}).get(rid) or []
-        emitted = rec.get("emitted", {}).get(rid) or []
-        accepted = max(0, len(sampled) - 1) if drafts else 0
-        # Accepted drafts sampled[0..accepted-1]; the last accepted one is never the cut.
-        for j in range(accepted - 1) if accepted >= 2 else ():
-            token = sampled[j]
-            earlier = output[: produced + j]
-            if kind == "max_tokens" or (token not in earlier and token not in avoid):
-                return {
-                    "kind": kind,
-                    "request": rid,
-                    "token": int(token),
-                    "position": produced + j,
-                    "index_in_block": j,
-                    "reference_step": rec.get("step"),
-                    "reference_drafts": list(drafts),
-                    "reference_sampled": list(sampled),
-                    "accepted_in_block": accepted,
-                    "max_tokens": produced + j + 1 if kind == "max_tokens" else None,
-                }
-        produced += len(emitted)
+    for candidate in _accepted_drafts(rid, steps):
+        token, position = candidate.token, candidate.position
+        earlier = output[:position]
+        if kind == "max_tokens" or (token not in earlier and token not in avoid):
+            return {
+                "kind": kind,
+                **candidate.described(rid),
+                "max_tokens": position + 1 if kind == "max_tokens" else None,
+            }
     raise NoTruncationPoint(
         f"request {rid!r}: the reference run has no step with >= 2 accepted drafts whose first "
         "accepted token is new in the output; change the prompt or raise max_tokens"
@@ -125,49 +111,86 @@ def _stop_string(
     found from its end (the text of the tokens from a position on), so whatever the detokenizer
     wrote before the output's own text cannot shift them."""
     engine_text = text if text is not None else decode(output)
+    for candidate in _accepted_drafts(rid, steps):
+        position = candidate.position
+        first = position - span + 1
+        if first < 0:
+            continue
+        stop = decode(output[first : position + 1])
+        starts = len(engine_text) - len(decode(output[first:]))
+        ends = len(engine_text) - len(decode(output[position + 1 :]))
+        found = engine_text.find(stop)
+        # The string starts within its first token's text and is first completed by the chosen
+        # token; each spanned token adds text of its own.
+        if (
+            stop.strip()
+            and "\ufffd" not in stop
+            and starts <= found
+            and found + len(stop) == ends
+            and all(decode([t]) for t in output[first : position + 1])
+        ):
+            return {
+                "kind": "stop_string",
+                **candidate.described(rid),
+                "stop_string": stop,
+                "span": span,
+                # The string starts in an earlier step's tokens.
+                "spans_steps": first < candidate.produced,
+                "max_tokens": None,
+            }
+    raise NoTruncationPoint(
+        f"request {rid!r}: the reference run has no accepted draft (other than its block's last) "
+        f"whose last {span} token(s) form a text new in the output; change the prompt, "
+        "raise max_tokens or lower stop_string_tokens"
+    )
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """An accepted draft that is not its block's last accepted one: where a cut may go."""
+
+    token: int
+    #: Its position in the output, the tokens emitted before its step, its index in the block.
+    position: int
+    produced: int
+    index: int
+    step: Any
+    drafts: list[int]
+    sampled: list[int]
+    accepted: int
+
+    def described(self, rid: str) -> dict[str, Any]:
+        return {
+            "request": rid,
+            "token": self.token,
+            "position": self.position,
+            "index_in_block": self.index,
+            "reference_step": self.step,
+            "reference_drafts": self.drafts,
+            "reference_sampled": self.sampled,
+            "accepted_in_block": self.accepted,
+        }
+
+
+def _accepted_drafts(rid: str, steps: list[dict[str, Any]]) -> Iterator[_Candidate]:
+    """Every accepted draft of `rid` in output order, but each block's last accepted one (a cut
+    there would trim nothing accepted)."""
     produced = 0
     for rec in steps:
         sampled = rec.get("sampled", {}).get(rid) or []
         drafts = rec.get("drafts", {}).get(rid) or []
         emitted = rec.get("emitted", {}).get(rid) or []
         accepted = max(0, len(sampled) - 1) if drafts else 0
+        # Accepted drafts are sampled[0..accepted-1].
         for j in range(accepted - 1) if accepted >= 2 else ():
-            position = produced + j
-            first = position - span + 1
-            if first < 0:
-                continue
-            stop = decode(output[first : position + 1])
-            starts = len(engine_text) - len(decode(output[first:]))
-            ends = len(engine_text) - len(decode(output[position + 1 :]))
-            found = engine_text.find(stop)
-            # The string starts within its first token's text and is first completed by the
-            # chosen token; each spanned token adds text of its own.
-            if (
-                stop.strip()
-                and "\ufffd" not in stop
-                and starts <= found
-                and found + len(stop) == ends
-                and all(decode([t]) for t in output[first : position + 1])
-            ):
-                return {
-                    "kind": "stop_string",
-                    "request": rid,
-                    "token": int(output[position]),
-                    "position": position,
-                    "index_in_block": j,
-                    "stop_string": stop,
-                    "span": span,
-                    # The string starts in an earlier step's tokens.
-                    "spans_steps": first < produced,
-                    "reference_step": rec.get("step"),
-                    "reference_drafts": list(drafts),
-                    "reference_sampled": list(sampled),
-                    "accepted_in_block": accepted,
-                    "max_tokens": None,
-                }
+            yield _Candidate(
+                int(sampled[j]),
+                produced + j,
+                produced,
+                j,
+                rec.get("step"),
+                list(drafts),
+                list(sampled),
+                accepted,
+            )
         produced += len(emitted)
-    raise NoTruncationPoint(
-        f"request {rid!r}: the reference run has no accepted draft (other than its block's last) "
-        f"whose last {span} token(s) form a text new in the output; change the prompt, "
-        "raise max_tokens or lower stop_string_tokens"
-    )
