@@ -44,10 +44,6 @@ class WheelRef:
         return source_commit(self.version)
 
 
-def is_direct_wheel(requirement: Requirement) -> bool:
-    return bool(requirement.url)
-
-
 def parse_wheel_requirement(requirement: Requirement) -> WheelRef:
     """Validate `name @ file:///…/x.whl` or `name @ https://…/x.whl`; ValueError names the
     problem."""

@@ -185,7 +185,6 @@ COUNTERS = counter_names(COUNTER_TABLE)
 RunRole = Literal["batch", "alone", "reference"]
 #: batch: one batch order, judged; alone: one request alone (feeds additivity), judged;
 #: reference: an uncut run that only chooses where later runs are cut, recorded, not judged.
-RUN_ROLES: tuple[str, ...] = ("batch", "alone", "reference")
 RunStatus = Literal["ok", "error", "timeout"]
 #: exception: raised while playing; did-not-finish: the driver's step budget ran out;
 #: timeout: the run's time limit (`run_timeout_s`) expired.

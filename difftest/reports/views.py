@@ -244,10 +244,6 @@ def _ordered(scenarios: dict[str, ScenarioEvidence], results: list[Result]) -> l
     return sorted(names, key=key)
 
 
-def results_for(evidence: Evidence, scenario: str, branch: str) -> list[Result]:
-    return [r for r in evidence.results if r.scenario == scenario and r.branch == branch]
-
-
 def severity(verdict: str) -> int:
     """0 for the most severe verdict (`SEVERITY` order)."""
     return SEVERITY.index(verdict) if verdict in SEVERITY else len(SEVERITY)

@@ -35,7 +35,6 @@ from difftest.core.records import (
 from difftest.core.suites import RawOutcome
 
 FAILING = ("failed", "error")
-NOT_PASSING_ON_BASELINE = ("failed", "error", "skipped", "xfailed", "not-collected")
 #: How many failing tests a verdict's reasons list before counting the rest.
 MAX_LISTED = 20
 
