@@ -126,10 +126,8 @@ def test_a_stop_string_ends_the_response_inside_accepted_drafts_after_the_stats_
         returned = run.outputs[rid]
         assert scheduled[: len(returned)] == returned and len(scheduled) > len(returned)
         assert returned[-1] == cut["token"] and cut["index_in_block"] < cut["accepted_in_block"] - 1
-        if cut["include_stop_str_in_output"]:
-            assert cut["text"].endswith(cut["stop_string"]) and cut["spans_steps"]
-        else:
-            assert not cut["text"].endswith(cut["stop_string"])
+        assert cut["text"].endswith(cut["stop_string"]) is cut["include_stop_str_in_output"]
+        assert cut["spans_steps"] is (name == "engine-stop-string-spanning-steps")
 
 
 @pytest.mark.parametrize("branch", BRANCHES)

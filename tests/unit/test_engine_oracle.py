@@ -699,51 +699,68 @@ def test_the_shipped_engine_folder_turns_the_serving_conditions_on() -> None:
 # The default run's request: the scheduler emitted [5] then [6, 7] (its stop handling knows
 # nothing of stop strings); a stop string completed by 6 leaves the response [5, 6].
 
-STOP_TEXT = {"a": "six"}
-
 
 def _stop_string_run(
-    outputs: list[int], text: str, decoded: str, include: bool = False, reason: Any = "six"
+    outputs: list[int],
+    text: str | None,
+    include: bool = False,
+    reason: Any = "six",
+    steps: list[StepRecord] | None = None,
 ) -> ProbeRun:
+    """The stop string "six" completed by token 6 at position 1; the reference run's text read
+    "fivesixseven"."""
     cut = {
         "kind": "stop_string",
         "token": 6,
+        "position": 1,
         "stop_string": "six",
         "finish_reason": "stop",
         "stop_reason": reason,
         "text": text,
-        "decoded": decoded,
+        "reference_text": "fivesixseven",
         "include_stop_str_in_output": include,
     }
     return engine_run(
-        outputs={"a": outputs}, notes={"truncation": {"a": cut}, "stop_reasons": {"a": reason}}
+        steps=steps,
+        outputs={"a": outputs},
+        notes={"truncation": {"a": cut}, "stop_reasons": {"a": reason}},
     )
 
 
 def test_the_oracle_counts_what_the_request_returned() -> None:
     """A row keeps only the tokens of its step that the response holds."""
-    run = _stop_string_run([5, 6], "five", "fivesix")
+    run = _stop_string_run([5, 6], "five")
     expected = expected_totals(K, run, "strict")
     assert expected.num_emitted_tokens == 1 and expected.num_drafts == 1
     assert expected.num_accepted_tokens == 3  # what was verified is not what was returned
     assert invariants_of(run) == []
 
 
-def test_a_response_that_disagrees_with_itself_at_a_stop_string_is_broken() -> None:
-    # Token ids past the stop string were returned.
-    found = check([_stop_string_run([5, 6], "five", "fivesixseven")])[LABEL]
-    assert [v.invariant for v in found] == ["response-at-stop"]
-    assert "does not end at the stop string 'six'" in found[0].detail
-    # The text keeps the stop string although it should not, and the other way round.
-    assert invariants_of(_stop_string_run([5, 6], "fivesix", "fivesix")) == ["response-at-stop"]
-    assert invariants_of(_stop_string_run([5, 6], "five", "fivesix", include=True)) == [
-        "response-at-stop"
-    ]
-    assert invariants_of(_stop_string_run([5, 6], "fivesix", "fivesix", include=True)) == []
-    # Only a stop string may end the response before the scheduler's last token.
-    assert "emitted-vs-output" in invariants_of(
-        _stop_string_run([5, 6], "five", "fivesix", reason=None)
+def test_a_step_past_the_end_of_the_response_is_no_row_and_breaks_the_run() -> None:
+    """#49 review: a branch that went on scheduling after the stop string: its extra step is no
+    row of the oracle's, and only the step holding the response's last token may be trimmed."""
+    later = make_step(2, drafts={"a": [8, 9, 10]}, sampled={"a": [8, 11]}, emitted={"a": [8, 11]})
+    decode = make_step(
+        1, drafts={"a": [6, 7, 8]}, sampled={"a": [6, 7, 8, 9]}, emitted={"a": [6, 7]}
     )
+    run = _stop_string_run([5, 6], "five", steps=[prefill(), decode, later])
+    expected = expected_totals(K, run, "strict")
+    assert (expected.num_drafts, expected.num_emitted_tokens) == (1, 1)
+    assert "emitted-vs-output" in invariants_of(run)
+
+
+def test_a_response_that_disagrees_with_itself_at_a_stop_string_is_broken() -> None:
+    # Tokens past the one completing the string were returned.
+    found = check([_stop_string_run([5, 6, 7], "five")])[LABEL]
+    assert [v.invariant for v in found] == ["truncation-applied"]
+    assert "did not end the response on token 6 at position 1" in found[0].detail
+    # The text keeps the stop string although it should not, and the other way round.
+    assert invariants_of(_stop_string_run([5, 6], "fivesix")) == ["response-at-stop"]
+    assert invariants_of(_stop_string_run([5, 6], "five", include=True)) == ["response-at-stop"]
+    assert invariants_of(_stop_string_run([5, 6], "fivesix", include=True)) == []
+    assert invariants_of(_stop_string_run([5, 6], None)) == ["response-at-stop"]
+    # Only a stop string may end the response before the scheduler's last token.
+    assert "emitted-vs-output" in invariants_of(_stop_string_run([5, 6], "five", reason=None))
 
 
 def test_a_stop_string_is_cut_where_the_response_first_completes_it() -> None:
@@ -762,6 +779,10 @@ def test_a_stop_string_is_cut_where_the_response_first_completes_it() -> None:
     cut = choose("stop_string", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, set(), decode, 2, text)
     # Two tokens: the prefill's "ab" and the first accepted draft's, across the two steps.
     assert (cut["stop_string"], cut["position"], cut["spans_steps"]) == ("abab", 1, True)
+    # A reference run that a limit ended after the block's first draft: only returned tokens.
+    short = [REFERENCE_STEPS[0], {**REFERENCE_STEPS[1], "emitted": {"a": [5]}}]
+    with pytest.raises(NoTruncationPoint):
+        choose("stop_string", "a", short, REFERENCE_OUTPUT[:2], set(), decode, 1, "abab")
     # A prompt echoed into the text that already holds "cd": no cut there.
     with pytest.raises(NoTruncationPoint):
         choose("stop_string", "a", REFERENCE_STEPS, REFERENCE_OUTPUT, set(), decode, 1, "cd" + text)
@@ -778,3 +799,6 @@ def test_stop_string_options_belong_to_a_stop_string_cut() -> None:
         EngineScenario.model_validate(raw)
     raw["requests"][0]["truncate"] = "stop_string"
     assert EngineScenario.model_validate(raw).requests[0].stop_string_tokens == 2
+    raw["requests"][0]["max_tokens"] = 2
+    with pytest.raises(ValidationError, match="stop_string_tokens 2 needs max_tokens above it"):
+        EngineScenario.model_validate(raw)

@@ -165,10 +165,9 @@ def run_one(
         }
         for rid, cut in used_cuts.items():
             if cut["kind"] == "stop_string":
-                # What the user got, beside what its token ids decode to (checked on the host).
+                # What the user got (checked on the host against the reference run's text).
                 notes["truncation"][rid].update(
-                    text=texts.get(rid, ""),
-                    decoded=session.detokenize(outputs.get(rid, [])),
+                    text=texts.get(rid),
                     include_stop_str_in_output=bool(specs[rid].get("include_stop_str_in_output")),
                 )
     if reference:

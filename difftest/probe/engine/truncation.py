@@ -114,7 +114,7 @@ def _stop_string(
     for candidate in _accepted_drafts(rid, steps):
         position = candidate.position
         first = position - span + 1
-        if first < 0:
+        if first < 0 or position >= len(output):
             continue
         stop = decode(output[first : position + 1])
         starts = len(engine_text) - len(decode(output[first:]))
@@ -134,6 +134,9 @@ def _stop_string(
                 **candidate.described(rid),
                 "stop_string": stop,
                 "span": span,
+                # What the response's text must be in a cut run (the same detokenizer, cut where
+                # it first completes the string).
+                "reference_text": engine_text,
                 # The string starts in an earlier step's tokens.
                 "spans_steps": first < candidate.produced,
                 "max_tokens": None,
@@ -181,8 +184,9 @@ def _accepted_drafts(rid: str, steps: list[dict[str, Any]]) -> Iterator[_Candida
         drafts = rec.get("drafts", {}).get(rid) or []
         emitted = rec.get("emitted", {}).get(rid) or []
         accepted = max(0, len(sampled) - 1) if drafts else 0
-        # Accepted drafts are sampled[0..accepted-1].
-        for j in range(accepted - 1) if accepted >= 2 else ():
+        # Accepted drafts are sampled[0..accepted-1]; only those the step returned (a limit may
+        # have ended the reference run inside the block).
+        for j in range(min(accepted - 1, len(emitted))) if accepted >= 2 else ():
             yield _Candidate(
                 int(sampled[j]),
                 produced + j,

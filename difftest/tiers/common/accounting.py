@@ -74,7 +74,7 @@ ORACLE: dict[str, Rule] = {
     "num_draft_tokens_per_pos": Rule("per position, real drafts only", lambda row: row.real),
     "num_emitted_tokens": Rule(
         "the tokens a step really appended after stop handling (EOS, stop token, max_tokens), "
-        "stop token included",
+        "stop token included, and the response kept (a stop string drops the rest)",
         lambda row: row.emitted,
     ),
 }

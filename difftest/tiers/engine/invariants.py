@@ -128,26 +128,38 @@ def _views_agree(run: ProbeRun) -> list[Violation]:
 
 def _outputs_consistent(run: ProbeRun) -> list[Violation]:
     """The tokens emitted step by step are the response's; only a stop string, matched by the
-    output processor after the step, may end the response before the scheduler's last token."""
-    emitted: dict[str, list[int]] = {}
-    for step in run.steps:
-        for rid, toks in step.emitted.items():
-            emitted.setdefault(rid, []).extend(toks)
+    output processor after the step, may end the response before the scheduler's last token, and
+    only inside the step that emitted the response's last token (no later step emits for it)."""
     stop_strings = run.notes.get("stop_reasons") or {}
     out = []
     for rid, toks in run.outputs.items():
-        scheduled = emitted.get(rid, [])
-        trimmed = isinstance(stop_strings.get(rid), str) and scheduled[: len(toks)] == toks
-        if scheduled != toks and not trimmed:
-            out.append(
-                _v(
-                    "emitted-vs-output",
-                    run,
-                    f"request {rid}: tokens emitted step by step {scheduled} != final output "
-                    f"{toks}",
-                )
+        per_step = [step.emitted[rid] for step in run.steps if rid in step.emitted]
+        scheduled = [t for emitted in per_step for t in emitted]
+        if scheduled == toks:
+            continue
+        if isinstance(stop_strings.get(rid), str) and _trimmed_in_last_step(per_step, toks):
+            continue
+        out.append(
+            _v(
+                "emitted-vs-output",
+                run,
+                f"request {rid}: tokens emitted step by step {scheduled} != final output {toks}",
             )
+        )
     return out
+
+
+def _trimmed_in_last_step(per_step: list[list[int]], output: list[int]) -> bool:
+    """The output is the tokens of every step but the last, then a non-empty prefix of the
+    last's: a stop string matched inside the last step, and nothing emitted after it."""
+    earlier = [t for emitted in per_step[:-1] for t in emitted]
+    last = per_step[-1] if per_step else []
+    kept = output[len(earlier) :]
+    return (
+        output[: len(earlier)] == earlier
+        and 0 < len(kept) < len(last)
+        and last[: len(kept)] == kept
+    )
 
 
 def _truncation_applied(run: ProbeRun) -> list[Violation]:
@@ -172,6 +184,18 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
                 )
             )
         output = run.outputs.get(rid, [])
+        if kind == "stop_string" and (
+            len(output) != int(cut.get("position", -2)) + 1 or output[-1:] != [token]
+        ):
+            out.append(
+                _v(
+                    "truncation-applied",
+                    run,
+                    f"request {rid}: the stop string {cut.get('stop_string')!r} did not end the "
+                    f"response on token {token} at position {cut.get('position')} (it holds "
+                    f"{len(output)} tokens)",
+                )
+            )
         if kind in ("eos", "stop") and (not output or output[-1] != token or token in output[:-1]):
             out.append(
                 _v(
@@ -186,27 +210,24 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
 
 
 def _response_at_stop_string(run: ProbeRun, rid: str, cut: dict[str, Any]) -> list[Violation]:
-    """The response agrees with itself at a stop string: its token ids end on the token that
-    completes the string (none past it), and its text ends where `include_stop_str_in_output`
-    says (at the string's end, or just before it)."""
-    stop, decoded, text = str(cut.get("stop_string")), cut.get("decoded"), cut.get("text")
-    if not isinstance(decoded, str) or not isinstance(text, str):
-        return []
-    found = decoded.find(stop)
-    problems = []
-    if found < 0 or found + len(stop) != len(decoded):
-        problems.append(
-            f"its token ids decode to {decoded[-40:]!r}, which does not end at the stop string "
-            f"{stop!r} (tokens past the stop were returned)"
-        )
-    else:
-        want = decoded if cut.get("include_stop_str_in_output") else decoded[:found]
-        if text != want:
-            problems.append(
-                f"its text ends {text[-40:]!r}, but its token ids give {want[-40:]!r} "
-                f"(include_stop_str_in_output={bool(cut.get('include_stop_str_in_output'))})"
+    """The response's text is the reference run's (the same detokenizer, the same tokens) cut
+    where the stop string first ends, or just before it, as `include_stop_str_in_output` says."""
+    stop, text, reference = str(cut.get("stop_string")), cut.get("text"), cut.get("reference_text")
+    if not isinstance(text, str) or not isinstance(reference, str):
+        return [_v("response-at-stop", run, f"request {rid}: the probe recorded no response text")]
+    found = reference.find(stop)
+    include = bool(cut.get("include_stop_str_in_output"))
+    want = reference[: found + len(stop)] if include else reference[:found]
+    if found < 0 or text != want:
+        return [
+            _v(
+                "response-at-stop",
+                run,
+                f"request {rid}: its text ends {text[-40:]!r}, but cut at the stop string "
+                f"{stop!r} it would end {want[-40:]!r} (include_stop_str_in_output={include})",
             )
-    return [_v("response-at-stop", run, f"request {rid}: {p}") for p in problems]
+        ]
+    return []
 
 
 def _abort_applied(run: ProbeRun) -> list[Violation]:
@@ -269,5 +290,8 @@ def _cut_tokens(value: Any) -> Any:
     if not value:
         return None
     if "token" in value:
-        return {k: value.get(k) for k in ("kind", "token", "position", "max_tokens")}
+        return {
+            k: value.get(k)
+            for k in ("kind", "token", "position", "max_tokens", "stop_string", "span")
+        }
     return {rid: _cut_tokens(v) for rid, v in value.items()}

@@ -60,7 +60,9 @@ def returned_verifications(run: ProbeRun) -> list[list[Verification]]:
                 continue
             kept = min(len(tokens), left[rid])
             left[rid] -= kept
-            if rid in rows and kept < rows[rid].emitted:
+            if rid in rows and kept == 0:
+                del rows[rid]  # past the response's end: no output delivered, no row
+            elif rid in rows and kept < rows[rid].emitted:
                 rows[rid] = dataclasses.replace(rows[rid], emitted=kept)
         per_step.append(list(rows.values()))
     return per_step

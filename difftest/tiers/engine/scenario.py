@@ -149,6 +149,11 @@ class EngineRequest(_Strict):
                 f"stop_string` only (this request has truncate {self.truncate!r}): set it, or "
                 "remove them"
             )
+        if self.truncate == "stop_string" and (self.stop_string_tokens or 1) >= self.max_tokens:
+            raise ValueError(
+                f"stop_string_tokens {self.stop_string_tokens or 1} needs max_tokens above it (it "
+                f"is {self.max_tokens}): the string must complete on an accepted draft after them"
+            )
         return self
 
     @model_validator(mode="after")
