@@ -40,6 +40,8 @@ TRUNCATION = (
 #: Stop strings, matched by the output processor after the step's stats exist (#49).
 STOP_STRINGS = ("engine-stop-string-in-accepted-drafts", "engine-stop-string-spanning-steps")
 STRUCTURED = ("engine-structured-outputs", "engine-structured-mixed-batch")
+#: An EOS inside accepted drafts that the request ignores (#49): it must end nothing.
+EOS_IGNORED = "engine-eos-ignored"
 #: Serving conditions the real engine reaches where every branch must match the oracle.
 SERVING = ("engine-preemption", "engine-chunked-prefill", "engine-abort")
 #: Limits set on step boundaries: nothing accepted is trimmed, so main must match the oracle too.
@@ -166,8 +168,20 @@ def test_controls_trim_nothing_and_match_the_oracle_on_every_branch(engine_runs,
             )
 
 
+def test_an_ignored_eos_inside_accepted_drafts_ends_nothing(engine_runs):
+    for branch in BRANCHES:
+        for run in engine_runs(branch)[EOS_IGNORED]:
+            if run.role == "reference":
+                continue
+            cut = run.notes["truncation"]["cut"]
+            output = run.outputs["cut"]
+            assert cut["ignore_eos"] and cut["index_in_block"] < cut["accepted_in_block"] - 1
+            assert output[cut["position"]] == cut["token"] and len(output) == 48
+            assert run.finish_reasons["cut"] == "length"
+
+
 @pytest.mark.parametrize("branch", ("pr-56137-style", "pr-56195-style"))
-@pytest.mark.parametrize("name", TRUNCATION + STRUCTURED)
+@pytest.mark.parametrize("name", (*TRUNCATION, *STRUCTURED, EOS_IGNORED))
 def test_pr_branches_match_the_oracle(engine_runs, branch, name):
     by = engine_runs(branch)
     for run in by[name]:

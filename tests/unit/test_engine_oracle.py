@@ -802,3 +802,27 @@ def test_stop_string_options_belong_to_a_stop_string_cut() -> None:
     raw["requests"][0]["max_tokens"] = 2
     with pytest.raises(ValidationError, match="stop_string_tokens 2 needs max_tokens above it"):
         EngineScenario.model_validate(raw)
+
+
+def test_an_ignored_eos_must_end_nothing() -> None:
+    """#49: with ignore_eos the chosen EOS stays in the response, which runs on to its limit."""
+    cut = {"kind": "eos", "token": 6, "position": 1, "ignore_eos": True}
+    ended = {**cut, "finish_reason": "stop", "stop_reason": None}
+    found = check([engine_run(outputs={"a": [5, 6]}, notes={"truncation": {"a": ended}})])[LABEL]
+    applied = [v.detail for v in found if v.invariant == "truncation-applied"]
+    assert len(applied) == 2 and "its ignored EOS 6 at position 1 ended it" in applied[1]
+    ran_on = {**cut, "finish_reason": "length", "stop_reason": None}
+    assert invariants_of(engine_run(notes={"truncation": {"a": ran_on}})) == []
+
+
+def test_ignore_eos_belongs_to_an_eos_cut() -> None:
+    from pydantic import ValidationError
+
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    raw = _engine_scenario(ignore_eos=True)
+    raw["requests"][0]["max_tokens"] = 20
+    with pytest.raises(ValidationError, match="ignore_eos applies to `truncate: eos` only"):
+        EngineScenario.model_validate(raw)
+    raw["requests"][0]["truncate"] = "eos"
+    assert EngineScenario.model_validate(raw).requests[0].ignore_eos

@@ -29,6 +29,7 @@ def _sampling_params(
             kwargs["max_tokens"] = int(cut["max_tokens"])
         elif cut["kind"] == "eos":
             eos = int(cut["token"])
+            kwargs["ignore_eos"] = bool(req.get("ignore_eos"))
         elif cut["kind"] == "stop_string":
             kwargs["stop"] = [str(cut["stop_string"])]
             kwargs["include_stop_str_in_output"] = bool(req.get("include_stop_str_in_output"))
@@ -164,6 +165,8 @@ def run_one(
             for rid, c in used_cuts.items()
         }
         for rid, cut in used_cuts.items():
+            if cut["kind"] == "eos" and specs[rid].get("ignore_eos"):
+                notes["truncation"][rid]["ignore_eos"] = True
             if cut["kind"] == "stop_string":
                 # What the user got (checked on the host against the reference run's text).
                 notes["truncation"][rid].update(

@@ -174,6 +174,9 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
             "boundary": ("length", None),
             "stop_string": ("stop", cut.get("stop_string")),
         }.get(kind)
+        ignored = kind == "eos" and bool(cut.get("ignore_eos"))
+        if ignored:
+            want = ("length", None)
         if want is not None and (finish, reason) != want:
             out.append(
                 _v(
@@ -196,7 +199,20 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
                     f"{len(output)} tokens)",
                 )
             )
-        if kind in ("eos", "stop") and (not output or output[-1] != token or token in output[:-1]):
+        position = int(cut.get("position", -1))
+        if ignored:
+            if not (len(output) > position + 1 and output[position : position + 1] == [token]):
+                out.append(
+                    _v(
+                        "truncation-applied",
+                        run,
+                        f"request {rid}: its ignored EOS {token} at position {position} ended it "
+                        f"(the response holds {len(output)} tokens)",
+                    )
+                )
+        elif kind in ("eos", "stop") and (
+            not output or output[-1] != token or token in output[:-1]
+        ):
             out.append(
                 _v(
                     "truncation-applied",

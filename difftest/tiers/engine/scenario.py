@@ -128,6 +128,9 @@ class EngineRequest(_Strict):
     #: span two steps), and whether the response keeps it (`include_stop_str_in_output`).
     stop_string_tokens: int | None = Field(None, ge=1, le=4)
     include_stop_str_in_output: bool | None = None
+    #: With `truncate: eos`: the request ignores its EOS (`SamplingParams.ignore_eos`), so the
+    #: chosen EOS inside accepted drafts must end nothing: the request runs on to `max_tokens`.
+    ignore_eos: bool | None = None
     #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can
     #: draft from it).
     prime: int = Field(0, ge=0, le=64)
@@ -148,6 +151,11 @@ class EngineRequest(_Strict):
                 "stop_string_tokens and include_stop_str_in_output apply to `truncate: "
                 f"stop_string` only (this request has truncate {self.truncate!r}): set it, or "
                 "remove them"
+            )
+        if self.ignore_eos is not None and self.truncate != "eos":
+            raise ValueError(
+                f"ignore_eos applies to `truncate: eos` only (this request has truncate "
+                f"{self.truncate!r}): an ignored EOS needs an EOS placed inside accepted drafts"
             )
         if self.truncate == "stop_string" and (self.stop_string_tokens or 1) >= self.max_tokens:
             raise ValueError(
@@ -258,6 +266,7 @@ class EngineScenario(ScenarioBase):
                     "truncate": r.truncate,
                     "stop_string_tokens": r.stop_string_tokens,
                     "include_stop_str_in_output": r.include_stop_str_in_output,
+                    "ignore_eos": r.ignore_eos,
                     "prime": r.prime,
                     "structured": r.structured.params() if r.structured else None,
                     "abort_after_steps": r.abort_after_steps,
