@@ -126,13 +126,9 @@ def render_json(report: CoverageReport) -> str:
         "failures": report.failures,
         "totals": {"statements": statements, "reached": reached},
         "parts": [
-            {
-                "path": part,
-                "decides": decides,
-                "statements": report.totals(part)[0],
-                "reached": report.totals(part)[1],
-            }
+            {"path": part, "decides": decides, "statements": total, "reached": hit}
             for part, decides in report.parts
+            for total, hit in [report.totals(part)]
         ],
         "files": [
             {

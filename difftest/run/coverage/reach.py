@@ -99,35 +99,43 @@ def _file(path: str, blob: bytes, executed: Executed, part: str) -> FileReach:
     return reach
 
 
-def _functions(source: str, statements: set[int], ran: set[int]) -> list[FunctionReach]:
-    """Every function and method, wherever it is defined (under an `if`, a `try`, a class, another
-    function), in source order, with its own statements: not those of a function or class defined
-    inside it, not its `def` line (which runs when its module or outer function does)."""
-    found: list[FunctionReach] = []
+#: A function or method node, as `functions_of` lists them.
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def functions_of(tree: ast.AST) -> list[tuple[str, Function]]:
+    """(qualified name, node) of every function and method, wherever it is defined (under an `if`,
+    a `try`, a class, another function), in source order."""
+    found: list[tuple[str, Function]] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 name = f"{prefix}{child.name}"
-                inner = _nested_lines(child)
-                first, last = child.body[0].lineno, child.end_lineno or child.lineno
-                body = {
-                    n
-                    for n in statements
-                    if first <= n <= last and n not in inner and n != child.lineno
-                }
-                found.append(FunctionReach(name, child.lineno, len(body), len(body & ran)))
+                found.append((name, child))
                 visit(child, f"{name}.")
             elif isinstance(child, ast.ClassDef):
                 visit(child, f"{prefix}{child.name}.")
             else:
                 visit(child, prefix)
 
-    visit(ast.parse(source), "")
+    visit(tree, "")
     return found
 
 
-def _nested_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
+def _functions(source: str, statements: set[int], ran: set[int]) -> list[FunctionReach]:
+    """Every function with its own statements: not those of a function or class defined inside
+    it, not its `def` line (which runs when its module or outer function does)."""
+    found: list[FunctionReach] = []
+    for name, node in functions_of(ast.parse(source)):
+        inner = _nested_lines(node)
+        first, last = node.body[0].lineno, node.end_lineno or node.lineno
+        body = {n for n in statements if first <= n <= last and n not in inner and n != node.lineno}
+        found.append(FunctionReach(name, node.lineno, len(body), len(body & ran)))
+    return found
+
+
+def _nested_lines(function: Function) -> set[int]:
     """The bodies of the functions and classes defined inside `function` (their `def` and
     `class` lines run with it)."""
     lines: set[int] = set()

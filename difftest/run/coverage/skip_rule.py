@@ -28,6 +28,7 @@ from difftest.build.refs.diff import Change, changed_lines, read_blob
 from difftest.core.coverage import line_ranges
 from difftest.core.errors import DifftestError
 from difftest.run.coverage.changed import Executed
+from difftest.run.coverage.reach import functions_of
 
 
 @dataclass(frozen=True)
@@ -143,18 +144,7 @@ def _ran(head: HeadChanges, change: Change, executed: Executed, root: Path) -> s
 
 def _function_bodies(tree: ast.AST) -> list[tuple[int, int, str]]:
     """(first line of the body, last line, qualified name) of every function, however nested."""
-    found: list[tuple[int, int, str]] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                name = f"{prefix}{child.name}"
-                found.append((child.body[0].lineno, child.end_lineno or child.lineno, name))
-                visit(child, f"{name}.")
-            elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
-            else:
-                visit(child, prefix)
-
-    visit(tree, "")
-    return found
+    return [
+        (node.body[0].lineno, node.end_lineno or node.lineno, name)
+        for name, node in functions_of(tree)
+    ]
