@@ -5,9 +5,11 @@ Every probe traces the stats path and the compared branches' changed files with 
 run` (result cache off, so every probe measures) with tracing off and on, alternating, `--repeat`
 times: the median time of one probe process (its outcome's duration: start, import, every run,
 exit) and of the whole command. Fresh probes (`--no-fork`) show a probe's whole cost; the default
-(forked) run shows what a user waits for.
+(forked) run shows what a user waits for. Then `fuzz`'s warm probes, which trace every example: the
+same seeded search (`--against main pr-56137-style`) with tracing off and on, as scenarios probed
+per second of search.
 
-    .venv/bin/python bench/coverage.py [--repeat N] [--engine-k EXPR]
+    .venv/bin/python bench/coverage.py [--repeat N] [--engine-k EXPR] [--fuzz-examples N]
 
 Ends with `HEADLINE: coverage-overhead N %` (the scheduler tier's per-probe median, fresh).
 """
@@ -51,6 +53,18 @@ def one_run(args: list[str], traced: bool, out: Path) -> tuple[float, list[float
     return wall, probes
 
 
+def fuzz_rate(examples: int, traced: bool, out: Path) -> float:
+    """Scenarios probed per second of one seeded search (`fuzz.json`: probed / elapsed_s)."""
+    env = {**os.environ, "DIFFTEST_COVERAGE": "on" if traced else "off"}
+    command = [*DIFFTEST, "fuzz", "--seed", "0", "--examples", str(examples)]
+    command += ["--against", "main", "--out", str(out), "pr-56137-style"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        sys.exit(f"difftest fuzz failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    report = json.loads((out / "fuzz.json").read_text())
+    return float(report["probed"]) / float(report["elapsed_s"])
+
+
 def measure(name: str, args: list[str], repeat: int, work: Path) -> dict[bool, tuple[float, float]]:
     """Per mode (traced or not): (median probe seconds, median command seconds)."""
     probes: dict[bool, list[float]] = {False: [], True: []}
@@ -72,6 +86,10 @@ def main() -> None:
     parser.add_argument(
         "--engine-k", default="engine-eos-in-accepted-drafts or engine-structured-outputs"
     )
+    parser.add_argument("--fuzz-examples", type=int, default=60)
+    parser.add_argument(
+        "--only", choices=["probes", "fuzz"], default=None, help="measure one half (no HEADLINE)"
+    )
     args = parser.parse_args()
     cases = [
         (
@@ -91,7 +109,7 @@ def main() -> None:
             f"{'case':46} {'probe':>7} {'traced':>7} {'ratio':>6}   "
             f"{'command':>7} {'traced':>7} {'ratio':>6}"
         )
-        for name, case in cases:
+        for name, case in cases if args.only != "fuzz" else []:
             found = measure(name.split(",")[0], case, args.repeat, Path(tmp))
             (probe_off, wall_off), (probe_on, wall_on) = found[False], found[True]
             print(
@@ -101,8 +119,20 @@ def main() -> None:
             )
             if headline is None:
                 headline = (probe_on / probe_off - 1) * 100
-    print("fuzz: its warm probes are not traced yet (no cost there)")
-    print(f"HEADLINE: coverage-overhead {headline:.0f} %")
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for n in range(args.repeat if args.only != "probes" else 0):
+            for traced in (False, True) if n % 2 == 0 else (True, False):
+                out = Path(tmp) / f"fuzz-{n}-{traced}"
+                rates[traced].append(fuzz_rate(args.fuzz_examples, traced, out))
+        if rates[True]:
+            off, on = statistics.median(rates[False]), statistics.median(rates[True])
+            print(
+                f"{'fuzz, scenarios probed per s (warm, forked)':46} {off:7.2f} {on:7.2f} "
+                f"{on / off:5.2f}x",
+                flush=True,
+            )
+    if headline is not None:
+        print(f"HEADLINE: coverage-overhead {headline:.0f} %")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ RUN_PARTS = {
     "context": {"probes", "cache", "cluster", "coverage"},
     "suites": {"probes", "cache", "context"},
     "pipeline": {"probes", "cache", "context", "suites", "cluster", "coverage"},
-    "fuzz": {"probes", "cache", "context", "pipeline", "cluster"},
+    "fuzz": {"probes", "cache", "context", "pipeline", "cluster", "coverage"},
     "rejudge": {"probes", "reread", "pipeline"},
     "blame": {"probes", "cache", "context", "pipeline"},
     # One branch run traced over all of vLLM (`difftest coverage`, the gate's skip rule).

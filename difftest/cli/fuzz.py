@@ -99,6 +99,12 @@ class FuzzCommand(Command):
             help="start every warm probe in an interpreter of its own instead of forking each from "
             "one warm interpreter that imported the shared libraries once (same results, slower)",
         )
+        parser.add_argument(
+            "--require-coverage",
+            action="store_true",
+            help="exit 1 when a branch with nothing found has changed lines no example ran (by "
+            "default it reads 'nothing found, not verified' and exits 0)",
+        )
         add_format(parser, self.name, "text", "text: each kind of failure found, for a person")
         add_executor_options(parser)
         parser.add_argument(
@@ -157,4 +163,4 @@ class FuzzCommand(Command):
                 else ""
             )
         )
-        return fuzz_exit_code(report)
+        return fuzz_exit_code(report, args.require_coverage)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE
+from difftest.core.evidence import BranchCoverage, CoverageEvidence
 from difftest.core.records import ProbeRun, Reading, Result, Verdict
 from difftest.core.values import format_value
 
@@ -101,10 +102,24 @@ class Finding(BaseModel):
         return {o.kind.verdict for o in self.observations}
 
 
+class FirstReach(BaseModel):
+    """When a changed line of a fuzzed branch was first executed by an example."""
+
+    branch: str
+    file: str
+    #: The line in the branch's file.
+    line: int
+    #: The example that reached it first (1 = the first scenario probed; 0 = the warm-up job, which
+    #: only imports the branch's code) and seconds from the start of the search.
+    example: int
+    after_s: float
+
+
 class FuzzReport(BaseModel):
     """Everything the fuzz summary is rendered from (`fuzz.json`)."""
 
-    schema_version: int = 1
+    #: 2: `coverage` and `first_reached`.
+    schema_version: int = 2
     command: list[str] = Field(default_factory=list)
     tier: str
     seed: int
@@ -137,6 +152,28 @@ class FuzzReport(BaseModel):
     #: Probe processes started per branch (1 unless a probe crashed or hung and was restarted).
     probe_starts: dict[str, int] = Field(default_factory=dict)
     findings: list[Finding] = Field(default_factory=list)
+    #: What the examples executed of each fuzzed branch's changed lines, judged as `run` judges
+    #: them (None where nothing under `vllm/` differs, so nothing was traced).
+    coverage: CoverageEvidence | None = None
+    first_reached: list[FirstReach] = Field(default_factory=list)
+
+    def coverage_of(self, branch: str) -> BranchCoverage | None:
+        """The branch's changed-line word, where it was judged and could be fuzzed at all."""
+        if self.coverage is None or branch in self.unmeasured:
+            return None
+        return next((b for b in self.coverage.branches if b.branch == branch), None)
+
+    def not_verified(self) -> list[str]:
+        """The fuzzed branches with nothing found whose changed code the examples did not all run
+        (or could not vouch for): their "nothing found" checked nothing there."""
+        found = {o.kind.branch for f in self.findings for o in f.observations}
+        return [
+            b
+            for b in self.branches
+            if b not in found
+            and (c := self.coverage_of(b)) is not None
+            and c.status in ("not verified", "unknown")
+        ]
 
     def by_branch(self) -> dict[str, list[tuple[Observation, Finding]]]:
         """Every observation per branch (branches in fuzzing order), with the finding that holds
@@ -152,11 +189,15 @@ class FuzzReport(BaseModel):
         return min((f.found_after_s for f in self.findings), default=None)
 
 
-def fuzz_exit_code(report: FuzzReport) -> int:
-    """As `run`: 1 a diverge or broken finding; 3 an error finding, a branch that could not be
-    fuzzed or a search that could not go on; 2 interrupted with nothing found; 0 nothing found."""
+def fuzz_exit_code(report: FuzzReport, require_coverage: bool = False) -> int:
+    """As `run`: 1 a diverge or broken finding (or, with `require_coverage`, a branch with nothing
+    found whose changed code the examples did not all run); 3 an error finding, a branch that
+    could not be fuzzed or a search that could not go on; 2 interrupted with nothing found; 0
+    nothing found."""
     verdicts = {v for f in report.findings for v in f.verdicts}
     if verdicts & {"diverge", "broken"}:
+        return EXIT_FAILED
+    if require_coverage and report.not_verified():
         return EXIT_FAILED
     if "error" in verdicts or report.unmeasured or report.stopped == "flaky":
         return EXIT_UNMEASURED

@@ -540,10 +540,15 @@ def _start(job: Job, start: Callable[[Job], Session]) -> _Started | None:
 
 
 def _answer(
-    job: Job, started: _Started, stream: TextIO, nonce: str, tracing: Tracing | None = None
+    job: Job,
+    started: _Started,
+    stream: TextIO,
+    nonce: str,
+    tracing: Tracing | None = None,
+    again: bool = False,
 ) -> None:
-    """Header, one record per planned run, what was traced (when asked), trailer: the whole answer
-    to one job."""
+    """Header, one record per planned run, what was traced (when asked; with `again`, a warm
+    probe's tracer is restarted for the next job), trailer: the whole answer to one job."""
     writer = RecordWriter(stream, nonce)
     writer.header(dict(started.info), started.import_s, started.setup_s)
     for scenario in job["scenarios"]:
@@ -552,7 +557,7 @@ def _answer(
             call = CallInfo.from_call(play, job.get("run_timeout_s"))
             writer.run(scenario, planned, call)
     if tracing is not None:
-        writer.write({"kind": "coverage", **tracing.record()})
+        writer.write({"kind": "coverage", **tracing.record(again)})
     writer.trailer()
 
 
@@ -678,6 +683,7 @@ def serve_stream(jobs: TextIO, channel: TextIO, nonce: str, start: Callable[[Job
     """
     started: _Started | None = None
     first: Job | None = None
+    tracing: Tracing | None = None
     for line in jobs:
         if not line.strip():
             continue
@@ -688,6 +694,9 @@ def serve_stream(jobs: TextIO, channel: TextIO, nonce: str, start: Callable[[Job
             return 2
         if first is None:
             first = job
+            # Before the session imports vLLM, as `serve` does; every later job's record holds
+            # what that job executed.
+            tracing = Tracing.start(job.get("trace"))
             started = _start(job, start)
             if started is None:
                 return 3
@@ -698,5 +707,18 @@ def serve_stream(jobs: TextIO, channel: TextIO, nonce: str, start: Callable[[Job
             )
             return 2
         assert started is not None
-        _answer(job, started, channel, nonce)
+        _answer(job, started, channel, nonce, _tracing_for(job, first, tracing), again=True)
     return 0
+
+
+def _tracing_for(job: Job, first: Job, tracing: Tracing | None) -> Tracing | None:
+    """The tracer that answers this job's `trace` (None when it asks for none): a warm probe's
+    tracer starts with its first job, before vLLM is imported, and cannot start or change files
+    later."""
+    if not job.get("trace"):
+        return None
+    if tracing is None:
+        return Tracing("this warm probe started without a tracer (its first job asked for none)")
+    if job.get("trace") != first.get("trace"):
+        return Tracing("this warm probe traces the files its first job named, not these")
+    return tracing

@@ -12,6 +12,11 @@ A branch runs in this very process, so it can stop or replace the tracer (`sys.s
 `threading.settrace`, coverage's own API). That is checked at the end: the tracer that runs then
 must be the one started here, never stopped, in the thread that played the runs. Otherwise the
 record says `unknown`, with the reason, and the host reads "coverage unknown", never "reached".
+
+A warm probe (`serve_stream`) traces from its first job on and reports after each job what that
+job executed (`record(again=True)`: the data is read, erased and the tracer started afresh). One
+disturbance makes every later record of the process `unknown` too: a branch that once stopped the
+tracer cannot be trusted to have left it alone since.
 """
 
 from __future__ import annotations
@@ -84,15 +89,18 @@ class Tracing:
         self._tracer = sys.gettrace()
         self.core = str(self._coverage._collector.tracer_name())  # CTracer, PyTracer, ...
 
-    def record(self) -> dict[str, Any]:
+    def record(self, again: bool = False) -> dict[str, Any]:
         """The `coverage` record's body: `status` "ok" with `files` ({path: {"lines", "arcs"}},
-        paths relative to the site folder, `vllm/...`), or "unknown" with `why`."""
+        paths relative to the site folder, `vllm/...`), or "unknown" with `why`. With `again`
+        (a warm probe, between jobs), the data is erased and the tracer started again, so that the
+        next record holds what the next job executed."""
         if self.problem:
             return {"status": "unknown", "why": self.problem, "files": {}}
         disturbed = self._disturbed()
         try:
             self._coverage.stop()
             if disturbed:
+                self.problem = disturbed
                 return {"status": "unknown", "why": disturbed, "files": {}}
             data = self._coverage.get_data()
             files = {}
@@ -104,9 +112,13 @@ class Tracing:
                     "lines": sorted(data.lines(measured) or []),
                     "arcs": sorted([a, b] for a, b in data.arcs(measured) or []),
                 }
+            if again:
+                self._coverage.erase()
+                self._coverage.start()
+                self._tracer = sys.gettrace()
         except Exception as exc:  # noqa: BLE001 - a tracer the branch broke: unknown, not a crash
-            why = f"the tracer's data cannot be read ({type(exc).__name__}: {exc})"
-            return {"status": "unknown", "why": why, "files": {}}
+            self.problem = f"the tracer's data cannot be read ({type(exc).__name__}: {exc})"
+            return {"status": "unknown", "why": self.problem, "files": {}}
         return {"status": "ok", "why": "", "files": files, "core": self.core}
 
     def _disturbed(self) -> str:

@@ -1,5 +1,7 @@
 """The fuzz summary, rendered from a `FuzzReport` only: per branch, each kind found, its minimal
-scenario file and a one-line reason (terminal and Markdown, `fuzz.md`)."""
+scenario file and a one-line reason, and what the examples ran of the branch's changed lines
+(terminal and Markdown, `fuzz.md`). "Nothing found" on a branch whose changed code the examples did
+not all run reads "nothing found, not verified", as a gate's pass does."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from difftest.reports.terminal import VERDICT_STYLES
 
 NOTHING = "nothing found"
 COULD_NOT = "could not measure"
+#: What "nothing found" adds where the examples did not run all of a branch's changed code.
+UNSEEN = {"not verified": ", not verified", "unknown": ", coverage unknown"}
 
 
 def rows(report: FuzzReport) -> list[tuple[str, str, str, str, str]]:
@@ -27,7 +31,9 @@ def rows(report: FuzzReport) -> list[tuple[str, str, str, str, str]]:
         if branch in report.unmeasured:
             out.append((branch, "error", COULD_NOT, "", report.unmeasured[branch]))
         elif not found:
-            out.append((branch, "", NOTHING, "", ""))
+            standing = report.coverage_of(branch)
+            status = standing.status if standing is not None else ""
+            out.append((branch, "", NOTHING + UNSEEN.get(status, ""), "", ""))
         for obs, finding in found:
             out.append((branch, obs.kind.verdict, obs.kind.what, finding.file, obs.reason))
     return out
@@ -63,6 +69,26 @@ def throughput(report: FuzzReport) -> str:
     )
 
 
+def coverage_lines(report: FuzzReport) -> list[tuple[str, str]]:
+    """(style, line) per fuzzed branch whose changed lines were judged: what the examples ran of
+    them, and when the last of those reached was first reached."""
+    out = []
+    for branch in report.branches:
+        standing = report.coverage_of(branch)
+        if standing is None or standing.status == "unchanged":
+            continue
+        firsts = [r for r in report.first_reached if r.branch == branch]
+        last = max(firsts, key=lambda r: r.example, default=None)
+        when = (
+            f" (the last first reached by example {last.example}, after {last.after_s:.1f} s)"
+            if last is not None
+            else ""
+        )
+        style = "dim" if standing.status == "verified" else "yellow"
+        out.append((style, f"{branch}: {standing.summary}{when}"))
+    return out
+
+
 def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
     console.print(Text(headline(report), style="bold"))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
@@ -82,6 +108,8 @@ def render_fuzz_terminal(report: FuzzReport, console: Console) -> None:
             Text(branch), kind, Text(Path(file).name if file else ""), Text(printable(reason))
         )
     console.print(table)
+    for style, line in coverage_lines(report):
+        console.print(Text(printable(line), style=style))
     console.print(Text(throughput(report), style="dim"))
     for finding in report.findings:
         if not finding.reproduced:
@@ -139,6 +167,10 @@ def render_fuzz_markdown(report: FuzzReport) -> str:
         kind = f"**{verdict}** {md_escape(what)}" if verdict else md_escape(what)
         scenario = f"`{file}`" if file else ""
         lines.append(f"| {md_escape(branch)} | {kind} | {scenario} | {md_escape(reason)} |")
+    changed = coverage_lines(report)
+    if changed:
+        lines += ["", "Changed code the examples ran:", ""]
+        lines += [f"- {md_escape(line)}" for _style, line in changed]
     lines += ["", md_escape(throughput(report)), ""]
     if report.findings:
         lines += [

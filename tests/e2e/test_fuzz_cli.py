@@ -189,6 +189,10 @@ def test_against_main_a_renamed_local_shows_nothing_and_a_real_fix_shows_its_dif
     )
     assert report.searched == EXAMPLES and report.by_branch()["rename"] == []
     assert "| rename | nothing found |" in (out / "fuzz.md").read_text()
+    # ... and that "nothing found" checked something: every line the rename changes ran.
+    standing = report.coverage_of("rename")
+    assert standing is not None and standing.status == "verified", standing
+    assert {r.branch for r in report.first_reached} == {"rename", "pr-56137-style"}
     found = kinds(report, "pr-56137-style")
     assert ("diverge", "num_emitted_tokens") in found
     assert len(scenario_of(out, found[("diverge", "num_emitted_tokens")])["requests"]) == 1

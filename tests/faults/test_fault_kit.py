@@ -384,8 +384,8 @@ def test_a_counting_switch_in_the_environment_is_part_of_the_cache_key(
 
 #: The faults that apply to `fuzz`'s warm probes (one process answers job after job on a pipe and
 #: leaves with `os._exit` once its input ends: a hang at exit, an exit code after the last job or a
-#: records file do not exist there).
-FUZZED = ("sched-crash", "orphan", "environ")
+#: records file do not exist there), and the one that disturbs the tracer every job reports to.
+FUZZED = ("sched-crash", "orphan", "environ", "tracer-swap")
 
 
 def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, fixture_repo):
@@ -414,8 +414,20 @@ def test_fuzz_judges_through_the_same_door_and_leaves_nothing_behind(tmp_path, f
     assert ("sched-crash", "broken") in kinds
     mains = {verdict for branch, verdict in kinds if branch == "main"}
     assert (
-        {v for b, v in kinds if b == "orphan"} == {v for b, v in kinds if b == "environ"} == mains
+        {v for b, v in kinds if b == "orphan"}
+        == {v for b, v in kinds if b == "environ"}
+        == {v for b, v in kinds if b == "tracer-swap"}
+        == mains
     )
+    # The tracer-swapping branch's changed code reads unknown, never reached; the others' changed
+    # lines are judged line by line from what their examples executed.
+    standing = {b["branch"]: b for b in report["coverage"]["branches"]}
+    assert standing["tracer-swap"]["status"] == "unknown"
+    assert "the tracer was replaced while the probe ran" in standing["tracer-swap"]["summary"]
+    assert not [r for r in report["first_reached"] if r["branch"] == "tracer-swap"]
+    for name in ("sched-crash", "orphan", "environ"):
+        assert standing[name]["summary"].startswith("changed lines reached"), standing[name]
+    assert {r["branch"] for r in report["first_reached"]} >= {"orphan", "environ"}
 
     assert orphan_pids(tmp_path) and not survivors(orphan_pids(tmp_path))
     seen = environ_seen(tmp_path)

@@ -14,6 +14,7 @@ import pytest
 from difftest import tiers
 from difftest.build.workspace import prepare
 from difftest.core.config import load_config
+from difftest.run.coverage.tracing_job import plan_tracing
 from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 from difftest.run.pipeline import make_job
 from difftest.run.probes.runner import SharedServer, run_probe, shared_fork_server
@@ -251,3 +252,34 @@ def test_a_forked_warm_probe_that_would_see_another_shared_library_refuses_befor
         assert answer.error is None and [r.status for r in answer.runs] == ["ok"]
         assert refused.starts == 1 and refused.process.launch == "fresh"
         assert "cpuinfo would come from" in refused.process.fresh_because
+
+
+def test_a_traced_warm_probe_reports_what_each_job_executed_not_what_earlier_jobs_did(
+    workspace, shipped_scenarios, tmp_path
+) -> None:
+    """`fuzz` traces every job: the tracer starts with the process's first job (before vLLM is
+    imported) and each answer holds what that job ran, so a sync job after an async one reports
+    none of the async scheduler's lines."""
+    chosen = "vllm/v1/core/sched/async_scheduler.py"
+    plan = plan_tracing(workspace, lambda _m: None, [chosen])
+    assert plan.spec is not None, plan.why_not
+    by_name = {s.name: s for s in shipped_scenarios("scheduler")}
+    played = ("eos-on-bonus", "grammar-all-invalid-async", "max-tokens-mid-block")
+    python = workspace.branch("main").env.python
+    lines = []
+    with WarmProbe("main", python, TIER.name, tmp_path / "warm", LIMITS) as server:
+        for name in played:
+            traced = job(by_name[name])
+            plan.add_to(traced)
+            answer = server.play(traced)
+            assert [r.status for r in answer.runs] == ["ok"] * len(answer.runs), name
+            assert answer.coverage is not None and answer.coverage.status == "ok", answer.coverage
+            assert answer.coverage.core == "CTracer"
+            data = answer.coverage.files.get(chosen)
+            lines.append(set(data.lines) if data is not None else set())
+        assert server.starts == 1
+    first_sync, async_job, second_sync = lines
+    # The async job runs the async scheduler's methods; the sync job after it runs none of its
+    # lines (its import was the first job's), so the data was reset between jobs.
+    assert async_job - first_sync, "the async job ran lines the first (importing) job did not"
+    assert second_sync == set(), second_sync

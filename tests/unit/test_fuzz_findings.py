@@ -4,9 +4,18 @@
 from __future__ import annotations
 
 from difftest import tiers
-from difftest.core.fuzz import Finding, FuzzReport, Kind, Observation, fuzz_exit_code, observations
+from difftest.core.evidence import BranchCoverage, CoverageEvidence
+from difftest.core.fuzz import (
+    Finding,
+    FirstReach,
+    FuzzReport,
+    Kind,
+    Observation,
+    fuzz_exit_code,
+    observations,
+)
 from difftest.core.records import Difference, Failure
-from difftest.reports.fuzz import render_fuzz_markdown, rows
+from difftest.reports.fuzz import coverage_lines, render_fuzz_markdown, rows
 from difftest.tiers.door import judge_runs
 from difftest.tiers.scheduler.scenario import parse_scenario
 from tests.factories import BRANCH, LABEL, make_result, make_run, make_totals, make_violation
@@ -131,6 +140,47 @@ def test_the_summary_lists_each_kind_per_branch_and_the_branches_with_nothing() 
     )
     assert "`found/scheduler/fuzz-1.yaml`" in markdown and "first finding after 1.0 s" in markdown
     assert "nothing found" in render_fuzz_markdown(report())
+
+
+def covered(status: str, summary: str, **extra) -> FuzzReport:
+    """A report with nothing found on `other`, whose changed lines the examples ran as `status`
+    says."""
+    coverage = CoverageEvidence(
+        branches=[BranchCoverage(branch="other", status=status, summary=summary)]  # type: ignore[arg-type]
+    )
+    return report(coverage=coverage, **extra)
+
+
+def test_nothing_found_where_changed_lines_did_not_run_reads_not_verified() -> None:
+    unseen = covered(
+        "not verified",
+        "changed lines reached 2/3; not reached: scheduler.py 12",
+        first_reached=[
+            FirstReach(branch="other", file="vllm/s.py", line=10, example=1, after_s=0.5),
+            FirstReach(branch="other", file="vllm/s.py", line=11, example=7, after_s=2.25),
+        ],
+    )
+    assert rows(unseen)[-1] == ("other", "", "nothing found, not verified", "", "")
+    assert coverage_lines(unseen) == [
+        (
+            "yellow",
+            "other: changed lines reached 2/3; not reached: scheduler.py 12 "
+            "(the last first reached by example 7, after 2.2 s)",
+        )
+    ]
+    assert "- other: changed lines reached 2/3" in render_fuzz_markdown(unseen)
+    assert unseen.not_verified() == ["other"]
+    # As a gate: exit 0 unless coverage is required.
+    assert fuzz_exit_code(unseen) == 0 and fuzz_exit_code(unseen, require_coverage=True) == 1
+    unknown = covered("unknown", "coverage unknown: the tracer was stopped")
+    assert rows(unknown)[-1][2] == "nothing found, coverage unknown"
+    assert fuzz_exit_code(unknown, require_coverage=True) == 1
+    seen = covered("verified", "changed lines reached 3/3")
+    assert rows(seen)[-1][2] == "nothing found" and seen.not_verified() == []
+    assert fuzz_exit_code(seen, require_coverage=True) == 0
+    # A branch that could not be fuzzed reads could not measure, not its coverage.
+    lost = covered("unknown", "coverage unknown: x", unmeasured={"other": "no environment"})
+    assert lost.not_verified() == [] and coverage_lines(lost) == []
 
 
 SCENARIO = parse_scenario(

@@ -40,7 +40,9 @@ from difftest.core.records import ProbeRun, Reading, Result, Totals
 from difftest.probe.protocol import Job
 from difftest.run.cluster.connect import Cluster, ClusterRequest, connect
 from difftest.run.cluster.executor import Resources
+from difftest.run.coverage.tracing_job import TracePlan, plan_tracing
 from difftest.run.fuzz.ray_warm import RayWarmProcess
+from difftest.run.fuzz.reach import FuzzReach
 from difftest.run.fuzz.search import Found, SearchResult, search
 from difftest.run.fuzz.warm_probe import WarmProbe, WarmProbeLimits
 from difftest.run.pipeline import TierScenarios, check_placement, make_evidence, make_job
@@ -178,6 +180,11 @@ def _fuzz(
     )
     outcome = FuzzOutcome(report, workspace, out=out)
     out.clear()
+    # Every job traces the compared branches' changed files, the warm-up's too (before vLLM is
+    # imported), as `run`'s jobs do.
+    plan = plan_tracing(workspace, log)
+    baseline = _baseline(config, workspace)
+    reach = FuzzReach(workspace, against or baseline, plan, tier.name)
     limits = WarmProbeLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
     ready = {b.name: b.env for b in workspace.branches if b.env is not None}
     report.unmeasured.update(
@@ -220,12 +227,14 @@ def _fuzz(
             for name, env in ready.items()
         }
         prober = Prober(
-            servers, stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers))))
+            servers,
+            stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers)))),
+            plan,
         )
         # Unwound first (last in): on Ctrl-C or SIGTERM the warm probes are killed before the pool
         # waits for its threads, which would otherwise wait on a stuck probe for up to `probe_s`.
         stack.push(_stop_probes_on_error)
-        for name, why in prober.warm_up(tier).items():
+        for name, why in prober.warm_up(tier, reach).items():
             report.unmeasured[name] = why
             log(f"{name}: cannot be fuzzed: {why}")
         if against is not None and against in report.unmeasured:
@@ -242,10 +251,13 @@ def _fuzz(
                 against,
                 reading,
                 config.timeouts.run_s,
-                _baseline(config, workspace),
+                baseline,
+                reach,
             )
             _search(examiner, outcome, config, request, log, progress)
         report.probe_starts = {name: s.starts for name, s in servers.items()}
+    report.coverage = reach.evidence()
+    report.first_reached = reach.first_reached()
     request.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(request.out / SUMMARY, report.model_dump_json(indent=1))
     out.record([SUMMARY])
@@ -313,6 +325,7 @@ def _search(
         f"fuzzing {', '.join(examiner.branches)} on the {examiner.tier.name} tier "
         f"(seed {request.seed}, {compared})"
     )
+    examiner.reach.start_clock()
     result = search(
         examiner.tier.fuzz_strategy(),
         examiner.examine,
@@ -373,26 +386,30 @@ def _stop_probes_on_error(exc_type: type[BaseException] | None, _exc: object, _t
 class Prober:
     """Every branch's warm probe, asked the same job at once."""
 
-    def __init__(self, servers: dict[str, WarmProbe], pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, servers: dict[str, WarmProbe], pool: ThreadPoolExecutor, trace: TracePlan
+    ) -> None:
         self.servers = servers
         self.pool = pool
+        self.trace = trace
 
     def play(self, job: Job, keep: Path | None = None) -> dict[str, BranchRun]:
-        """Every branch's answer; with `keep`, each probe's job and records are also written
-        there."""
+        """Every branch's answer (the job traces what the campaign traces); with `keep`, each
+        probe's job and records are also written there."""
+        self.trace.add_to(job)
         futures = {
             name: self.pool.submit(server.play, job, keep) for name, server in self.servers.items()
         }
         return {name: f.result() for name, f in futures.items()}
 
-    def warm_up(self, tier: ProbeTier[Any]) -> dict[str, str]:
+    def warm_up(self, tier: ProbeTier[Any], reach: FuzzReach) -> dict[str, str]:
         """Start every probe (vLLM imported) with an empty job; the branches whose probe cannot
-        start, why."""
+        start, why. What the import executed counts as example 0."""
         job: Job = make_job(tier, [], None)
+        delivered = self.play(job)
+        reach.add(0, delivered)
         failed = {
-            name: run.error or "no header"
-            for name, run in self.play(job).items()
-            if run.header is None
+            name: run.error or "no header" for name, run in delivered.items() if run.header is None
         }
         for name in failed:
             self.servers.pop(name).close()
@@ -411,6 +428,7 @@ class Examiner:
         reading: Reading,
         run_s: float,
         baseline: str,
+        reach: FuzzReach,
     ) -> None:
         self.tier = tier
         self.prober = prober
@@ -419,6 +437,7 @@ class Examiner:
         self.reading = reading
         self.run_s = run_s
         self.baseline = baseline
+        self.reach = reach
         self.cache: dict[str, dict[Kind, Observation]] = {}
         self.probed = 0
 
@@ -426,8 +445,10 @@ class Examiner:
         key = json.dumps(raw, sort_keys=True)
         if key not in self.cache:
             scenario = self.scenario(raw)
-            self.cache[key] = {o.kind: o for o in self.judge(scenario, self.probe(scenario))[0]}
+            delivered = self.probe(scenario)
             self.probed += 1
+            self.reach.add(self.probed, delivered)
+            self.cache[key] = {o.kind: o for o in self.judge(scenario, delivered)[0]}
         return self.cache[key]
 
     def scenario(self, raw: dict[str, Any], name: str = EXAMPLE_NAME) -> ScenarioBase:

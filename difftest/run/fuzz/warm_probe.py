@@ -172,8 +172,13 @@ class WarmProbe:
             node=getattr(self.process, "node", None),
         )
         if answer.ending == "refused":
-            runs = check_lines([], "", job, self.tier, exited_cleanly=False).runs(answer.error)
-            return replace(result, error=answer.error, runs=runs)
+            nothing = check_lines([], "", job, self.tier, exited_cleanly=False)
+            return replace(
+                result,
+                error=answer.error,
+                runs=nothing.runs(answer.error),
+                coverage=nothing.coverage(),
+            )
         exited_cleanly = answer.ending == "trailer"
         delivery = check_lines(
             answer.lines, answer.nonce, job, self.tier, exited_cleanly=exited_cleanly
@@ -188,6 +193,7 @@ class WarmProbe:
             exited_cleanly=exited_cleanly,
             header=delivery.header,
             runs=delivery.runs(answer.error),
+            coverage=delivery.coverage(),
             duration_s=answer.duration_s,
             # A warm probe's "process" for one job is its answer: a trailer is a clean end of it.
             outcome=delivery.outcome(

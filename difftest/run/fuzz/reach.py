@@ -1,0 +1,110 @@
+"""Which changed lines of the fuzzed branches the examples reached, and when each first was.
+
+Every example's job traces the compared branches' changed files (`run.coverage.tracing_job`), as
+`run`'s jobs do; each warm probe reports what that example executed (`probe.tracing`). The host
+sums them per branch and judges the sum exactly as `run` judges a branch's probes
+(`run.coverage.judge.coverage_evidence`): a campaign that found nothing on a branch whose changed
+lines no example ran reads "not verified", naming them, never a plain "nothing found". Each time an
+example adds to what a branch executed, the changed lines it reached first are noted with the
+example's number and time: what `fuzz.json` reports as `first_reached`.
+
+An example whose probe died or hung adds nothing (its process never reported what it executed;
+the lines only it ran read unreached, never reached): the campaign's other examples keep counting.
+A record that came back but cannot be vouched for (the tracer stopped or replaced, output that
+cannot be trusted) makes the branch's coverage unknown for the whole campaign.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from difftest.build.workspace import Workspace
+from difftest.core.evidence import CoverageEvidence
+from difftest.core.fuzz import FirstReach
+from difftest.core.records import FileCoverage, ProbeCoverage
+from difftest.run.coverage.judge import coverage_evidence
+from difftest.run.coverage.tracing_job import TracePlan
+from difftest.run.probes.runner import BranchRun
+
+
+@dataclass
+class _Summed:
+    """One branch's coverage over every example so far (`unknown` from the first that could not
+    vouch for its part)."""
+
+    lines: dict[str, set[int]] = field(default_factory=dict)
+    arcs: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    unknown: str = ""
+
+    def add(self, coverage: ProbeCoverage) -> bool:
+        """Add one example's coverage; whether anything new was executed."""
+        if coverage.status != "ok":
+            self.unknown = self.unknown or coverage.why
+            return False
+        grew = False
+        for path, data in coverage.files.items():
+            lines = self.lines.setdefault(path, set())
+            arcs = self.arcs.setdefault(path, set())
+            before = len(lines) + len(arcs)
+            lines.update(data.lines)
+            arcs.update((a, b) for a, b in data.arcs)
+            grew |= len(lines) + len(arcs) > before
+        return grew
+
+    def coverage(self) -> ProbeCoverage:
+        if self.unknown:
+            return ProbeCoverage(status="unknown", why=self.unknown)
+        files = {
+            path: FileCoverage(lines=sorted(lines), arcs=sorted(self.arcs.get(path, set())))
+            for path, lines in self.lines.items()
+        }
+        return ProbeCoverage(status="ok", files=files)
+
+
+class FuzzReach:
+    """The campaign's coverage of the fuzzed branches' changed lines, against `baseline`."""
+
+    def __init__(self, workspace: Workspace, baseline: str, plan: TracePlan, tier: str) -> None:
+        self.workspace = workspace
+        self.baseline = baseline
+        self.plan = plan
+        self.tier = tier
+        self._summed: dict[str, _Summed] = {}
+        self._first: dict[tuple[str, str, int], FirstReach] = {}
+        self._started = time.monotonic()
+
+    def start_clock(self) -> None:
+        """Times are seconds from here (the search's start, as a finding's are)."""
+        self._started = time.monotonic()
+
+    def add(self, example: int, delivered: Mapping[str, BranchRun]) -> None:
+        """One example's answers (0: the warm-up job, which imports the branch's code)."""
+        grew = False
+        for branch, run in delivered.items():
+            if run.coverage is not None and run.exited_cleanly:
+                grew |= self._summed.setdefault(branch, _Summed()).add(run.coverage)
+        if grew:
+            after_s = max(0.0, time.monotonic() - self._started) if example else 0.0
+            self._note_first(example, round(after_s, 3))
+
+    def evidence(self) -> CoverageEvidence:
+        traced = {b: {self.tier: s.coverage()} for b, s in self._summed.items()}
+        return coverage_evidence(self.workspace, self.baseline, traced, self.plan)
+
+    def first_reached(self) -> list[FirstReach]:
+        return sorted(self._first.values(), key=lambda r: (r.branch, r.file, r.line))
+
+    def _note_first(self, example: int, after_s: float) -> None:
+        for entry in self.evidence().changed:
+            for line in entry.reached:
+                key = (entry.branch, entry.file, line)
+                if key not in self._first:
+                    self._first[key] = FirstReach(
+                        branch=entry.branch,
+                        file=entry.file,
+                        line=line,
+                        example=example,
+                        after_s=after_s,
+                    )
