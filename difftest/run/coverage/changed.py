@@ -58,52 +58,104 @@ def file_coverage(
     executed: Executed,
 ) -> ChangedFileCoverage:
     """One changed Python file of `branch`: its changed statements, those executed and not, and
-    the arcs out of its changed branch points that no run took. A file the host cannot analyse
-    (it does not parse here, or breaks the parser) reads "not traced", with why; so does a file that
-    cannot run on this platform (GPU-only in `core.stats_path.UNREACHED`) and did not: its lines
-    are named as such, not as unreached."""
-    platform = unreached_reason(path)
-    if platform.startswith(GPU) and not executed.lines.get(path):
-        return ChangedFileCoverage(
-            branch=branch, file=path, status="not traced", why=f"{platform}; cannot run here"
+    the arcs out of its changed branch points that no run took (`FileAnalysis`, once)."""
+    return FileAnalysis(path, source, changed).judge(branch, executed)
+
+
+class FileAnalysis:
+    """One changed file's text, parsed once, judged against what ran as often as asked (`fuzz`
+    judges after every example that ran something new).
+
+    A file the host cannot analyse (it does not parse here, or breaks the parser) reads "not
+    traced", with why; so does a file that cannot run on this platform (GPU-only in
+    `core.stats_path.UNREACHED`) and did not: its lines are named as such, not as unreached."""
+
+    def __init__(self, path: str, source: str, changed: set[int]) -> None:
+        self.path = path
+        self.source = source
+        self.changed = changed
+        self._parsed: _Parsed | None = None
+        self._problem = ""
+
+    def judge(self, branch: str, executed: Executed) -> ChangedFileCoverage:
+        path = self.path
+        platform = unreached_reason(path)
+        if platform.startswith(GPU) and not executed.lines.get(path):
+            return ChangedFileCoverage(
+                branch=branch, file=path, status="not traced", why=f"{platform}; cannot run here"
+            )
+        parsed = self._parse()
+        if parsed is None:
+            return ChangedFileCoverage(
+                branch=branch, file=path, status="not traced", why=self._problem
+            )
+        try:
+            return parsed.judge(branch, path, executed)
+        except Exception as exc:  # noqa: BLE001 - one odd file must not lose the run's evidence
+            why = f"could not be analysed ({type(exc).__name__}: {_first_line(exc)})"
+        return ChangedFileCoverage(branch=branch, file=path, status="not traced", why=why)
+
+    def _parse(self) -> _Parsed | None:
+        if self._parsed is None and not self._problem:
+            try:
+                self._parsed = _Parsed.of(self.path, self.source, self.changed)
+            except (CoverageException, SyntaxError, ValueError) as exc:
+                self._problem = f"does not parse ({type(exc).__name__}: {_first_line(exc)})"
+            except Exception as exc:  # noqa: BLE001 - one odd file must not lose the evidence
+                self._problem = f"could not be analysed ({type(exc).__name__}: {_first_line(exc)})"
+        return self._parsed
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What coverage.py's parser says of a changed file, independent of what ran."""
+
+    parser: PythonParser
+    #: The changed lines that are statements.
+    lines: list[int]
+    #: A function's definition lines -> the line its code object starts at.
+    starts: dict[int, int]
+    exits: dict[int, int]
+    out_of: dict[int, list[tuple[int, int]]]
+
+    @classmethod
+    def of(cls, path: str, source: str, changed: set[int]) -> _Parsed:
+        parser = PythonParser(text=source, filename=path)
+        parser.parse_source()
+        statements = parser.statements
+        out_of: dict[int, list[tuple[int, int]]] = {}
+        for arc in parser.arcs():
+            out_of.setdefault(arc[0], []).append(arc)
+        return cls(
+            parser=parser,
+            lines=sorted({parser.first_line(n) for n in changed if n > 0} & statements),
+            starts=_function_starts(source),
+            exits=parser.exit_counts(),
+            out_of=out_of,
         )
-    try:
-        return _analysed(branch, path, source, changed, executed)
-    except (CoverageException, SyntaxError, ValueError) as exc:
-        why = f"does not parse ({type(exc).__name__}: {_first_line(exc)})"
-    except Exception as exc:  # noqa: BLE001 - one odd file must not lose the run's evidence
-        why = f"could not be analysed ({type(exc).__name__}: {_first_line(exc)})"
-    return ChangedFileCoverage(branch=branch, file=path, status="not traced", why=why)
 
-
-def _analysed(
-    branch: str, path: str, source: str, changed: set[int], executed: Executed
-) -> ChangedFileCoverage:
-    parser = PythonParser(text=source, filename=path)
-    parser.parse_source()
-    statements = parser.statements
-    lines = sorted({parser.first_line(n) for n in changed if n > 0} & statements)
-    ran = parser.translate_lines(executed.lines.get(path, set()))
-    taken = parser.translate_arcs(executed.arcs.get(path, set()))
-    entered = {-a for a, _b in taken if a < 0}
-    starts = _function_starts(source)
-    reached = [n for n in lines if n in ran and (n not in starts or starts[n] in entered)]
-    exits = parser.exit_counts()
-    out_of: dict[int, list[tuple[int, int]]] = {}
-    for arc in parser.arcs():
-        out_of.setdefault(arc[0], []).append(arc)
-    missing = sorted(
-        arc for n in reached if exits.get(n, 0) > 1 for arc in out_of.get(n, []) if arc not in taken
-    )
-    return ChangedFileCoverage(
-        branch=branch,
-        file=path,
-        status="traced",
-        lines=lines,
-        reached=reached,
-        unreached=[n for n in lines if n not in reached],
-        arcs_missing=missing,
-    )
+    def judge(self, branch: str, path: str, executed: Executed) -> ChangedFileCoverage:
+        ran = self.parser.translate_lines(executed.lines.get(path, set()))
+        taken = self.parser.translate_arcs(executed.arcs.get(path, set()))
+        entered = {-a for a, _b in taken if a < 0}
+        starts = self.starts
+        reached = [n for n in self.lines if n in ran and (n not in starts or starts[n] in entered)]
+        missing = sorted(
+            arc
+            for n in reached
+            if self.exits.get(n, 0) > 1
+            for arc in self.out_of.get(n, [])
+            if arc not in taken
+        )
+        return ChangedFileCoverage(
+            branch=branch,
+            file=path,
+            status="traced",
+            lines=self.lines,
+            reached=reached,
+            unreached=[n for n in self.lines if n not in reached],
+            arcs_missing=missing,
+        )
 
 
 def _function_starts(source: str) -> dict[int, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import tokenize
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from difftest.build.refs.diff import Change, changed_files, changed_lines, read_blob
 from difftest.build.workspace import Workspace
@@ -16,7 +17,7 @@ from difftest.core.evidence import BranchCoverage, ChangedFileCoverage, Coverage
 from difftest.core.records import ProbeCoverage
 from difftest.run.coverage.changed import (
     Executed,
-    file_coverage,
+    FileAnalysis,
     unknown_file,
     untraced_file,
 )
@@ -31,60 +32,109 @@ def coverage_evidence(
 ) -> CoverageEvidence:
     """Every branch but the baseline, against the baseline; `traced` is branch -> tier -> what that
     probe traced."""
-    base = next((b for b in workspace.branches if b.name == baseline), None)
-    files: list[ChangedFileCoverage] = []
-    verdicts: list[BranchCoverage] = []
-    for branch in workspace.branches:
-        if base is None or branch.name == baseline or branch.env is None:
-            continue
-        executed = Executed.of(traced.get(branch.name, {}).items())
-        mine = [
-            _file(workspace, base.resolved.sha, branch.resolved.sha, branch.name, c, executed, plan)
-            for c in changed_files(workspace.repo, base.resolved.sha, branch.resolved.sha)
-            if c.path.startswith("vllm/")
-        ]
-        files += mine
-        verdicts.append(judge_branch(branch.name, mine))
-    return CoverageEvidence(
-        traced=plan.paths if plan.spec is not None else [],
-        why_not=plan.why_not,
-        changed=files,
-        branches=verdicts,
-    )
+    return ChangedCode.of(workspace, baseline, plan).evidence(traced)
 
 
-def _file(
+@dataclass(frozen=True)
+class _Changed:
+    """One changed file of a branch, as far as it can be judged before anything ran: decided
+    (`final`: deleted, not Python, not traced), unreadable (`unreadable`: judged so once its
+    probes vouch for their coverage), or to be judged line by line (`analysis`)."""
+
+    change: Change
+    final: ChangedFileCoverage | None = None
+    unreadable: ChangedFileCoverage | None = None
+    analysis: FileAnalysis | None = None
+
+
+@dataclass(frozen=True)
+class ChangedCode:
+    """Every compared branch's changed files under `vllm/`, read from git and parsed once; judged
+    against what the branches' probes executed as often as asked (`fuzz` judges after every
+    example that ran something new)."""
+
+    plan: TracePlan
+    #: branch -> its changed files, in git's order (the baseline is not among them).
+    files: dict[str, list[_Changed]]
+
+    @classmethod
+    def of(cls, workspace: Workspace, baseline: str, plan: TracePlan) -> ChangedCode:
+        base = next((b for b in workspace.branches if b.name == baseline), None)
+        files: dict[str, list[_Changed]] = {}
+        for branch in workspace.branches:
+            if base is None or branch.name == baseline or branch.env is None:
+                continue
+            files[branch.name] = [
+                _prepared(workspace, base.resolved.sha, branch.resolved.sha, branch.name, c, plan)
+                for c in changed_files(workspace.repo, base.resolved.sha, branch.resolved.sha)
+                if c.path.startswith("vllm/")
+            ]
+        return cls(plan, files)
+
+    def evidence(
+        self, traced: Mapping[str, Mapping[str, ProbeCoverage | None]]
+    ) -> CoverageEvidence:
+        files: list[ChangedFileCoverage] = []
+        verdicts: list[BranchCoverage] = []
+        for branch, changed in self.files.items():
+            executed = Executed.of(traced.get(branch, {}).items())
+            mine = [_judged(branch, c, executed) for c in changed]
+            files += mine
+            verdicts.append(judge_branch(branch, mine))
+        return CoverageEvidence(
+            traced=self.plan.paths if self.plan.spec is not None else [],
+            why_not=self.plan.why_not,
+            changed=files,
+            branches=verdicts,
+        )
+
+
+def _prepared(
     workspace: Workspace,
     baseline_sha: str,
     sha: str,
     branch: str,
     change: Change,
-    executed: Executed,
     plan: TracePlan,
-) -> ChangedFileCoverage:
-    """One changed file of `branch`; a deleted one is named, with no line left to run."""
+) -> _Changed:
+    """What can be known of one changed file of `branch` before anything ran."""
     path = change.path
     if change.status == "D":
-        return ChangedFileCoverage(branch=branch, file=path, status="traced", why="deleted")
+        deleted = ChangedFileCoverage(branch=branch, file=path, status="traced", why="deleted")
+        return _Changed(change, final=deleted)
     if not path.endswith(".py"):
-        return untraced_file(branch, path, "not Python")
+        return _Changed(change, final=untraced_file(branch, path, "not Python"))
     if plan.spec is None:
-        return unknown_file(branch, path, plan.why_not or "nothing was traced")
+        why = plan.why_not or "nothing was traced"
+        return _Changed(change, final=unknown_file(branch, path, why))
     if not any(path == p or (p.endswith("/") and path.startswith(p)) for p in plan.paths):
-        return untraced_file(branch, path, "outside the traced files")
+        return _Changed(change, final=untraced_file(branch, path, "outside the traced files"))
+    try:
+        source = _text(read_blob(workspace.repo, sha, path))
+        changed = changed_lines(workspace.repo, baseline_sha, sha, path)
+    except DifftestError as exc:  # one file never loses the run's evidence
+        why = f"could not be read from git ({exc.problem})"
+        return _Changed(change, unreadable=unknown_file(branch, path, why))
+    if source is None:
+        why = "not text in its declared encoding"
+        return _Changed(change, unreadable=untraced_file(branch, path, why))
+    return _Changed(change, analysis=FileAnalysis(path, source, changed))
+
+
+def _judged(branch: str, changed: _Changed, executed: Executed) -> ChangedFileCoverage:
+    """One changed file of `branch` against what its probes executed."""
+    if changed.final is not None:
+        return changed.final
+    path = changed.change.path
     if executed.traced_probes == 0:
         why = "no probe of this branch was traced (only probe tiers are: the tests tier is not yet)"
         return unknown_file(branch, path, why)
     if executed.unknown:
         return unknown_file(branch, path, executed.unknown[0])
-    try:
-        source = _text(read_blob(workspace.repo, sha, path))
-        changed = changed_lines(workspace.repo, baseline_sha, sha, path)
-    except DifftestError as exc:  # one file never loses the run's evidence
-        return unknown_file(branch, path, f"could not be read from git ({exc.problem})")
-    if source is None:
-        return untraced_file(branch, path, "not text in its declared encoding")
-    return file_coverage(branch, path, source, changed, executed)
+    if changed.unreadable is not None:
+        return changed.unreadable
+    assert changed.analysis is not None
+    return changed.analysis.judge(branch, executed)
 
 
 def _text(blob: bytes) -> str | None:

@@ -1,12 +1,13 @@
 """Which changed lines of the fuzzed branches the examples reached, and when each first was.
 
 Every example's job traces the compared branches' changed files (`run.coverage.tracing_job`), as
-`run`'s jobs do; each warm probe reports what that example executed (`probe.tracing`). The host
-sums them per branch and judges the sum exactly as `run` judges a branch's probes
-(`run.coverage.judge.coverage_evidence`): a campaign that found nothing on a branch whose changed
-lines no example ran reads "not verified", naming them, never a plain "nothing found". Each time an
-example adds to what a branch executed, the changed lines it reached first are noted with the
-example's number and time: what `fuzz.json` reports as `first_reached`.
+`run`'s jobs do; each warm probe reports what its examples executed that it had not reported yet
+(`probe.tracing`). The host sums them per branch and judges the sum exactly as `run` judges a
+branch's probes (`run.coverage.judge.ChangedCode`: the files read from git and parsed once, judged
+again after each example that ran something new): a campaign that found nothing on a branch whose
+changed lines no example ran reads "not verified", naming them, never a plain "nothing found".
+Each time an example adds to what a branch executed, the changed lines it reached first are noted
+with the example's number and time: what `fuzz.json` reports as `first_reached`.
 
 An example whose probe died or hung adds nothing (its process never reported what it executed;
 the lines only it ran read unreached, never reached): the campaign's other examples keep counting.
@@ -24,7 +25,7 @@ from difftest.build.workspace import Workspace
 from difftest.core.evidence import CoverageEvidence
 from difftest.core.fuzz import FirstReach
 from difftest.core.records import FileCoverage, ProbeCoverage
-from difftest.run.coverage.judge import coverage_evidence
+from difftest.run.coverage.judge import ChangedCode
 from difftest.run.coverage.tracing_job import TracePlan
 from difftest.run.probes.runner import BranchRun
 
@@ -73,6 +74,7 @@ class FuzzReach:
         self.tier = tier
         self._summed: dict[str, _Summed] = {}
         self._first: dict[tuple[str, str, int], FirstReach] = {}
+        self._changed: ChangedCode | None = None
         self._started = time.monotonic()
 
     def start_clock(self) -> None:
@@ -90,8 +92,10 @@ class FuzzReach:
             self._note_first(example, round(after_s, 3))
 
     def evidence(self) -> CoverageEvidence:
+        if self._changed is None:
+            self._changed = ChangedCode.of(self.workspace, self.baseline, self.plan)
         traced = {b: {self.tier: s.coverage()} for b, s in self._summed.items()}
-        return coverage_evidence(self.workspace, self.baseline, traced, self.plan)
+        return self._changed.evidence(traced)
 
     def first_reached(self) -> list[FirstReach]:
         return sorted(self._first.values(), key=lambda r: (r.branch, r.file, r.line))
