@@ -87,9 +87,7 @@ def coverage_report(
     elif not executed.traced_probes:
         coverage = traced.comparison.evidence.coverage
         status = "unknown"
-        why = (coverage.why_not if coverage else "") or (
-            "no probe was traced (only probe tiers are: the tests tier is not yet)"
-        )
+        why = (coverage.why_not if coverage else "") or ("no probe or test session was traced")
     root = traced.root
     files = reach_of(root, executed, stats_path_files(root, stats_paths), stats_paths)
     sources = {

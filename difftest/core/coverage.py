@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from difftest.core.evidence import BranchCoverage, ChangedFileCoverage, CoverageEvidence
+from difftest.core.records import FileCoverage, ProbeCoverage
 
 
 def judge_branch(branch: str, files: list[ChangedFileCoverage]) -> BranchCoverage:
@@ -56,6 +57,24 @@ def judge_branch(branch: str, files: list[ChangedFileCoverage]) -> BranchCoverag
         status="verified" if verified else "not verified",
         summary="; ".join(parts),
     )
+
+
+def summed(parts: Iterable[ProbeCoverage]) -> ProbeCoverage:
+    """What several processes of one branch traced, as one: every line and arc any of them
+    executed; `unknown` (the first one's reason) where any could not vouch for its part."""
+    lines: dict[str, set[int]] = {}
+    arcs: dict[str, set[tuple[int, int]]] = {}
+    for part in parts:
+        if part.status != "ok":
+            return ProbeCoverage(status="unknown", why=part.why)
+        for path, data in part.files.items():
+            lines.setdefault(path, set()).update(data.lines)
+            arcs.setdefault(path, set()).update((a, b) for a, b in data.arcs)
+    files = {
+        path: FileCoverage(lines=sorted(found), arcs=sorted(arcs.get(path, set())))
+        for path, found in lines.items()
+    }
+    return ProbeCoverage(status="ok", files=files)
 
 
 def line_ranges(numbers: Iterable[int]) -> str:

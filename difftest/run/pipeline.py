@@ -304,6 +304,8 @@ def traced_by_branch(
     for tier, outcome in outcomes.items():
         for branch, run in outcome.probes.items():
             traced.setdefault(branch, {})[tier] = run.coverage
+        for branch, coverage in outcome.coverage.items():
+            traced.setdefault(branch, {})[tier] = coverage
     return traced
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from difftest.core.breakage import Measured
 from difftest.core.config import Config
-from difftest.core.records import Reading, Result, TestRecord
+from difftest.core.records import ProbeCoverage, Reading, Result, TestRecord
 from difftest.tiers.common.scenario import ScenarioIdentity
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class TierOutcome(Generic[P]):
     test_sources: Mapping[str, TestSourceEvidence] = field(default_factory=dict)
     #: The test sessions as they ran (suite tiers; the run layer's `SessionRun`s).
     sessions: Sequence[Any] = ()
+    #: Branch -> what its workers traced, summed over the sessions (suite tiers, when traced).
+    coverage: Mapping[str, ProbeCoverage] = field(default_factory=dict)
 
 
 class BaselineTree(Protocol):

@@ -118,6 +118,23 @@ def test_upstreams_selection_does_not_separate_the_branches(shipped_tests_run):
 
 
 @shipped
+def test_the_sessions_are_traced_and_judge_each_branchs_changed_lines(shipped_tests_run):
+    """A run of the tests tier alone still says what ran of each branch's changed code: every
+    worker traces the files the branches change, and upstream's scheduler tests run all of both
+    PRs' changed lines in scheduler.py and metrics.py."""
+    _, out, _, _ = shipped_tests_run
+    coverage = evidence_of(out)["coverage"]
+    assert "vllm/v1/core/sched/scheduler.py" in coverage["traced"]
+    standing = {b["branch"]: b for b in coverage["branches"]}
+    for branch in (PR37, PR95):
+        assert standing[branch]["status"] == "verified", standing[branch]
+        assert standing[branch]["summary"].startswith("changed lines reached"), standing[branch]
+    files = {(c["branch"], c["file"]): c for c in coverage["changed"]}
+    scheduler = files[(PR95, "vllm/v1/core/sched/scheduler.py")]
+    assert scheduler["status"] == "traced" and scheduler["reached"] == scheduler["lines"] != []
+
+
+@shipped
 def test_the_56137_regression_test_breaks_the_56195_code(shipped_tests_run):
     code, out, _, _ = shipped_tests_run
     assert code == 1

@@ -11,7 +11,10 @@ pitfall that silently gives wrong answers is shown to be handled:
 - `-n0` turns distribution off;
 - JUnit repeats each test per worker without naming the interpreter;
 - a module failing to collect in one environment is reported once, unlabelled;
-- a session stopped at its time limit keeps the tests that finished.
+- a session stopped at its time limit keeps the tests that finished;
+- each worker traces the job's files from its start and hands what it ran to the controller; a
+  branch that stops the tracer reads coverage unknown, the other keeps its own (each environment
+  has a two-function stand-in `vllm` package here, for the tracer to find).
 
 vLLM's own case (each worker's `vllm` must come from its own environment) is
 checked end to end in tests/e2e/test_tests_tier.py.
@@ -30,7 +33,7 @@ import pytest
 from difftest.build.envs.uvtool import run_uv
 from difftest.core.suites import SuiteSession
 from difftest.run.suites.measure import SessionRun, SessionSetup, run_session
-from difftest.run.suites.results import read_session
+from difftest.run.suites.results import read_session, session_coverage
 from tests.factories import ROOT
 
 PLUGIN = "difftest.probe.tests.plugin"
@@ -66,6 +69,32 @@ def test_hangs():
 """
 
 
+#: The stand-in `vllm/counting.py` of both environments.
+COUNTING = """
+def count(n):
+    if n > 1:
+        return n + 1
+    return n
+
+
+def never_called():
+    return 0
+"""
+#: Runs `count` both ways; on `b`, then stops the tracer as a branch's code could.
+COUNTS = """
+import sys
+
+import which
+from vllm import counting
+
+
+def test_count():
+    assert counting.count(2) == 3 and counting.count(1) == 1
+    if which.NAME == "b":
+        sys.settrace(None)
+"""
+
+
 @pytest.fixture(scope="session")
 def interpreters(tmp_path_factory) -> dict[str, Path]:
     """Two real venvs (`a`, `b`); each imports its own `which.py`; only `a` has `only_a.py`."""
@@ -80,6 +109,9 @@ def interpreters(tmp_path_factory) -> dict[str, Path]:
         (marker / "which.py").write_text(f"NAME = {name!r}\n")
         if name == "a":
             (marker / "only_a.py").write_text("")
+        (marker / "vllm").mkdir()
+        (marker / "vllm" / "__init__.py").write_text("")
+        (marker / "vllm" / "counting.py").write_text(COUNTING)
         (site_packages(env) / "marker.pth").write_text(str(marker) + "\n")
         found[name] = env
     return found
@@ -101,6 +133,7 @@ def tree(tmp_path_factory) -> Path:
     (tests / "test_broken.py").write_text('raise ImportError("broken everywhere")\n')
     (tests / "test_core__difftest1.py").write_text(GRAFTED)
     (tests / "test_slow.py").write_text(SLOW)
+    (tests / "test_counting.py").write_text(COUNTS)
     (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-n0 -p no:xdist"\n')
     return root
 
@@ -256,3 +289,22 @@ def _stop_at_growing_limits(tmp_path, tree, interpreters, plan):
         if fast == {"passed"} or limit == LIMITS_S[-1]:
             break
     return fast, got, limit
+
+
+def test_each_worker_hands_what_it_traced_to_the_controller(tmp_path, tree, interpreters):
+    spec = {"site": sysconfig.get_paths()["purelib"], "paths": ["vllm/counting.py"]}
+    plan = session("tests/test_counting.py")
+    done = run(tmp_path, tree, interpreters, plan, trace=spec)
+    assert done.error is None, done.error
+    # (Its outcomes are not read: the stand-in `vllm` lies outside the environments' `overlay/`,
+    # which `read_session` refuses, as it must for a real branch.)
+    traced = session_coverage(done.out, ["a", "b"])
+    assert traced["a"].status == "ok", traced["a"]
+    counted = traced["a"].files["vllm/counting.py"]
+    # Both ways through `count`'s branch point; `never_called`'s body never ran (its `def` did).
+    assert {3, 4, 5} <= set(counted.lines) and 10 not in counted.lines
+    assert {(3, 4), (3, 5)} <= {(a, b) for a, b in counted.arcs}
+    assert traced["b"].status == "unknown"
+    assert traced["b"].why.startswith("the tracer was stopped while the probe ran")
+    # A session run untraced reports none (a worker that never finished reads unknown, never ok).
+    assert session_coverage(tmp_path / "nowhere", ["a"])["a"].status == "unknown"

@@ -134,7 +134,7 @@ def test_what_cannot_be_vouched_for_is_measured(tmp_path):
     check, _ = _check(_history(tmp_path / "4", edited), sha="f" * 40)
     assert not check.skip and check.why.startswith("the base resolved to ffffffffffff")
     check, calls = _check(_history(tmp_path / "5", edited), untraced=["tests"])
-    assert not check.skip and "tests tier's sessions are not traced" in check.why and not calls
+    assert not check.skip and "the base's map holds no test session" in check.why and not calls
 
 
 def test_a_base_that_cannot_be_traced_is_measured_not_an_error(tmp_path):

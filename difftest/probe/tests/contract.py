@@ -13,6 +13,9 @@ CODE_ENV = "DIFFTEST_CODE"
 OUT_ENV = "DIFFTEST_SUITE_OUT"
 #: JSON list of the node ids of grafted test modules that may run.
 GRAFTS_ENV = "DIFFTEST_SUITE_GRAFTS"
+#: JSON of the job's `trace` entry (`probe.tracing`): each worker traces those files from its start
+#: and hands what it executed to the controller, which writes it into `workers.json`.
+TRACE_ENV = "DIFFTEST_SUITE_TRACE"
 #: For difftest's own tests only: leave the controller's sys.path in the workers (the xdist
 #: default).
 INHERIT_PATH_ENV = "DIFFTEST_SUITE_INHERIT_PATH"

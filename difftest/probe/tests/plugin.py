@@ -38,6 +38,7 @@ from difftest.probe.tests.contract import (
     LABEL,
     NODEID_PROPERTY,
     OUT_ENV,
+    TRACE_ENV,
 )
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
@@ -65,6 +66,16 @@ if _WORKER and _ACTIVE and not os.environ.get(INHERIT_PATH_ENV):
 # that on, and the session would then be killed having written nothing of what finished.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# A worker traces the files the job names from here on, before any conftest or test imports vLLM
+# (`probe.tracing`); what it executed goes to the controller with the worker's other facts.
+from difftest.probe.tracing import Tracing  # noqa: E402
+
+_TRACING = (
+    Tracing.start(json.loads(os.environ[TRACE_ENV]))
+    if _WORKER and _ACTIVE and os.environ.get(TRACE_ENV)
+    else None
+)
 
 import pytest  # noqa: E402  (after the path is right: nothing of the controller's may be imported first)
 
@@ -181,6 +192,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "python": sys.executable,
             "prefix": sys.prefix,
             "vllm": getattr(vllm, "__file__", None),
+            **({"coverage": _TRACING.record()} if _TRACING is not None else {}),
         }
         return
     found = {code: {**_workers.get(code, {}), "collected": ids} for code, ids in _collected.items()}

@@ -44,9 +44,11 @@ def session_key(
     base: dict[str, Any],
     packages: list[str],
     limits: dict[str, float],
+    trace: dict[str, Any] | None = None,
 ) -> str:
     """sha256 of everything one session's outcomes depend on
-    (`workers`: (branch, env fingerprint))."""
+    (`workers`: (branch, env fingerprint)), what its workers trace included (a session stored
+    untraced has no coverage to give)."""
     material = {
         "format": SUITE_CACHE_FORMAT,
         "difftest": __version__,
@@ -58,6 +60,7 @@ def session_key(
         "base": canonical_hash(base),
         "packages": sorted(packages),
         "limits": dict(sorted(limits.items())),
+        "trace": trace,
         # Sessions run unconfined are never reused by a confined run, nor the other way round.
         "confinement": protection().label,
     }

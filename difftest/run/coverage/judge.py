@@ -127,7 +127,7 @@ def _judged(branch: str, changed: _Changed, executed: Executed) -> ChangedFileCo
         return changed.final
     path = changed.change.path
     if executed.traced_probes == 0:
-        why = "no probe of this branch was traced (only probe tiers are: the tests tier is not yet)"
+        why = "no probe or test session of this branch was traced"
         return unknown_file(branch, path, why)
     if executed.unknown:
         return unknown_file(branch, path, executed.unknown[0])

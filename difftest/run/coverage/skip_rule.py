@@ -13,7 +13,8 @@ a new `except` clause or an uncommented line from being cleared by the line's ow
 Everything that cannot be vouched for is measured: a changed file under `vllm/` that is not
 Python (deleted or not), an added Python file (a `try: import` or a folder scan may load it with
 no edit elsewhere), a base whose coverage is unknown or partial, a base that resolved to another
-commit than the diff's, and any selection with a tier that is not traced (the tests tier).
+commit than the diff's, and any selection with a suite tier (the tests tier: the base's map is
+drawn from probes only, never from a test session, whose tests the head may change too).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def check_skip(
     vllm = [c for c in head.changes if c.path.startswith("vllm/")]
     if untraced_tiers and any(c.path.startswith(("vllm/", "tests/")) for c in head.changes):
         tiers = ", ".join(untraced_tiers)
-        return SkipCheck(False, f"the {tiers} tier's sessions are not traced, so cannot clear it")
+        why = f"the {tiers} tier is selected: the base's map holds no test session"
+        return SkipCheck(False, f"{why}, so cannot clear it")
     if not vllm:
         return SkipCheck(True, "changes no file under vllm/")
     other = [c.path for c in vllm if not c.path.endswith(".py")]

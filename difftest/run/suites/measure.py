@@ -32,9 +32,17 @@ from difftest.build.tests.deps import site_dir, suite_packages
 from difftest.build.tests.standins import hub_cache
 from difftest.build.tests.trees import PYTEST_CONFIG, branch_tests, has_tests, suite_tree
 from difftest.core import paths, tally
+from difftest.core.coverage import summed
 from difftest.core.evidence import TestSourceEvidence
+from difftest.core.records import ProbeCoverage
 from difftest.core.suites import BranchTests, RawOutcome, SuitePlan, SuiteSession
-from difftest.probe.tests.contract import CODE_ENV, GRAFTS_ENV, INHERIT_PATH_ENV, OUT_ENV
+from difftest.probe.tests.contract import (
+    CODE_ENV,
+    GRAFTS_ENV,
+    INHERIT_PATH_ENV,
+    OUT_ENV,
+    TRACE_ENV,
+)
 from difftest.run.cache.sessions import load_session, session_key, store_session
 from difftest.run.context import RunContext
 from difftest.run.probes import descendants
@@ -46,7 +54,7 @@ from difftest.run.probes.runner import (
     probe_process_ended,
     start_probe_process,
 )
-from difftest.run.suites.results import read_session
+from difftest.run.suites.results import read_session, session_coverage
 from difftest.tiers.base import TierOutcome
 from difftest.tiers.common.scenario import ScenarioIdentity
 from difftest.tiers.suite_tier import SuiteTier
@@ -102,6 +110,8 @@ class SessionSetup:
     #: For difftest's own tests only (see `run_session`).
     extra_args: tuple[str, ...] = ()
     inherit_controller_path: bool = False
+    #: What each worker traces (the job's `trace` entry, `probe.tracing`); None: nothing.
+    trace: dict[str, Any] | None = None
 
     def with_controller(self, controller: Path) -> SessionSetup:
         return replace(self, controller=controller)
@@ -171,9 +181,11 @@ def measure_suites(
         timeout_s=context.timeouts.suite_s,
         extra_args=context.suite_args,
         inherit_controller_path=context.inherit_controller_path,
+        trace=context.trace.spec if context.trace is not None else None,
     )
     outcomes: list[RawOutcome] = []
     runs = []
+    coverage: dict[str, list[ProbeCoverage]] = {}
     for session in plan.sessions:
         for source in plan.sources:
             if session.default_source == source.label or source.label in {
@@ -196,6 +208,7 @@ def measure_suites(
                 workspace.base.fingerprint,
                 list(requirements),
                 {"run_s": context.timeouts.run_s, "suite_s": context.timeouts.suite_s},
+                setup.trace,
             )
             if not setup.extra_args and not setup.inherit_controller_path
             else None
@@ -216,6 +229,9 @@ def measure_suites(
         outcomes += found
         for code, why in problems.items():
             unmeasured.setdefault(code, why)
+        if setup.trace is not None:
+            for code, traced in session_coverage(run.out, [n for n, _, _ in setup.workers]).items():
+                coverage.setdefault(code, []).append(traced)
         log(
             f"tests: session {session.name} {'failed: ' + run.error if run.error else 'done'} in "
             f"{run.duration_s:.1f} s"
@@ -223,7 +239,13 @@ def measure_suites(
     results, records = tier.judge_suites(
         scenario, plan, outcomes, names, baseline, reading, unmeasured
     )
-    return TierOutcome(results=results, tests=records, test_sources=sources, sessions=runs)
+    return TierOutcome(
+        results=results,
+        tests=records,
+        test_sources=sources,
+        sessions=runs,
+        coverage={code: summed(parts) for code, parts in coverage.items()},
+    )
 
 
 def _run_or_reuse(
@@ -360,6 +382,7 @@ def run_session(
             writable=(out,),
             env={
                 **session_environ(session, setup.python_path, setup.hub, out, len(setup.workers)),
+                **({TRACE_ENV: json.dumps(setup.trace)} if setup.trace is not None else {}),
                 **({INHERIT_PATH_ENV: "1"} if setup.inherit_controller_path else {}),
                 descendants.TOKEN_ENV: token,
             },

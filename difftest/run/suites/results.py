@@ -5,7 +5,8 @@ without naming the interpreter, and reports a module that failed to collect in
 one environment once, unlabelled. The plugin fixes both (a `difftest_code`
 property on every test, given by the controller from the channel the report
 came through; a `[difftest code=... node=...]` prefix on collection errors), and
-`workers.json` says what each worker collected and where its `vllm` came from.
+`workers.json` says what each worker collected, where its `vllm` came from and, when the job
+traces files, what the worker executed of them.
 From these, every branch gets exactly one outcome per test any branch
 collected:
 
@@ -24,11 +25,14 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from difftest.core.records import TestOutcome
+from pydantic import ValidationError
+
+from difftest.core.records import ProbeCoverage, TestOutcome
 from difftest.core.suites import RawOutcome, SuiteSession
 from difftest.core.verdicts import one_line
 from difftest.probe.tests.contract import CODE_PROPERTY, GRAFT_MARK, LABEL, NODEID_PROPERTY
 from difftest.run.probes.files import read_probe_file, read_probe_text
+from difftest.run.probes.read_records import validation_summary
 
 #: The plugin's collection-error label (`contract.LABEL`), as a pattern.
 _LABEL = re.compile(
@@ -126,6 +130,25 @@ def _unique(outcomes: list[RawOutcome]) -> list[RawOutcome]:
     for o in outcomes:
         seen.setdefault((o.source, o.code, o.test), o)
     return list(seen.values())
+
+
+def session_coverage(out: Path, codes: list[str]) -> dict[str, ProbeCoverage]:
+    """What each branch's worker traced of the job's files (the plugin hands it to the controller,
+    which writes it into `workers.json`): validated here, or `unknown` with why."""
+    workers = _workers(out / "workers.json")
+    found: dict[str, ProbeCoverage] = {}
+    for code in codes:
+        raw = (workers.get(code) or {}).get("coverage")
+        if raw is None:
+            why = "its pytest worker reported no coverage (it did not finish its session)"
+            found[code] = ProbeCoverage(status="unknown", why=why)
+            continue
+        try:
+            found[code] = ProbeCoverage.model_validate(raw)
+        except ValidationError as exc:
+            why = f"its pytest worker's coverage is invalid: {validation_summary(exc)}"
+            found[code] = ProbeCoverage(status="unknown", why=why)
+    return found
 
 
 def _workers(path: Path) -> dict[str, dict]:
