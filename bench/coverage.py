@@ -6,8 +6,9 @@ run` (result cache off, so every probe measures) with tracing off and on, altern
 times: the median time of one probe process (its outcome's duration: start, import, every run,
 exit) and of the whole command. Fresh probes (`--no-fork`) show a probe's whole cost; the default
 (forked) run shows what a user waits for. Then `fuzz`'s warm probes, which trace every example: the
-same seeded search (`--against main pr-56137-style`) with tracing off and on, as scenarios probed
-per second of search.
+same seeded search (`--against main pr-56137-style pr-56195-style`: the first has all its changed
+lines reached within a few examples, the second never does) with tracing off and on, as
+scenarios probed per second of search.
 
     .venv/bin/python bench/coverage.py [--repeat N] [--engine-k EXPR] [--fuzz-examples N]
 
@@ -57,7 +58,7 @@ def fuzz_rate(examples: int, traced: bool, out: Path) -> float:
     """Scenarios probed per second of one seeded search (`fuzz.json`: probed / elapsed_s)."""
     env = {**os.environ, "DIFFTEST_COVERAGE": "on" if traced else "off"}
     command = [*DIFFTEST, "fuzz", "--seed", "0", "--examples", str(examples)]
-    command += ["--against", "main", "--out", str(out), "pr-56137-style"]
+    command += ["--against", "main", "--out", str(out), "pr-56137-style", "pr-56195-style"]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         sys.exit(f"difftest fuzz failed ({done.returncode}):\n{done.stderr[-2000:]}")

@@ -13,13 +13,15 @@ A branch runs in this very process, so it can stop or replace the tracer (`sys.s
 must be the one started here, never stopped, in the thread that played the runs. Otherwise the
 record says `unknown`, with the reason, and the host reads "coverage unknown", never "reached".
 
-A warm probe (`serve_stream`) traces from its first job on and reports after each job what the
-process executed that no earlier record of it reported (`record(again=True)`): the host sums the
-records, so the sum is what every job executed and a record that is not empty says the job ran
-something new. (Erasing coverage.py's data between jobs would give each job's own lines, but costs
-~40 ms a job in a process that imported vLLM: more than a scheduler example takes.) One
-disturbance makes every later record of the process `unknown` too: a branch that once stopped the
-tracer cannot be trusted to have left it alone since.
+A warm probe (`serve_stream`) traces from its first job on and reports after each job what that
+job executed (`record(again=True)`), taken out of coverage.py's collector while it keeps running:
+the arcs recorded since the last record are copied and removed from the collector's live sets, so
+every thread's tracer stays in place (a pool thread started in one job and reused in a later one
+is still traced) and what another thread records meanwhile stays for the next job. (coverage.py's
+public way, stopping, erasing its data and starting again, costs ~40 ms a job in a process that
+imported vLLM and leaves threads that already exist untraced; it is the fallback where the
+collector is not as this reads it.) One disturbance makes every later record of the process
+`unknown` too: a branch that once stopped the tracer cannot be trusted to have left it alone since.
 """
 
 from __future__ import annotations
@@ -41,8 +43,6 @@ class Tracing:
         #: Which of coverage.py's tracers runs (its C tracer is many times faster than its Python
         #: one, which it falls back to where the C extension does not load).
         self.core = ""
-        #: What earlier records of this process reported, per file (`record(again=True)`).
-        self._reported: dict[str, tuple[set[int], set[tuple[int, int]]]] = {}
 
     @classmethod
     def start(cls, spec: dict[str, Any] | None) -> Tracing | None:
@@ -97,49 +97,40 @@ class Tracing:
     def record(self, again: bool = False) -> dict[str, Any]:
         """The `coverage` record's body: `status` "ok" with `files` ({path: {"lines", "arcs"}},
         paths relative to the site folder, `vllm/...`), or "unknown" with `why`. With `again`
-        (a warm probe, between jobs), only what no earlier record reported, and the tracer started
-        again for the next job."""
+        (a warm probe, between jobs), what ran since the last record, the tracer left running."""
         if self.problem:
             return {"status": "unknown", "why": self.problem, "files": {}}
         disturbed = self._disturbed()
         try:
-            self._coverage.stop()
+            job = _take_since_last(self._coverage) if again and not disturbed else None
+            if job is None:
+                self._coverage.stop()
             if disturbed:
                 self.problem = disturbed
                 return {"status": "unknown", "why": disturbed, "files": {}}
-            data = self._coverage.get_data()
+            if job is None:
+                data = self._coverage.get_data()
+                job = {
+                    name: (set(data.lines(name) or []), set(data.arcs(name) or []))
+                    for name in data.measured_files()
+                }
+                if again:  # the public fallback: erase, start again
+                    self._coverage.erase()
+                    self._coverage.start()
+                    self._tracer = sys.gettrace()
             files = {}
-            for measured in sorted(data.measured_files()):
-                relative = os.path.relpath(os.path.realpath(measured), self._root)
-                if relative.startswith(".."):
+            for name, (lines, arcs) in sorted(job.items()):
+                relative = os.path.relpath(os.path.realpath(name), self._root)
+                if relative.startswith("..") or not (lines or arcs):
                     continue
-                lines = set(data.lines(measured) or [])
-                arcs = set(data.arcs(measured) or [])
-                if again:
-                    lines, arcs = self._new(relative, lines, arcs)
-                    if not lines and not arcs:
-                        continue
                 files[relative] = {
                     "lines": sorted(lines),
                     "arcs": sorted([a, b] for a, b in arcs),
                 }
-            if again:
-                self._coverage.start()
-                self._tracer = sys.gettrace()
         except Exception as exc:  # noqa: BLE001 - a tracer the branch broke: unknown, not a crash
             self.problem = f"the tracer's data cannot be read ({type(exc).__name__}: {exc})"
             return {"status": "unknown", "why": self.problem, "files": {}}
         return {"status": "ok", "why": "", "files": files, "core": self.core}
-
-    def _new(
-        self, path: str, lines: set[int], arcs: set[tuple[int, int]]
-    ) -> tuple[set[int], set[tuple[int, int]]]:
-        """What of `path`'s lines and arcs no earlier record reported; remembered as reported."""
-        seen_lines, seen_arcs = self._reported.setdefault(path, (set(), set()))
-        new_lines, new_arcs = lines - seen_lines, arcs - seen_arcs
-        seen_lines |= new_lines
-        seen_arcs |= new_arcs
-        return new_lines, new_arcs
 
     def _disturbed(self) -> str:
         """Why the tracer that runs now is not the one started ("" when it is)."""
@@ -149,3 +140,44 @@ class Tracing:
         if now is not self._tracer:
             return "the tracer was replaced while the probe ran (sys.settrace)"
         return ""
+
+
+#: How coverage.py's C tracer packs an arc into one int (its `tracer.c`, `CTracer_record_pair`):
+#: 28 bits per line number, and a sign bit for each.
+_LINE_BITS = 28
+_LINE_MASK = (1 << _LINE_BITS) - 1
+_NEGATIVE_FROM, _NEGATIVE_TO = 1 << 56, 1 << 57
+
+
+def _take_since_last(coverage: Any) -> dict[str, tuple[set[int], set[tuple[int, int]]]] | None:
+    """Each traced file's lines and arcs recorded since the last call, taken out of the running
+    collector's sets (each copied, then exactly the copy removed: what a thread adds meanwhile
+    stays). None where the collector is not the one this reads (other packing, other fields): the
+    caller then falls back to coverage.py's public API."""
+    collector = getattr(coverage, "_collector", None)
+    raw = getattr(collector, "data", None)
+    if (
+        not isinstance(raw, dict)
+        or getattr(getattr(collector, "core", None), "packed_arcs", None) is not True
+    ):
+        return None
+    taken: dict[str, set[int]] = {}
+    for name, live in list(raw.items()):
+        if not isinstance(name, str) or not isinstance(live, set):
+            return None
+        taken[name] = live.copy()  # atomic under the GIL, as coverage.py's own flush relies on
+    found: dict[str, tuple[set[int], set[tuple[int, int]]]] = {}
+    for name, packed in taken.items():
+        arcs: set[tuple[int, int]] = set()
+        for value in packed:
+            if not isinstance(value, int):
+                return None
+            start, end = value & _LINE_MASK, (value >> _LINE_BITS) & _LINE_MASK
+            arcs.add(
+                (-start if value & _NEGATIVE_FROM else start, -end if value & _NEGATIVE_TO else end)
+            )
+        # As coverage.py derives lines from arcs: every positive line number an arc touches.
+        found[name] = ({n for arc in arcs for n in arc if n > 0}, arcs)
+    for name, packed in taken.items():
+        raw[name].difference_update(packed)
+    return found

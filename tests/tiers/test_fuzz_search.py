@@ -28,8 +28,8 @@ def test_same_seed_same_findings_on_a_real_branch(workspace, tmp_path) -> None:
     reached = []
     plan = plan_tracing(workspace, lambda _m: None)
     for attempt in range(2):
-        # A warm probe per search, as each `difftest fuzz` starts its own: what a probe reports
-        # of its coverage is what it had not reported before.
+        # A warm probe per search, as each `difftest fuzz` starts its own (the first search's
+        # first job would otherwise be the only one to run the modules' import).
         with (
             WarmProbe(
                 BRANCH, python, tier.name, tmp_path / str(attempt), WarmProbeLimits(600, 120)

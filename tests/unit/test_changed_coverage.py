@@ -10,6 +10,7 @@ from pathlib import Path
 
 import coverage
 import git
+import pytest
 
 from difftest.build.refs.diff import changed_lines
 from difftest.core.coverage import judge_branch, line_ranges, merge_coverage
@@ -245,6 +246,85 @@ def test_the_probes_tracer_reads_unknown_when_the_branch_replaces_or_stops_it(
             assert record["status"] == "ok", record
     missing = Tracing.start({"site": str(tmp_path / "none"), "paths": ["vllm/"]})
     assert missing is not None and missing.record()["status"] == "unknown"
+
+
+COUNTING = "def count(n):\n    if n > 1:\n        return n + 1\n    return n\n"
+
+
+def _stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> str:
+    """A stand-in `vllm` package holding `module` (COUNTING) on the path; coverage.py's folder."""
+    (tmp_path / "env" / "vllm").mkdir(parents=True)
+    (tmp_path / "env" / "vllm" / "__init__.py").write_text("")
+    (tmp_path / "env" / "vllm" / f"{module}.py").write_text(COUNTING)
+    monkeypatch.syspath_prepend(str(tmp_path / "env"))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    return str(Path(coverage.__file__).parent.parent)
+
+
+@pytest.mark.parametrize("read", ["collector", "public API"])
+def test_a_warm_probes_tracer_reports_what_each_job_ran(tmp_path, monkeypatch, read) -> None:
+    """Each record of a warm probe holds what that job ran: taken out of coverage.py's running
+    collector, or (where the collector is not as expected) through its public API, which must give
+    the same."""
+    import difftest.probe.tracing as tracing_module
+
+    site = _stand_in(tmp_path, monkeypatch, "counting_ab")
+    if read == "public API":
+        monkeypatch.setattr(tracing_module, "_take_since_last", lambda _coverage: None)
+    previous = sys.gettrace()
+    tracing = tracing_module.Tracing.start({"site": site, "paths": ["vllm/counting_ab.py"]})
+    assert tracing is not None and not tracing.problem
+    try:
+        from vllm import counting_ab  # type: ignore[import-not-found]
+
+        counting_ab.count(2)
+        first = tracing.record(again=True)
+        counting_ab.count(1)
+        second = tracing.record(again=True)
+        third = tracing.record(again=True)
+        counting_ab.count(3)
+        fourth = tracing.record(again=True)
+        tracing.record()
+    finally:
+        sys.settrace(previous)
+        sys.modules.pop("vllm.counting_ab", None)
+        sys.modules.pop("vllm", None)
+    path = "vllm/counting_ab.py"
+    assert first["status"] == second["status"] == third["status"] == "ok", (first, second)
+    assert first["files"][path]["lines"] == [1, 2, 3]  # the import's `def`, then n > 1
+    assert [2, 3] in first["files"][path]["arcs"] and [2, 4] not in first["files"][path]["arcs"]
+    assert second["files"][path] == {"lines": [2, 4], "arcs": [[-1, 2], [2, 4], [4, -1]]}
+    assert third["files"] == {}, "a job that ran nothing of the file reports nothing of it"
+    # A job that runs what an earlier one ran reports it again: each record is its job's own.
+    assert fourth["files"][path] == {"lines": [2, 3], "arcs": [[-1, 2], [2, 3], [3, -1]]}
+
+
+def test_a_thread_started_in_one_job_is_still_traced_in_the_next(tmp_path, monkeypatch) -> None:
+    """A pool thread the branch starts in one example and reuses in a later one (vLLM's
+    structured-output executor, say) keeps its tracer between records (coverage.py's public way,
+    stop and start, would leave it untraced: the fallback's known loss)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from difftest.probe.tracing import Tracing
+
+    site = _stand_in(tmp_path, monkeypatch, "counting_th")
+    previous = sys.gettrace()
+    tracing = Tracing.start({"site": site, "paths": ["vllm/counting_th.py"]})
+    assert tracing is not None and not tracing.problem
+    try:
+        from vllm import counting_th  # type: ignore[import-not-found]
+
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(counting_th.count, 2).result()
+            tracing.record(again=True)
+            pool.submit(counting_th.count, 1).result()  # the same thread, in the next job
+            second = tracing.record(again=True)
+        tracing.record()
+    finally:
+        sys.settrace(previous)
+        sys.modules.pop("vllm.counting_th", None)
+        sys.modules.pop("vllm", None)
+    assert second["status"] == "ok" and second["files"]["vllm/counting_th.py"]["lines"] == [2, 4]
 
 
 def test_a_pass_whose_changed_code_did_not_all_run_wears_its_own_mark_in_every_report() -> None:

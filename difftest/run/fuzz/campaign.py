@@ -230,6 +230,7 @@ def _fuzz(
             servers,
             stack.enter_context(ThreadPoolExecutor(max_workers=max(1, len(servers)))),
             plan,
+            reach.traces,
         )
         # Unwound first (last in): on Ctrl-C or SIGTERM the warm probes are killed before the pool
         # waits for its threads, which would otherwise wait on a stuck probe for up to `probe_s`.
@@ -387,20 +388,33 @@ class Prober:
     """Every branch's warm probe, asked the same job at once."""
 
     def __init__(
-        self, servers: dict[str, WarmProbe], pool: ThreadPoolExecutor, trace: TracePlan
+        self,
+        servers: dict[str, WarmProbe],
+        pool: ThreadPoolExecutor,
+        trace: TracePlan,
+        traces: Callable[[str], bool] = lambda _branch: True,
     ) -> None:
         self.servers = servers
         self.pool = pool
         self.trace = trace
+        #: Whether a branch's next job is traced (`FuzzReach.traces`).
+        self.traces = traces
 
     def play(self, job: Job, keep: Path | None = None) -> dict[str, BranchRun]:
-        """Every branch's answer (the job traces what the campaign traces); with `keep`, each
-        probe's job and records are also written there."""
-        self.trace.add_to(job)
+        """Every branch's answer (the job traces what the campaign traces, in the branches that
+        still want it); with `keep`, each probe's job and records are also written there."""
         futures = {
-            name: self.pool.submit(server.play, job, keep) for name, server in self.servers.items()
+            name: self.pool.submit(server.play, self._job_for(name, job), keep)
+            for name, server in self.servers.items()
         }
         return {name: f.result() for name, f in futures.items()}
+
+    def _job_for(self, branch: str, job: Job) -> Job:
+        mine: Job = {**job}
+        mine.pop("trace", None)
+        if self.traces(branch):
+            self.trace.add_to(mine)
+        return mine
 
     def warm_up(self, tier: ProbeTier[Any], reach: FuzzReach) -> dict[str, str]:
         """Start every probe (vLLM imported) with an empty job; the branches whose probe cannot

@@ -1,13 +1,13 @@
 """Which changed lines of the fuzzed branches the examples reached, and when each first was.
 
 Every example's job traces the compared branches' changed files (`run.coverage.tracing_job`), as
-`run`'s jobs do; each warm probe reports what its examples executed that it had not reported yet
-(`probe.tracing`). The host sums them per branch and judges the sum exactly as `run` judges a
-branch's probes (`run.coverage.judge.ChangedCode`: the files read from git and parsed once, judged
-again after each example that ran something new): a campaign that found nothing on a branch whose
-changed lines no example ran reads "not verified", naming them, never a plain "nothing found".
-Each time an example adds to what a branch executed, the changed lines it reached first are noted
-with the example's number and time: what `fuzz.json` reports as `first_reached`.
+`run`'s jobs do; each warm probe reports what each example executed (`probe.tracing`). The host
+sums them per branch and judges the sum exactly as `run` judges a branch's probes
+(`run.coverage.judge.ChangedCode`: the files read from git and parsed once, judged again after
+each example that ran something new): a campaign that found nothing on a branch whose changed
+lines no example ran reads "not verified", naming them, never a plain "nothing found". Each time
+an example adds to what a branch executed, the changed lines it reached first are noted with the
+example's number and time: what `fuzz.json` reports as `first_reached`.
 
 An example whose probe died or hung adds nothing (its process never reported what it executed;
 the lines only it ran read unreached, never reached): the campaign's other examples keep counting.
@@ -75,7 +75,16 @@ class FuzzReach:
         self._summed: dict[str, _Summed] = {}
         self._first: dict[tuple[str, str, int], FirstReach] = {}
         self._changed: ChangedCode | None = None
+        #: Branches whose changed-line word can no longer change: all reached (`verified`), or
+        #: `unknown` for the rest of the campaign. Their examples go untraced from then on.
+        self._settled: set[str] = set()
         self._started = time.monotonic()
+
+    def traces(self, branch: str) -> bool:
+        """Whether `branch`'s next example is traced: a branch whose changed lines are judged (not
+        the baseline) until its word is settled. Tracing costs a warm probe's runs about twice
+        their time on Python 3.11 (docs/benchmarks.md), for nothing once every changed line ran."""
+        return branch != self.baseline and branch not in self._settled
 
     def start_clock(self) -> None:
         """Times are seconds from here (the search's start, as a finding's are)."""
@@ -86,7 +95,10 @@ class FuzzReach:
         grew = False
         for branch, run in delivered.items():
             if run.coverage is not None and run.exited_cleanly:
-                grew |= self._summed.setdefault(branch, _Summed()).add(run.coverage)
+                summed = self._summed.setdefault(branch, _Summed())
+                grew |= summed.add(run.coverage)
+                if summed.unknown:
+                    self._settled.add(branch)
         if grew:
             after_s = max(0.0, time.monotonic() - self._started) if example else 0.0
             self._note_first(example, round(after_s, 3))
@@ -101,7 +113,11 @@ class FuzzReach:
         return sorted(self._first.values(), key=lambda r: (r.branch, r.file, r.line))
 
     def _note_first(self, example: int, after_s: float) -> None:
-        for entry in self.evidence().changed:
+        evidence = self.evidence()
+        self._settled |= {
+            b.branch for b in evidence.branches if b.status in ("verified", "unknown", "unchanged")
+        }
+        for entry in evidence.changed:
             for line in entry.reached:
                 key = (entry.branch, entry.file, line)
                 if key not in self._first:
