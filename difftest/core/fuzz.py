@@ -152,8 +152,9 @@ class FuzzReport(BaseModel):
     #: Probe processes started per branch (1 unless a probe crashed or hung and was restarted).
     probe_starts: dict[str, int] = Field(default_factory=dict)
     findings: list[Finding] = Field(default_factory=list)
-    #: What the examples executed of each fuzzed branch's changed lines, judged as `run` judges
-    #: them (None where nothing under `vllm/` differs, so nothing was traced).
+    #: What the examples executed of each fuzzed branch's changed lines (against the `--against`
+    #: branch, else the config's baseline), judged as `run` judges them; None in a report written
+    #: before schema 2.
     coverage: CoverageEvidence | None = None
     first_reached: list[FirstReach] = Field(default_factory=list)
 
@@ -190,17 +191,17 @@ class FuzzReport(BaseModel):
 
 
 def fuzz_exit_code(report: FuzzReport, require_coverage: bool = False) -> int:
-    """As `run`: 1 a diverge or broken finding (or, with `require_coverage`, a branch with nothing
-    found whose changed code the examples did not all run); 3 an error finding, a branch that
-    could not be fuzzed or a search that could not go on; 2 interrupted with nothing found; 0
-    nothing found."""
+    """As `run`: 1 a diverge or broken finding; 3 an error finding, a branch that could not be
+    fuzzed or a search that could not go on; 2 interrupted with nothing found; then, with
+    `require_coverage`, 1 a branch with nothing found whose changed code the examples did not all
+    run (as the gate's); 0 nothing found."""
     verdicts = {v for f in report.findings for v in f.verdicts}
     if verdicts & {"diverge", "broken"}:
-        return EXIT_FAILED
-    if require_coverage and report.not_verified():
         return EXIT_FAILED
     if "error" in verdicts or report.unmeasured or report.stopped == "flaky":
         return EXIT_UNMEASURED
     if report.stopped == "interrupted":
         return EXIT_USAGE
+    if require_coverage and report.not_verified():
+        return EXIT_FAILED
     return EXIT_OK

@@ -45,18 +45,21 @@ class Tracing:
         self.core = ""
 
     @classmethod
-    def start(cls, spec: dict[str, Any] | None) -> Tracing | None:
-        """Start tracing the job's files; None when the job asks for no tracing."""
+    def start(cls, spec: dict[str, Any] | None, preload: bool = True) -> Tracing | None:
+        """Start tracing the job's files; None when the job asks for no tracing. `preload`
+        imports the shared third-party libraries first, untraced (a probe, which imports them
+        anyway); a tests-tier worker does not, so that its tests see the modules they import
+        exactly as an untraced session does."""
         if not spec:
             return None
         tracing = cls()
         try:
-            tracing._begin(spec)
+            tracing._begin(spec, preload)
         except Exception as exc:  # noqa: BLE001 - the runs go on untraced; the record says why
             tracing.problem = f"the tracer could not start ({type(exc).__name__}: {exc})"
         return tracing
 
-    def _begin(self, spec: dict[str, Any]) -> None:
+    def _begin(self, spec: dict[str, Any], preload: bool) -> None:
         site, paths = str(spec["site"]), [str(p) for p in spec["paths"]]
         if not os.path.isdir(site):
             self.problem = f"the tracer's packages are not on this machine ({site})"
@@ -72,10 +75,18 @@ class Tracing:
         # torch is imported (the fork server refuses to share then too).
         from .shared import import_shared, must_import_vllm_first
 
-        if not must_import_vllm_first():
+        if preload and not must_import_vllm_first():
             import_shared()
         sys.path.append(site)  # after the environment's own packages: they keep precedence
         import coverage
+
+        wanted = spec.get("version")
+        if wanted and coverage.__version__ != wanted:
+            # Another coverage.py came first on the path (a test-only requirement, say): what it
+            # records is not what the host's parser reads.
+            imported = f"coverage.py {coverage.__version__} was imported from {coverage.__file__}"
+            self.problem = f"{imported}, not the tracer's {wanted}"
+            return
 
         include = [
             os.path.join(self._root, p) + ("*" if p.endswith("/") else "")

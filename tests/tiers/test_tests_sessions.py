@@ -302,9 +302,10 @@ def test_each_worker_hands_what_it_traced_to_the_controller(tmp_path, tree, inte
     assert traced["a"].status == "ok", traced["a"]
     counted = traced["a"].files["vllm/counting.py"]
     # Both ways through `count`'s branch point; `never_called`'s body never ran (its `def` did).
-    assert {3, 4, 5} <= set(counted.lines) and 10 not in counted.lines
+    assert {3, 4, 5, 8} <= set(counted.lines) and 9 not in counted.lines
     assert {(3, 4), (3, 5)} <= {(a, b) for a, b in counted.arcs}
     assert traced["b"].status == "unknown"
     assert traced["b"].why.startswith("the tracer was stopped while the probe ran")
-    # A session run untraced reports none (a worker that never finished reads unknown, never ok).
-    assert session_coverage(tmp_path / "nowhere", ["a"])["a"].status == "unknown"
+    # A session run untraced reports none: no worker hands any coverage over.
+    untraced = run(tmp_path / "untraced", tree, interpreters, plan)
+    assert untraced.error is None and session_coverage(untraced.out, ["a", "b"]) == {}

@@ -246,6 +246,9 @@ def test_the_probes_tracer_reads_unknown_when_the_branch_replaces_or_stops_it(
             assert record["status"] == "ok", record
     missing = Tracing.start({"site": str(tmp_path / "none"), "paths": ["vllm/"]})
     assert missing is not None and missing.record()["status"] == "unknown"
+    other = Tracing.start({"site": site, "paths": ["vllm/"], "version": "0.0"})
+    assert other is not None and other.record()["status"] == "unknown"
+    assert "not the tracer's 0.0" in other.record()["why"]
 
 
 COUNTING = "def count(n):\n    if n > 1:\n        return n + 1\n    return n\n"

@@ -142,13 +142,13 @@ def test_the_summary_lists_each_kind_per_branch_and_the_branches_with_nothing() 
     assert "nothing found" in render_fuzz_markdown(report())
 
 
-def covered(status: str, summary: str, **extra) -> FuzzReport:
+def covered(status: str, summary: str, *verdicts: str, **extra) -> FuzzReport:
     """A report with nothing found on `other`, whose changed lines the examples ran as `status`
-    says."""
+    says (and main's findings of `verdicts`)."""
     coverage = CoverageEvidence(
         branches=[BranchCoverage(branch="other", status=status, summary=summary)]  # type: ignore[arg-type]
     )
-    return report(coverage=coverage, **extra)
+    return report(*verdicts, coverage=coverage, **extra)
 
 
 def test_nothing_found_where_changed_lines_did_not_run_reads_not_verified() -> None:
@@ -178,6 +178,9 @@ def test_nothing_found_where_changed_lines_did_not_run_reads_not_verified() -> N
     seen = covered("verified", "changed lines reached 3/3")
     assert rows(seen)[-1][2] == "nothing found" and seen.not_verified() == []
     assert fuzz_exit_code(seen, require_coverage=True) == 0
+    # What could not be measured or was interrupted keeps its own exit, as the gate's does.
+    assert fuzz_exit_code(covered("unknown", "x", stopped="interrupted"), True) == 2
+    assert fuzz_exit_code(covered("not verified", "x", "error"), True) == 3
     # A branch that could not be fuzzed reads could not measure, not its coverage.
     lost = covered("unknown", "coverage unknown: x", unmeasured={"other": "no environment"})
     assert lost.not_verified() == [] and coverage_lines(lost) == []

@@ -72,7 +72,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 from difftest.probe.tracing import Tracing  # noqa: E402
 
 _TRACING = (
-    Tracing.start(json.loads(os.environ[TRACE_ENV]))
+    Tracing.start(json.loads(os.environ[TRACE_ENV]), preload=False)
     if _WORKER and _ACTIVE and os.environ.get(TRACE_ENV)
     else None
 )

@@ -31,7 +31,7 @@ from difftest.run.probes.files import read_probe_file
 from difftest.run.probes.sandbox import protection
 
 #: Bump when an entry's shape or the key's material changes.
-SUITE_CACHE_FORMAT = 1
+SUITE_CACHE_FORMAT = 2  # 2: what the workers trace is part of the key
 #: The session files an entry holds (the plugin's and pytest's reports; the log is not needed to
 #: judge).
 SESSION_FILES = ("junit.xml", "workers.json", "progress.jsonl")

@@ -70,7 +70,8 @@ def plan_tracing(workspace: Workspace, log: Log, chosen: Sequence[str] | None = 
         why = f"coverage.py could not be installed beside the base ({exc.problem})"
         log(f"changed-line coverage is off: {why}")
         return TracePlan(None, paths, why, everywhere)
-    return TracePlan({"site": str(site), "paths": paths}, paths, everywhere=everywhere)
+    spec = {"site": str(site), "paths": paths, "version": coverage.__version__}
+    return TracePlan(spec, paths, everywhere=everywhere)
 
 
 def traced_paths(workspace: Workspace) -> list[str]:

@@ -163,8 +163,15 @@ def _fuzz(
     progress: FuzzProgress | None,
     out: OutFolder,
 ) -> FuzzOutcome:
+    probed = fuzzed + ([against] if against else [])
+    # What each branch's changed lines are judged against: the --against branch, else the
+    # config's baseline, built (never probed) where it is not among the probed branches.
+    reference = against or _config_baseline(config) or probed[0]
     workspace = prepare(
-        config, fuzzed + ([against] if against else []), do_fetch=request.fetch, log=log
+        config,
+        probed + ([reference] if reference not in probed else []),
+        do_fetch=request.fetch,
+        log=log,
     )
     reading = request.reading or config.oracle.reading
     report = FuzzReport(
@@ -183,13 +190,12 @@ def _fuzz(
     # Every job traces the compared branches' changed files, the warm-up's too (before vLLM is
     # imported), as `run`'s jobs do.
     plan = plan_tracing(workspace, log)
-    baseline = _baseline(config, workspace)
-    reach = FuzzReach(workspace, against or baseline, plan, tier.name)
+    baseline = _baseline(config, probed)
+    reach = FuzzReach(workspace, reference, plan, tier.name)
     limits = WarmProbeLimits(start_s=config.timeouts.probe_s, run_s=config.timeouts.run_s)
-    ready = {b.name: b.env for b in workspace.branches if b.env is not None}
-    report.unmeasured.update(
-        {b.name: b.error or "no environment" for b in workspace.branches if b.env is None}
-    )
+    mine = [b for b in workspace.branches if b.name in probed]
+    ready = {b.name: b.env for b in mine if b.env is not None}
+    report.unmeasured.update({b.name: b.error or "no environment" for b in mine if b.env is None})
     with ExitStack() as stack:
         if cluster is not None:
             log(f"{tier.name} tier: warm probes as actors on the Ray cluster at {cluster.address}")
@@ -368,9 +374,14 @@ def _branch_names(config: Config, request: FuzzRequest) -> tuple[list[str], str 
     return fuzzed, against
 
 
-def _baseline(config: Config, workspace: Workspace) -> str:
-    names = [b.name for b in workspace.branches]
-    return config.baseline if config.baseline in names else names[0]
+def _baseline(config: Config, probed: list[str]) -> str:
+    """The probed branch the oracle's judging names as the baseline."""
+    return config.baseline if config.baseline in probed else probed[0]
+
+
+def _config_baseline(config: Config) -> str | None:
+    """The config's baseline, as the workspace names it."""
+    return branch_spec(config, config.baseline).name if config.baseline else None
 
 
 # -- probing ------------------------------------------------------------------------

@@ -134,14 +134,15 @@ def _unique(outcomes: list[RawOutcome]) -> list[RawOutcome]:
 
 def session_coverage(out: Path, codes: list[str]) -> dict[str, ProbeCoverage]:
     """What each branch's worker traced of the job's files (the plugin hands it to the controller,
-    which writes it into `workers.json`): validated here, or `unknown` with why."""
+    which writes it into `workers.json`), validated here: `unknown` with why where it is there
+    but invalid. A worker that never reported (its session timed out, the worker died) is left
+    out: what only it ran reads unreached, never reached, and the branch's other sessions and
+    probes keep counting."""
     workers = _workers(out / "workers.json")
     found: dict[str, ProbeCoverage] = {}
     for code in codes:
         raw = (workers.get(code) or {}).get("coverage")
         if raw is None:
-            why = "its pytest worker reported no coverage (it did not finish its session)"
-            found[code] = ProbeCoverage(status="unknown", why=why)
             continue
         try:
             found[code] = ProbeCoverage.model_validate(raw)
