@@ -7,10 +7,14 @@ example are answered from the cache), the distinct scenarios probed on every
 branch, both per second of search, the time to the first finding (from the
 start of the search) and the start-up (environments checked, probes started,
 vLLM imported). Then the naive alternative measured now: one cold probe process
-per example. The machine's load average is printed before and after, since the
-figures mean little on a busy machine.
+per example. Then, per shipped branch against main, unguided beside guided (`--guide`): the
+scenarios probed per second, how many of its changed lines the examples reached, and the seconds
+until the last of them was first reached (`first_reached` in fuzz.json); it ends with `HEADLINE:
+reach-all-changed N s` (guided; the slowest branch whose changed lines were all reached). The
+machine's load average is printed before and after, since the figures mean little on a busy
+machine.
 
-    uv run python bench/fuzz.py [--examples N] [--skip-naive]
+    uv run python bench/fuzz.py [--examples N] [--skip-naive] [--reach-examples N] [--only reach]
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Not this folder: its coverage.py (the coverage benchmark) would shadow coverage.py itself.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
@@ -57,6 +63,26 @@ def one_search(config, branches: list[str], examples: int, out: Path) -> dict:
         "findings": len(report.findings),
         "search": search,
         "other": wall - search,
+    }
+
+
+def reach_search(config, branch: str, guided: bool, examples: int, out: Path) -> dict:
+    """One search of `branch` against main: its rate and how far it got into the changed code."""
+    request = FuzzRequest(
+        branches=[branch], seed=0, examples=examples, against="main", out=out, guided=guided
+    )
+    report = fuzz(config, request).report
+    changed = [
+        c for c in (report.coverage.changed if report.coverage else []) if c.branch == branch
+    ]
+    total = sum(len(c.lines) for c in changed)
+    reached = sum(len(c.reached) for c in changed)
+    last = max((r.after_s for r in report.first_reached if r.branch == branch), default=None)
+    return {
+        "probed/s": report.probed / report.elapsed_s if report.elapsed_s else 0.0,
+        "reached": f"{reached}/{total}",
+        "all": reached == total and total > 0,
+        "last": last,
     }
 
 
@@ -98,11 +124,51 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=300)
     parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument("--reach-examples", type=int, default=100)
+    parser.add_argument("--only", choices=["reach"], default=None)
     args = parser.parse_args()
     config = load_config(ROOT / "branches.yaml")
     names = [b.name for b in config.branches]
     prepare(config)  # environments built once, outside the timings
     print(load())
+    if args.only != "reach":
+        throughput(config, names, args)
+    reach(config, [n for n in names if n != "main"], args.reach_examples)
+    print(load())
+
+
+def reach(config, branches: list[str], examples: int) -> None:
+    print(
+        f"\nagainst main, seed 0, --examples {examples}: unguided | guided (--guide); 'last' is "
+        "the seconds until the last changed line reached was first reached"
+    )
+    print(
+        f"{'branch':<24}{'probed/s':>9}{'reached':>9}{'last s':>8}  |{'probed/s':>9}"
+        f"{'reached':>9}{'last s':>8}"
+    )
+    slowest: float | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for branch in branches:
+            found = [
+                reach_search(config, branch, guided, examples, Path(tmp) / f"{branch}-{guided}")
+                for guided in (False, True)
+            ]
+            cells = []
+            for f in found:
+                last = f"{f['last']:.1f}" if f["last"] is not None else "-"
+                cells.append(f"{f['probed/s']:>9.1f}{f['reached']:>9}{last:>8}")
+            print(f"{branch:<24}{cells[0]}  |{cells[1]}", flush=True)
+            guided = found[1]
+            if guided["all"] and guided["last"] is not None:
+                slowest = max(slowest or 0.0, guided["last"])
+    print(
+        f"HEADLINE: reach-all-changed {slowest:.1f} s"
+        if slowest is not None
+        else "HEADLINE: reach-all-changed - s"
+    )
+
+
+def throughput(config, names: list[str], args: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, group in enumerate([[n] for n in names] + [names]):
@@ -131,7 +197,6 @@ def main() -> None:
             f"{names[0]}: a cold probe per example {cold:.1f} s; warm probe {warm * 1e3:.0f} ms "
             f"per probed example (x{cold / warm:.0f})"
         )
-    print(load())
 
 
 if __name__ == "__main__":

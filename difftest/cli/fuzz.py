@@ -100,6 +100,12 @@ class FuzzCommand(Command):
             "one warm interpreter that imported the shared libraries once (same results, slower)",
         )
         parser.add_argument(
+            "--guide",
+            action="store_true",
+            help="steer the search toward the fuzzed branches' changed code: Hypothesis's targeted "
+            "phase mutates the examples that ran most of it (same seed, same findings)",
+        )
+        parser.add_argument(
             "--require-coverage",
             action="store_true",
             help="exit 1 when a branch with nothing found has changed lines no example ran (by "
@@ -143,6 +149,7 @@ class FuzzCommand(Command):
             cluster=cluster_request(args),
             actors=int(args.ray_actors),
             fork=not args.no_fork,
+            guided=args.guide,
         )
         # Cleared (once the request is known valid) and recorded through the manifest, as every
         # command's --out: never by what an earlier fuzz.json names.

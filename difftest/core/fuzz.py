@@ -129,6 +129,8 @@ class FuzzReport(BaseModel):
     reading: Reading
     #: The branch compared with instead of the oracle, if any.
     against: str | None = None
+    #: Whether the search was steered toward the fuzzed branches' changed code (`--guide`).
+    guided: bool = False
     #: The baseline of the config written beside the findings (`found/branches.yaml`); None before
     #: any finding is written.
     baseline: str | None = None

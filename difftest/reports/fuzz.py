@@ -48,7 +48,7 @@ def headline(report: FuzzReport) -> str:
         asked.append(f"{report.time_s:g} s")
     compared = (
         f"against {report.against}" if report.against else f"oracle, {report.reading} reading"
-    )
+    ) + (", guided toward the changed code" if report.guided else "")
     stopped = {
         "time": ", stopped by --time",
         "interrupted": ", interrupted",

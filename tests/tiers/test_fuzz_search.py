@@ -45,6 +45,8 @@ def test_same_seed_same_findings_on_a_real_branch(workspace, tmp_path) -> None:
             reached.append([(r.file, r.line, r.example) for r in reach.first_reached()])
             standing = next(b for b in reach.evidence().branches if b.branch == BRANCH)
             assert standing.status in ("verified", "not verified"), standing
+            # What `--guide` climbs: how much of the branch's changed code each example ran.
+            assert max(examiner.scores.values()) > min(examiner.scores.values()) >= 0
             # Nearly every one of the 100 examples reaches the probe (an example drawn twice is
             # answered from memory), plus the shrinking of what it finds.
             assert examiner.probed >= 90 + len(result.found)

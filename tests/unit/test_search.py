@@ -137,3 +137,20 @@ def test_an_example_that_does_not_fail_again_stops_the_search_as_flaky() -> None
 
     result = search(LISTS, once, seed_value=0, examples=100)
     assert result.stopped == "flaky" and "did not fail again" in result.stop_reason
+
+
+def test_a_guided_search_climbs_where_the_unguided_one_never_gets() -> None:
+    """`score` (what `fuzz --guide` gives: how much of the changed code an example ran) turns on
+    Hypothesis's targeted phase: with the same seed and budget, only the guided search reaches the
+    high-scoring region where the kind lies."""
+    lists = st.lists(st.integers(0, 100), max_size=50)
+
+    def needle(values: list[int]) -> dict[str, str]:
+        return {"needle": "sum of 2500 or more"} if sum(values) >= 2500 else {}
+
+    unguided = search(lists, needle, seed_value=0, examples=300)
+    guided = search(lists, needle, seed_value=0, examples=300, score=lambda v: float(sum(v)))
+    assert unguided.found == []
+    assert [set(f.kinds) for f in guided.found] == [{"needle"}]
+    again = search(lists, needle, seed_value=0, examples=300, score=lambda v: float(sum(v)))
+    assert [f.value for f in again.found] == [f.value for f in guided.found], "same seed, same"

@@ -95,6 +95,18 @@ class FileAnalysis:
             why = f"could not be analysed ({type(exc).__name__}: {_first_line(exc)})"
         return ChangedFileCoverage(branch=branch, file=path, status="not traced", why=why)
 
+    def targets(self) -> tuple[set[int], set[tuple[int, int]]]:
+        """The changed statements and the arcs out of its changed branch points (what a guided
+        fuzz search tries to run); empty where the file cannot be analysed."""
+        parsed = self._parse()
+        if parsed is None:
+            return set(), set()
+        lines = set(parsed.lines)
+        arcs = {
+            arc for n in lines if parsed.exits.get(n, 0) > 1 for arc in parsed.out_of.get(n, [])
+        }
+        return lines, arcs
+
     def _parse(self) -> _Parsed | None:
         if self._parsed is None and not self._problem:
             try:

@@ -89,6 +89,16 @@ class ChangedCode:
         )
 
 
+def targets_of(code: ChangedCode, branch: str) -> dict[str, tuple[set[int], set[tuple[int, int]]]]:
+    """`branch`'s changed files that can be judged line by line -> their changed statements and
+    the arcs out of their changed branch points."""
+    return {
+        c.change.path: c.analysis.targets()
+        for c in code.files.get(branch, [])
+        if c.analysis is not None
+    }
+
+
 def _prepared(
     workspace: Workspace,
     baseline_sha: str,

@@ -90,6 +90,9 @@ class FuzzRequest:
     actors: int = 1
     #: Fork each local warm probe from one warm interpreter (False: each starts fresh).
     fork: bool = True
+    #: Steer the search toward the fuzzed branches' changed code (`hypothesis.target` on how much
+    #: of it each example ran).
+    guided: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,7 @@ def _fuzz(
         against=against,
         branches=fuzzed,
         out=str(request.out),
+        guided=request.guided,
     )
     outcome = FuzzOutcome(report, workspace, out=out)
     out.clear()
@@ -340,6 +344,7 @@ def _search(
         examples=request.examples,
         deadline_s=request.time_s,
         on_call=_progress_adapter(progress, request.examples),
+        score=examiner.score if request.guided else None,
     )
     report.searched, report.calls, report.rounds = result.examples, result.calls, result.rounds
     report.elapsed_s, report.stopped, report.probed = (
@@ -464,6 +469,8 @@ class Examiner:
         self.baseline = baseline
         self.reach = reach
         self.cache: dict[str, dict[Kind, Observation]] = {}
+        #: Scenario -> how much of the fuzzed branches' changed code it ran (`FuzzReach.score`).
+        self.scores: dict[str, float] = {}
         self.probed = 0
 
     def examine(self, raw: dict[str, Any]) -> dict[Kind, Observation]:
@@ -473,8 +480,13 @@ class Examiner:
             delivered = self.probe(scenario)
             self.probed += 1
             self.reach.add(self.probed, delivered)
+            self.scores[key] = self.reach.score(delivered)
             self.cache[key] = {o.kind: o for o in self.judge(scenario, delivered)[0]}
         return self.cache[key]
+
+    def score(self, raw: dict[str, Any]) -> float:
+        """How much of the fuzzed branches' changed code the (examined) scenario ran."""
+        return self.scores.get(json.dumps(raw, sort_keys=True), 0.0)
 
     def scenario(self, raw: dict[str, Any], name: str = EXAMPLE_NAME) -> ScenarioBase:
         try:

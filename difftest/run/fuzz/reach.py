@@ -25,7 +25,7 @@ from difftest.build.workspace import Workspace
 from difftest.core.evidence import CoverageEvidence
 from difftest.core.fuzz import FirstReach
 from difftest.core.records import FileCoverage, ProbeCoverage
-from difftest.run.coverage.judge import ChangedCode
+from difftest.run.coverage.judge import ChangedCode, targets_of
 from difftest.run.coverage.tracing_job import TracePlan
 from difftest.run.probes.runner import BranchRun
 
@@ -78,6 +78,7 @@ class FuzzReach:
         #: Branches whose changed-line word can no longer change: all reached (`verified`), or
         #: `unknown` for the rest of the campaign. Their examples go untraced from then on.
         self._settled: set[str] = set()
+        self._target_cache: dict[str, dict[str, tuple[set[int], set[tuple[int, int]]]]] = {}
         self._started = time.monotonic()
 
     def traces(self, branch: str) -> bool:
@@ -103,9 +104,35 @@ class FuzzReach:
             after_s = max(0.0, time.monotonic() - self._started) if example else 0.0
             self._note_first(example, round(after_s, 3))
 
-    def evidence(self) -> CoverageEvidence:
+    def score(self, delivered: Mapping[str, BranchRun]) -> float:
+        """How much of the judged branches' changed code this example ran: its changed statements
+        and the arcs out of its changed branch points, counted per branch (what a guided search
+        climbs; a branch no longer traced adds nothing)."""
+        total = 0
+        for branch, run in delivered.items():
+            coverage = run.coverage
+            if branch == self.baseline or coverage is None or coverage.status != "ok":
+                continue
+            for path, (lines, arcs) in self._targets(branch).items():
+                data = coverage.files.get(path)
+                if data is not None:
+                    total += len(lines.intersection(data.lines))
+                    total += len(arcs.intersection((a, b) for a, b in data.arcs))
+        return float(total)
+
+    def _targets(self, branch: str) -> dict[str, tuple[set[int], set[tuple[int, int]]]]:
+        if branch not in self._target_cache:
+            self._target_cache[branch] = targets_of(self._code(), branch)
+        return self._target_cache[branch]
+
+    def _code(self) -> ChangedCode:
         if self._changed is None:
             self._changed = ChangedCode.of(self.workspace, self.baseline, self.plan)
+        return self._changed
+
+    def evidence(self) -> CoverageEvidence:
+        self._code()
+        assert self._changed is not None
         traced = {b: {self.tier: s.coverage()} for b, s in self._summed.items()}
         return self._changed.evidence(traced)
 

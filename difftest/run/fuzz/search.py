@@ -28,12 +28,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings, target
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from hypothesis.reporting import with_reporter
 
 K = TypeVar("K", bound=Hashable)
+#: The label of the score a guided search climbs (`hypothesis.target`).
+TARGET_LABEL = "changed code run"
 #: Example counts Hypothesis is given when only a time limit bounds the search.
 UNBOUNDED_EXAMPLES = 10**9
 
@@ -99,9 +101,11 @@ def search(
     examples: int | None,
     deadline_s: float | None = None,
     on_call: Callable[[SearchResult[K]], None] | None = None,
+    score: Callable[[Any], float] | None = None,
 ) -> SearchResult[K]:
     """Search `examples` test cases per round (or until `deadline_s` seconds), return every kind
-    found."""
+    found. With `score` (called after `examine`, deterministic as it is), Hypothesis's targeted
+    phase mutates the examples that score highest, climbing toward higher scores."""
     if examples is None and deadline_s is None:
         raise ValueError("give examples, deadline_s or both")
     result: SearchResult[K] = SearchResult()
@@ -112,7 +116,16 @@ def search(
         while True:
             result.rounds += 1
             found, calls = _round(
-                strategy, examine, known, seed_value, examples, deadline, started, result, on_call
+                strategy,
+                examine,
+                known,
+                seed_value,
+                examples,
+                deadline,
+                started,
+                result,
+                on_call,
+                score,
             )
             result.examples = calls
             if found is None:
@@ -140,6 +153,7 @@ def _round(
     started: float,
     result: SearchResult[K],
     on_call: Callable[[SearchResult[K]], None] | None,
+    score: Callable[[Any], float] | None = None,
 ) -> tuple[Found[K] | None, int]:
     """One Hypothesis run failing on kinds not in `known`; the shrunk example, or None."""
     state = _RoundState()
@@ -150,7 +164,9 @@ def _round(
         database=None,
         deadline=None,
         derandomize=False,
-        phases=[Phase.generate, Phase.shrink],
+        phases=[Phase.generate, Phase.shrink]
+        if score is None
+        else [Phase.generate, Phase.target, Phase.shrink],
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         verbosity=Verbosity.quiet,
@@ -165,6 +181,8 @@ def _round(
         if state.first_seen is None and deadline is not None and time.monotonic() > deadline:
             raise _OutOfTime()
         new = {k: v for k, v in examine(value).items() if k not in known}
+        if score is not None:
+            target(score(value), label=TARGET_LABEL)
         if new:
             if state.first_seen is None:
                 state.first_seen = time.monotonic() - started
