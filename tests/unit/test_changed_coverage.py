@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import coverage
@@ -254,14 +256,32 @@ def test_the_probes_tracer_reads_unknown_when_the_branch_replaces_or_stops_it(
 COUNTING = "def count(n):\n    if n > 1:\n        return n + 1\n    return n\n"
 
 
-def _stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> str:
-    """A stand-in `vllm` package holding `module` (COUNTING) on the path; coverage.py's folder."""
+@contextmanager
+def _tracing_stand_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str
+) -> Iterator[tuple]:
+    """(the tracer, the module): a stand-in `vllm` package holding `module` (COUNTING), traced by
+    `probe.tracing` in this process with this coverage.py, imported after the tracer started."""
+    import importlib
+
+    from difftest.probe import tracing as tracing_module
+
     (tmp_path / "env" / "vllm").mkdir(parents=True)
     (tmp_path / "env" / "vllm" / "__init__.py").write_text("")
     (tmp_path / "env" / "vllm" / f"{module}.py").write_text(COUNTING)
     monkeypatch.syspath_prepend(str(tmp_path / "env"))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    return str(Path(coverage.__file__).parent.parent)
+    site = str(Path(coverage.__file__).parent.parent)
+    previous = sys.gettrace()
+    tracing = tracing_module.Tracing.start({"site": site, "paths": [f"vllm/{module}.py"]})
+    assert tracing is not None and not tracing.problem
+    try:
+        yield tracing, importlib.import_module(f"vllm.{module}")
+        tracing.record()
+    finally:
+        sys.settrace(previous)
+        sys.modules.pop(f"vllm.{module}", None)
+        sys.modules.pop("vllm", None)
 
 
 @pytest.mark.parametrize("read", ["collector", "public API"])
@@ -269,17 +289,11 @@ def test_a_warm_probes_tracer_reports_what_each_job_ran(tmp_path, monkeypatch, r
     """Each record of a warm probe holds what that job ran: taken out of coverage.py's running
     collector, or (where the collector is not as expected) through its public API, which must give
     the same."""
-    import difftest.probe.tracing as tracing_module
+    from difftest.probe import tracing as tracing_module
 
-    site = _stand_in(tmp_path, monkeypatch, "counting_ab")
     if read == "public API":
         monkeypatch.setattr(tracing_module, "_take_since_last", lambda _coverage: None)
-    previous = sys.gettrace()
-    tracing = tracing_module.Tracing.start({"site": site, "paths": ["vllm/counting_ab.py"]})
-    assert tracing is not None and not tracing.problem
-    try:
-        from vllm import counting_ab  # type: ignore[import-not-found]
-
+    with _tracing_stand_in(tmp_path, monkeypatch, "counting_ab") as (tracing, counting_ab):
         counting_ab.count(2)
         first = tracing.record(again=True)
         counting_ab.count(1)
@@ -287,11 +301,6 @@ def test_a_warm_probes_tracer_reports_what_each_job_ran(tmp_path, monkeypatch, r
         third = tracing.record(again=True)
         counting_ab.count(3)
         fourth = tracing.record(again=True)
-        tracing.record()
-    finally:
-        sys.settrace(previous)
-        sys.modules.pop("vllm.counting_ab", None)
-        sys.modules.pop("vllm", None)
     path = "vllm/counting_ab.py"
     assert first["status"] == second["status"] == third["status"] == "ok", (first, second)
     assert first["files"][path]["lines"] == [1, 2, 3]  # the import's `def`, then n > 1
@@ -308,25 +317,12 @@ def test_a_thread_started_in_one_job_is_still_traced_in_the_next(tmp_path, monke
     stop and start, would leave it untraced: the fallback's known loss)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from difftest.probe.tracing import Tracing
-
-    site = _stand_in(tmp_path, monkeypatch, "counting_th")
-    previous = sys.gettrace()
-    tracing = Tracing.start({"site": site, "paths": ["vllm/counting_th.py"]})
-    assert tracing is not None and not tracing.problem
-    try:
-        from vllm import counting_th  # type: ignore[import-not-found]
-
+    with _tracing_stand_in(tmp_path, monkeypatch, "counting_th") as (tracing, counting_th):
         with ThreadPoolExecutor(1) as pool:
             pool.submit(counting_th.count, 2).result()
             tracing.record(again=True)
             pool.submit(counting_th.count, 1).result()  # the same thread, in the next job
             second = tracing.record(again=True)
-        tracing.record()
-    finally:
-        sys.settrace(previous)
-        sys.modules.pop("vllm.counting_th", None)
-        sys.modules.pop("vllm", None)
     assert second["status"] == "ok" and second["files"]["vllm/counting_th.py"]["lines"] == [2, 4]
 
 
