@@ -10,7 +10,8 @@ vLLM imported). Then the naive alternative measured now: one cold probe process
 per example. Then, per shipped branch against main, unguided beside guided (`--guide`): the
 scenarios probed per second, how many of its changed lines the examples reached, and the seconds
 until the last of them was first reached (`first_reached` in fuzz.json); it ends with `HEADLINE:
-reach-all-changed N s` (guided; the slowest branch whose changed lines were all reached). The
+reach-all-changed N s` (guided; the slowest branch whose changed lines were all reached), after
+`HEADLINE: examples-per-branch N /s` (all branches together, scenarios probed per second). The
 machine's load average is printed before and after, since the figures mean little on a busy
 machine.
 
@@ -197,6 +198,8 @@ def throughput(config, names: list[str], args: argparse.Namespace) -> None:
             f"{names[0]}: a cold probe per example {cold:.1f} s; warm probe {warm * 1e3:.0f} ms "
             f"per probed example (x{cold / warm:.0f})"
         )
+    # Every branch plays every probed example: the all-branches row's rate is each branch's.
+    print(f"HEADLINE: examples-per-branch {rows[-1]['probed/s']:.1f} /s")
 
 
 if __name__ == "__main__":
