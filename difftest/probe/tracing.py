@@ -113,22 +113,13 @@ class Tracing:
             return {"status": "unknown", "why": self.problem, "files": {}}
         disturbed = self._disturbed()
         try:
-            job = _take_since_last(self._coverage) if again and not disturbed else None
-            if job is None:
-                self._coverage.stop()
             if disturbed:
+                self._coverage.stop()
                 self.problem = disturbed
                 return {"status": "unknown", "why": disturbed, "files": {}}
+            job = _take_since_last(self._coverage) if again else None
             if job is None:
-                data = self._coverage.get_data()
-                job = {
-                    name: (set(data.lines(name) or []), set(data.arcs(name) or []))
-                    for name in data.measured_files()
-                }
-                if again:  # the public fallback: erase, start again
-                    self._coverage.erase()
-                    self._coverage.start()
-                    self._tracer = sys.gettrace()
+                job = self._read_all(again)
             files = {}
             for name, (lines, arcs) in sorted(job.items()):
                 relative = os.path.relpath(os.path.realpath(name), self._root)
@@ -142,6 +133,21 @@ class Tracing:
             self.problem = f"the tracer's data cannot be read ({type(exc).__name__}: {exc})"
             return {"status": "unknown", "why": self.problem, "files": {}}
         return {"status": "ok", "why": "", "files": files, "core": self.core}
+
+    def _read_all(self, again: bool) -> dict[str, tuple[set[int], set[tuple[int, int]]]]:
+        """Everything recorded, through coverage.py's public API (the tracer stopped); with
+        `again`, its data erased and the tracer started afresh for the next job."""
+        self._coverage.stop()
+        data = self._coverage.get_data()
+        found = {
+            name: (set(data.lines(name) or []), set(data.arcs(name) or []))
+            for name in data.measured_files()
+        }
+        if again:
+            self._coverage.erase()
+            self._coverage.start()
+            self._tracer = sys.gettrace()
+        return found
 
     def _disturbed(self) -> str:
         """Why the tracer that runs now is not the one started ("" when it is)."""

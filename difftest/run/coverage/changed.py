@@ -38,16 +38,25 @@ class Executed:
         """Summed over `(tier, coverage)` pairs; a probe that was not traced adds nothing."""
         executed = cls()
         for tier, coverage in probes:
-            if coverage is None:
-                continue
-            executed.traced_probes += 1
-            if coverage.status != "ok":
-                executed.unknown.append(f"{tier} tier: {coverage.why}")
-                continue
-            for path, data in coverage.files.items():
-                executed.lines.setdefault(path, set()).update(data.lines)
-                executed.arcs.setdefault(path, set()).update((a, b) for a, b in data.arcs)
+            if coverage is not None:
+                executed.add(tier, coverage)
         return executed
+
+    def add(self, tier: str, coverage: ProbeCoverage) -> bool:
+        """Add one probe's (or fuzz example's) coverage; whether it executed anything new."""
+        self.traced_probes += 1
+        if coverage.status != "ok":
+            self.unknown.append(f"{tier} tier: {coverage.why}")
+            return False
+        grew = False
+        for path, data in coverage.files.items():
+            lines = self.lines.setdefault(path, set())
+            arcs = self.arcs.setdefault(path, set())
+            before = len(lines) + len(arcs)
+            lines.update(data.lines)
+            arcs.update((a, b) for a, b in data.arcs)
+            grew |= len(lines) + len(arcs) > before
+        return grew
 
 
 def file_coverage(

@@ -74,10 +74,15 @@ class ChangedCode:
     def evidence(
         self, traced: Mapping[str, Mapping[str, ProbeCoverage | None]]
     ) -> CoverageEvidence:
+        """Judged against what each branch's probes traced (branch -> tier -> coverage)."""
+        return self.judged({b: Executed.of(traced.get(b, {}).items()) for b in self.files})
+
+    def judged(self, executed_by_branch: Mapping[str, Executed]) -> CoverageEvidence:
+        """Judged against what each branch executed, already summed."""
         files: list[ChangedFileCoverage] = []
         verdicts: list[BranchCoverage] = []
         for branch, changed in self.files.items():
-            executed = Executed.of(traced.get(branch, {}).items())
+            executed = executed_by_branch.get(branch) or Executed()
             mine = [_judged(branch, c, executed) for c in changed]
             files += mine
             verdicts.append(judge_branch(branch, mine))

@@ -19,49 +19,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from difftest.build.workspace import Workspace
 from difftest.core.evidence import CoverageEvidence
 from difftest.core.fuzz import FirstReach
-from difftest.core.records import FileCoverage, ProbeCoverage
+from difftest.run.coverage.changed import Executed
 from difftest.run.coverage.judge import ChangedCode, targets_of
 from difftest.run.coverage.tracing_job import TracePlan
 from difftest.run.probes.runner import BranchRun
-
-
-@dataclass
-class _Summed:
-    """One branch's coverage over every example so far (`unknown` from the first that could not
-    vouch for its part)."""
-
-    lines: dict[str, set[int]] = field(default_factory=dict)
-    arcs: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
-    unknown: str = ""
-
-    def add(self, coverage: ProbeCoverage) -> bool:
-        """Add one example's coverage; whether anything new was executed."""
-        if coverage.status != "ok":
-            self.unknown = self.unknown or coverage.why
-            return False
-        grew = False
-        for path, data in coverage.files.items():
-            lines = self.lines.setdefault(path, set())
-            arcs = self.arcs.setdefault(path, set())
-            before = len(lines) + len(arcs)
-            lines.update(data.lines)
-            arcs.update((a, b) for a, b in data.arcs)
-            grew |= len(lines) + len(arcs) > before
-        return grew
-
-    def coverage(self) -> ProbeCoverage:
-        if self.unknown:
-            return ProbeCoverage(status="unknown", why=self.unknown)
-        files = {
-            path: FileCoverage(lines=sorted(lines), arcs=sorted(self.arcs.get(path, set())))
-            for path, lines in self.lines.items()
-        }
-        return ProbeCoverage(status="ok", files=files)
 
 
 class FuzzReach:
@@ -72,7 +37,8 @@ class FuzzReach:
         self.baseline = baseline
         self.plan = plan
         self.tier = tier
-        self._summed: dict[str, _Summed] = {}
+        #: Per branch, what its examples executed, summed.
+        self._executed: dict[str, Executed] = {}
         self._first: dict[tuple[str, str, int], FirstReach] = {}
         self._changed: ChangedCode | None = None
         #: Branches whose changed-line word can no longer change: all reached (`verified`), or
@@ -96,9 +62,9 @@ class FuzzReach:
         grew = False
         for branch, run in delivered.items():
             if run.coverage is not None and run.exited_cleanly:
-                summed = self._summed.setdefault(branch, _Summed())
-                grew |= summed.add(run.coverage)
-                if summed.unknown:
+                executed = self._executed.setdefault(branch, Executed())
+                grew |= executed.add(self.tier, run.coverage)
+                if executed.unknown:
                     self._settled.add(branch)
         if grew:
             after_s = max(0.0, time.monotonic() - self._started) if example else 0.0
@@ -131,10 +97,7 @@ class FuzzReach:
         return self._changed
 
     def evidence(self) -> CoverageEvidence:
-        self._code()
-        assert self._changed is not None
-        traced = {b: {self.tier: s.coverage()} for b, s in self._summed.items()}
-        return self._changed.evidence(traced)
+        return self._code().judged(self._executed)
 
     def first_reached(self) -> list[FirstReach]:
         return sorted(self._first.values(), key=lambda r: (r.branch, r.file, r.line))
