@@ -99,8 +99,12 @@ def judge(
     expected: dict[str, Totals],
     violations: dict[str, list[Violation]],
     reading: Reading,
+    extra: dict[str, list[Difference]] | None = None,
 ) -> list[Result]:
     """One verdict per run of one branch on one scenario, in the order of `runs`.
+
+    `extra` holds differences from the oracle beyond the totals' (the per-request metrics), by
+    run label: they make a run diverge as a counter does.
 
     Violations filed under a label that has no run (say, one that compares
     runs with each other) are not dropped: they go to the first run, keeping
@@ -126,6 +130,7 @@ def judge(
             expected.get(run.label),
             per_label[run.label],
             reading,
+            (extra or {}).get(run.label, []),
         )
         for run in runs
     ]
@@ -221,6 +226,7 @@ def _judge_run(
     expected: Totals | None,
     violations: list[Violation],
     reading: Reading,
+    extra: list[Difference],
 ) -> Result:
     base: dict[str, Any] = dict(
         branch=branch,
@@ -242,7 +248,7 @@ def _judge_run(
             verdict="error",
             error=f"the oracle gave no expected totals for run {run.label!r}",
         )
-    differences = counter_differences(run.totals, expected)
+    differences = counter_differences(run.totals, expected) + list(extra)
     verdict: Verdict = "broken" if violations else ("diverge" if differences else "pass")
     return Result(**base, verdict=verdict, differences=differences)
 

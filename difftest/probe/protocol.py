@@ -74,6 +74,10 @@ STUCK_PREFIX = "difftest.probe: still running at exit: "
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 
 #: Names a branch may give its "tokens really emitted" counter, most specific first.
+#: The run note a probe files each finished request's per-request spec-decode metrics under
+#: (`{request id: RequestSpecDecodeMetrics.to_dict()}`), where the scenario asked for them.
+REQUEST_METRICS_NOTE = "request_metrics"
+
 EMITTED_FIELDS = (
     "num_emitted_tokens",
     "num_committed_tokens",

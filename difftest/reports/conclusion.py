@@ -44,6 +44,8 @@ from difftest.reports.views import (
     severity,
 )
 from difftest.tiers.common.accounting import READINGS, RULES, truncated
+from difftest.tiers.common.request_metrics import GROUP as REQUEST_GROUP
+from difftest.tiers.common.request_metrics import PREFIX as REQUEST_PREFIX
 from difftest.tiers.common.scenario import ScenarioBase
 from difftest.tiers.probe_tier import ProbeTier
 
@@ -289,6 +291,8 @@ class _Group:
     largest: float = 0
     largest_in: str = ""
     implied: bool = False
+    #: The per-request metrics' figures that differ (one group for all of them).
+    figures: list[str] = field(default_factory=list)
 
 
 def _diverge(
@@ -306,14 +310,25 @@ def _diverge(
         if r.verdict != "diverge":
             continue
         counted = [d for d in r.differences if d.counter != MAL] or r.differences
+        in_run: set[tuple[str, int, str]] = set()
         for d in counted:
             delta = _delta(d.measured, d.expected)
             sign = (delta > 0) - (delta < 0)
             key = (d.counter, sign, _cause(r, d.counter, readings))
+            if d.counter.startswith(REQUEST_PREFIX):
+                # One finding for every figure of the responses' own metrics; its size is the
+                # mean's, the figure a user reads.
+                key = (REQUEST_GROUP, 1, "")
+                figure = d.counter[len(REQUEST_PREFIX) :]
+                group = groups.setdefault(key, _Group(*key))
+                if figure not in group.figures:
+                    group.figures.append(figure)
+                delta = delta if figure == "mean_acceptance_length" else 0
             group = groups.setdefault(key, _Group(*key))
             if r.scenario not in group.scenarios:
                 group.scenarios.append(r.scenario)
-            group.runs += 1
+            group.runs += key not in in_run
+            in_run.add(key)
             group.implied |= bool(r.measured and r.measured.emitted_source == "implied")
             if abs(delta) > abs(group.largest):
                 group.largest, group.largest_in = delta, r.scenario
@@ -334,7 +349,7 @@ def _effects(ranked: list[_Group]) -> list[list[_Group]]:
     are one effect, named together on one line; in the order of their most telling group."""
     effects: dict[tuple[tuple[str, ...], int, str], list[_Group]] = {}
     for group in ranked:
-        alone = group.counter if _truncation(group) else ""
+        alone = group.counter if _truncation(group) or group.counter == REQUEST_GROUP else ""
         effects.setdefault((tuple(group.scenarios), group.sign, alone), []).append(group)
     return list(effects.values())
 
@@ -392,6 +407,8 @@ def _amounts(effect: list[_Group]) -> str:
     """One counter: `num_drafts: up to +2 (drafter-skip)`; several moving together:
     `num_drafts +2, num_draft_tokens +6 (drafter-skip)`, each its largest difference."""
     lead = effect[0]
+    if lead.counter == REQUEST_GROUP:
+        return _request_figures(lead)
     totals = {g.counter: g.largest for g in effect}
     # A per-position count that adds up to its total's own difference says nothing more.
     shown = [
@@ -403,6 +420,17 @@ def _amounts(effect: list[_Group]) -> str:
         return f"{shown[0].counter}: {_amount(shown[0])}"
     values = ", ".join(f"{g.counter} {_value(g)}" for g in shown)
     return f"{values} ({lead.largest_in})" if len(lead.scenarios) > 2 else values
+
+
+def _request_figures(group: _Group) -> str:
+    """`per-request metrics: mean_acceptance_length up to +2.0, acceptance_histogram`."""
+    named = [
+        f"{figure} {_value(group)}"
+        if figure == "mean_acceptance_length" and group.largest
+        else figure
+        for figure in group.figures
+    ]
+    return "per-request metrics: " + ", ".join(named)
 
 
 def _where(group: _Group) -> str:

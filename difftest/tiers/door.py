@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from difftest.core.breakage import Measured, judge_against_baseline
-from difftest.core.records import ProbeRun, Reading, Result, Totals, Violation
+from difftest.core.records import Difference, ProbeRun, Reading, Result, Totals, Violation
 from difftest.core.verdicts import judge, unmeasured
 from difftest.tiers.common.scenario import ScenarioIdentity
 
@@ -96,8 +96,13 @@ def judge_runs(
     holds too (same run, invariant and counter) are then not this branch's doing.
     """
     judged = [r for r in runs if r.role in JUDGED_ROLES]
+    beyond: dict[str, list[Difference]] = {}
     if expected is None:
         expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
+        # The per-request metrics against the oracle's (against another branch: its counters only).
+        beyond = {
+            r.label: tier.request_differences(scenario, r, reading) for r in judged if r.measured
+        }
     violations = tier.invariants(scenario, judged)
     for label, extra in (across or {}).items():
         violations.setdefault(label, []).extend(extra)
@@ -107,7 +112,15 @@ def judge_runs(
             for label, found in violations.items()
         }
     return judge(
-        branch, scenario.name, tier.name, scenario.statement, judged, expected, violations, reading
+        branch,
+        scenario.name,
+        tier.name,
+        scenario.statement,
+        judged,
+        expected,
+        violations,
+        reading,
+        beyond,
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypeVar
 
 from difftest.core.config import Config
 from difftest.core.errors import ConfigError
-from difftest.core.records import COUNTERS, ProbeRun, Reading, Totals
+from difftest.core.records import COUNTERS, Difference, ProbeRun, Reading, Totals
 from difftest.core.verdicts import MAL
 from difftest.tiers import door
 from difftest.tiers.base import EMITTED_SOURCE, Measurer, P, Tier, TierOutcome
@@ -111,6 +111,11 @@ class ProbeTier(Tier[S]):
         beside the stats the branch recorded for the same step, they show the
         first step where the branch and the oracle part ways.
         """
+
+    def request_differences(self, scenario: S, run: ProbeRun, reading: Reading) -> list[Difference]:
+        """Where the per-request spec-decode metrics the run's requests returned differ from the
+        oracle's (`tiers.common.request_metrics`); none where the scenario asks for none."""
+        return []
 
     def report_rows(self) -> list[str]:
         return list(COUNTER_ROWS)

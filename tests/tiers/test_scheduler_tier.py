@@ -17,6 +17,7 @@ from difftest.tiers.common.invariants import COMPARED
 from difftest.tiers.scheduler.invariants import check as check_invariants
 from difftest.tiers.scheduler.oracle import expected_outputs, expected_totals
 from difftest.tiers.scheduler.scenario import Scenario, load_scenarios
+from difftest.tiers.scheduler.tier import SchedulerTier
 from tests.factories import ROOT
 
 pytestmark = pytest.mark.slow
@@ -213,3 +214,30 @@ def test_main_counts_the_padding_and_pr_50518_style_does_not(runs_of, name: str)
         assert main.totals.num_drafts == expected.num_drafts + padded, main.label
         assert main.totals.num_draft_tokens == expected.num_draft_tokens + 3 * padded
         assert _matches(SCENARIOS[name], fixed, "strict") == [], fixed.label
+
+
+@pytest.mark.parametrize("branch", ["main", "pr-56137-style", "pr-56195-style"])
+def test_per_request_metrics_count_the_tokens_a_cut_dropped_on_every_branch(
+    runs_of, branch: str
+) -> None:
+    """With `per_request_spec_decode_metrics: detailed`, every finished request returns its own
+    figures; under the lenient reading they match the oracle's but for the mean of a request that
+    max_tokens cut inside accepted drafts: vLLM reports accepted + 1 per step (neither fix touches
+    the per-request path), the oracle the tokens received."""
+    scenario = SCENARIOS["per-request-metrics"]
+    tier = SchedulerTier()
+    for run in runs_of(branch)["per-request-metrics"]:
+        returned = run.notes["request_metrics"]
+        assert set(returned) == set(run.order), run.label
+        found = tier.request_differences(scenario, run, "lenient")
+        cut = {"capped", "plain"} & set(run.order)
+        assert {(d.counter, d.measured) for d in found} == {
+            ("request_metrics.mean_acceptance_length", returned[rid]["mean_acceptance_length"])
+            for rid in cut
+        }, run.label
+        if "capped" in run.order:
+            # Accepted b c d, but max_tokens=3 kept b c: vLLM's mean 1 + 3, the oracle's 2.
+            assert returned["capped"]["per_step_accepted"] == [3]
+            assert returned["capped"]["mean_acceptance_length"] == 4.0
+        if "grammar" in run.order:
+            assert returned["grammar"]["acceptance_histogram"] == [3, 0, 0, 0]

@@ -40,7 +40,7 @@ from vllm.v1.request import RequestStatus
 from vllm.v1.spec_decode.metrics import SpecDecodingLogging, SpecDecodingStats
 
 from ..common import stats
-from ..protocol import DidNotFinish, RunResult, StepRecord, step_record
+from ..protocol import REQUEST_METRICS_NOTE, DidNotFinish, RunResult, StepRecord, step_record
 from . import script
 from .factory import SchedulerFactory, Shape
 
@@ -146,6 +146,8 @@ class _Play:
         self.steps: list[StepRecord] = []
         self.stats_objects: list[Any] = []
         self.finish: dict[str, str] = {}
+        #: Per-request spec-decode metrics a finished request returned (`to_dict()`).
+        self.request_metrics: dict[str, dict[str, Any]] = {}
         self.scheduled_count = 0
 
     # -- the engine loop --------------------------------------------------------------
@@ -267,6 +269,9 @@ class _Play:
                     self.reqs[o.request_id].output.extend(o.new_token_ids)
                 if o.finish_reason is not None:
                     finished[o.request_id] = str(o.finish_reason)
+                    returned = getattr(o, "spec_decode_metrics", None)
+                    if returned is not None:
+                        self.request_metrics[o.request_id] = returned.to_dict()
             if (
                 eco.scheduler_stats is not None
                 and eco.scheduler_stats.spec_decoding_stats is not None
@@ -338,6 +343,8 @@ class _Play:
         notes["steps"] = self.scheduled_count
         outputs = {rid: self.reqs[rid].output for rid in self.order}
         notes["outputs_text"] = {rid: script.text(toks) for rid, toks in outputs.items()}
+        if self.shape.request_metrics != "none":
+            notes[REQUEST_METRICS_NOTE] = self.request_metrics
         step_dicts = [s["stats"] for s in self.steps if s["stats"] is not None]
         return {
             "steps": self.steps,

@@ -58,6 +58,8 @@ class Shape:
     kv_connector: str = "none"
     #: The token budget of one step; None: the context length (nothing chunked or cut).
     budget: int | None = None
+    #: `ObservabilityConfig.per_request_spec_decode_metrics`.
+    request_metrics: str = "none"
 
     @classmethod
     def of(cls, scenario: dict[str, Any]) -> Shape:
@@ -68,7 +70,20 @@ class Shape:
             prefix_caching=bool(scenario.get("prefix_caching", False)),
             kv_connector=scenario.get("kv_connector") or "none",
             budget=scenario.get("max_num_batched_tokens"),
+            request_metrics=scenario.get("per_request_metrics") or "none",
         )
+
+
+def observability(request_metrics: str) -> dict[str, Any]:
+    """The `VllmConfig` keyword for per-request metrics; none for the default, so a branch whose
+    config lacks the knob still runs every scenario that does not ask for it."""
+    if request_metrics == "none":
+        return {}
+    from vllm.config import ObservabilityConfig
+
+    return {
+        "observability_config": ObservabilityConfig(per_request_spec_decode_metrics=request_metrics)
+    }
 
 
 class SchedulerFactory:
@@ -120,6 +135,7 @@ class SchedulerFactory:
                     else None
                 ),
                 kv_transfer_config=transfer,
+                **observability(shape.request_metrics),
             )
             vllm_config.cache_config.num_gpu_blocks = NUM_BLOCKS
             self._cache[shape] = (vllm_config, StructuredOutputManager(vllm_config))

@@ -80,7 +80,9 @@ ORACLE: dict[str, Rule] = {
 }
 #: The rules in the words reports use to say why a branch differs from the oracle, mean included.
 RULES: dict[str, str] = {name: rule.text for name, rule in ORACLE.items()} | {
-    "mean_acceptance_length": "emitted tokens per row"
+    "mean_acceptance_length": "emitted tokens per row",
+    "request_metrics": "each response's own spec-decode figures count its rows as the step "
+    "counters do, and its mean acceptance length is the tokens it received per row",
 }
 #: What each reading of a request whose drafts are all grammar-invalid says.
 READINGS: dict[str, str] = {

@@ -178,6 +178,9 @@ class Scenario(ScenarioBase):
     kv_blocks: int | None = Field(None, ge=1, le=100_000)
     #: The token budget of one step; None: large enough that nothing is chunked or cut.
     max_num_batched_tokens: int | None = Field(None, ge=1, le=script.MAX_MODEL_LEN)
+    #: Each finished request returns its own spec-decode metrics
+    #: (`ObservabilityConfig.per_request_spec_decode_metrics`), checked against the oracle's.
+    per_request_metrics: Literal["none", "summary", "detailed"] = "none"
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -215,6 +218,12 @@ class Scenario(ScenarioBase):
                 "in_flight: two steps in flight need `draft_path: async` (only AsyncScheduler "
                 "schedules a step before the previous one's output is known)"
             )
+        if self.per_request_metrics != "none" and not self.spec_decoding:
+            raise ValueError(
+                f"per_request_metrics: {self.per_request_metrics!r} needs spec decoding (vLLM "
+                "refuses the knob without a speculative config): set it to `none`, or remove "
+                "`spec_decoding: false`"
+            )
         budget = self.max_num_batched_tokens
         if budget is not None and self.spec_decoding and budget < self.k + 1:
             raise ValueError(
@@ -248,6 +257,8 @@ class Scenario(ScenarioBase):
             found.append(f"{self.kv_blocks} KV blocks")
         if self.max_num_batched_tokens is not None:
             found.append(f"token budget {self.max_num_batched_tokens}")
+        if self.per_request_metrics != "none":
+            found.append(f"per-request metrics ({self.per_request_metrics})")
         if any(r.arrive for r in self.requests):
             found.append("staggered arrivals")
         if any(r.abort is not None for r in self.requests):

@@ -134,19 +134,26 @@ def _serving(path: str) -> st.SearchStrategy[dict[str, Any]]:
     ]
     if path == "async":
         flags.append(("in_flight", st.sampled_from([1, 2])))
+    flags.append(("per_request_metrics", st.sampled_from(["none"] * 4 + ["summary", "detailed"])))
     defaults = {
         "spec_decoding": True,
         "prefix_caching": False,
         "kv_connector": "none",
         "in_flight": 1,
+        "per_request_metrics": "none",
     }
-    return st.tuples(*(s for _, s in flags)).map(
-        lambda values: {
+
+    def drawn(values: tuple[Any, ...]) -> dict[str, Any]:
+        chosen = {
             name: value
             for (name, _), value in zip(flags, values, strict=True)
             if value != defaults[name]
         }
-    )
+        if chosen.get("spec_decoding") is False:
+            chosen.pop("per_request_metrics", None)  # vLLM refuses it without spec decoding
+        return chosen
+
+    return st.tuples(*(s for _, s in flags)).map(drawn)
 
 
 def _pool(k: int, bodies: list[dict[str, Any]]) -> st.SearchStrategy[int]:

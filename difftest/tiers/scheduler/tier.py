@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from difftest.core.records import ProbeRun, Reading, Totals
+from difftest.core.records import Difference, ProbeRun, Reading, Totals
+from difftest.tiers.common import request_metrics
 from difftest.tiers.common.invariants import ByLabel
 from difftest.tiers.probe_tier import ProbeTier
 from difftest.tiers.scheduler import invariants, oracle
@@ -42,6 +43,23 @@ class SchedulerTier(ProbeTier[Scenario]):
 
     def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:
         return invariants.check(scenario, runs)
+
+    def request_differences(
+        self, scenario: Scenario, run: ProbeRun, reading: Reading
+    ) -> list[Difference]:
+        level = scenario.per_request_metrics
+        if level == "none":
+            return []
+        verifications = [
+            v for play in oracle.plays(scenario, run).values() for v in play.verifications
+        ]
+        return request_metrics.differences(
+            request_metrics.returned(run),
+            request_metrics.expected(verifications, scenario.k, reading, level),
+            request_metrics.finished_by_a_rule(run),
+            level,
+            scenario.k,
+        )
 
     def expected_steps(
         self, scenario: Scenario, run: ProbeRun, reading: Reading
