@@ -77,6 +77,15 @@ STACK_DUMP_SIGNAL = signal.SIGUSR1
 #: The run note a probe files each finished request's per-request spec-decode metrics under
 #: (`{request id: RequestSpecDecodeMetrics.to_dict()}`), where the scenario asked for them.
 REQUEST_METRICS_NOTE = "request_metrics"
+#: The run note holding what the generated-token Prometheus metrics moved by over the run: the
+#: `vllm:generation_tokens` counter, and the `vllm:request_generation_tokens` histogram's sum and
+#: count (one observation per finished request).
+TOKEN_COUNTERS_NOTE = "prometheus_tokens"
+TOKEN_COUNTERS = (
+    "generation_tokens",
+    "request_generation_tokens_sum",
+    "request_generation_tokens_count",
+)
 
 EMITTED_FIELDS = (
     "num_emitted_tokens",

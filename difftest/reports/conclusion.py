@@ -423,13 +423,16 @@ def _amounts(effect: list[_Group]) -> str:
 
 
 def _request_figures(group: _Group) -> str:
-    """`per-request metrics: mean_acceptance_length up to +2.0, acceptance_histogram`."""
+    """`per-request metrics: mean_acceptance_length +2, acceptance_histogram`."""
     named = [
         f"{figure} {_value(group)}"
         if figure == "mean_acceptance_length" and group.largest
         else figure
         for figure in group.figures
+        if figure != "missing"
     ]
+    if "missing" in group.figures:
+        named.append("none returned for a finished request")
     return "per-request metrics: " + ", ".join(named)
 
 

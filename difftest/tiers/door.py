@@ -101,7 +101,7 @@ def judge_runs(
         expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
         # The per-request metrics against the oracle's (against another branch: its counters only).
         beyond = {
-            r.label: tier.request_differences(scenario, r, reading) for r in judged if r.measured
+            r.label: tier.response_differences(scenario, r, reading) for r in judged if r.measured
         }
     violations = tier.invariants(scenario, judged)
     for label, extra in (across or {}).items():

@@ -112,9 +112,13 @@ class ProbeTier(Tier[S]):
         first step where the branch and the oracle part ways.
         """
 
-    def request_differences(self, scenario: S, run: ProbeRun, reading: Reading) -> list[Difference]:
-        """Where the per-request spec-decode metrics the run's requests returned differ from the
-        oracle's (`tiers.common.request_metrics`); none where the scenario asks for none."""
+    def response_differences(
+        self, scenario: S, run: ProbeRun, reading: Reading
+    ) -> list[Difference]:
+        """Where what the run's requests returned, and what the server exported about them,
+        differ from the oracle beyond the step counters: the per-request spec-decode metrics
+        (`tiers.common.request_metrics`, where the scenario asks for them), the generated-token
+        metrics (engine tier)."""
         return []
 
     def report_rows(self) -> list[str]:

@@ -23,9 +23,11 @@ from difftest.core import paths
 from difftest.core.config import load_config
 from difftest.run.pipeline import make_job
 from difftest.run.probes.runner import run_probe
+from difftest.tiers.engine.exported import token_counter_differences
 from difftest.tiers.engine.invariants import across_branches, check
 from difftest.tiers.engine.oracle import expected_totals
 from difftest.tiers.engine.scenario import load_engine_scenarios
+from difftest.tiers.engine.tier import EngineTier
 from tests.factories import ROOT, SCENARIOS_DIR
 
 pytestmark = pytest.mark.slow
@@ -144,6 +146,54 @@ def test_every_branch_counts_the_tokens_a_stop_string_dropped(engine_runs, branc
         dropped = sum(len(s.emitted.get(rid, [])) for s in run.steps) - len(run.outputs[rid])
         expected = expected_engine_totals(SCENARIOS[name], run, "strict")
         assert run.totals.num_emitted_tokens - expected.num_emitted_tokens == dropped > 0
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+@pytest.mark.parametrize("name", (*STOP_STRINGS, "engine-per-request-metrics", *SERVING))
+def test_the_generated_token_metrics_count_what_the_scheduler_emitted(engine_runs, branch, name):
+    """#49, read as a scraper reads them: `vllm:generation_tokens` and the finished requests'
+    `vllm:request_generation_tokens` moved by the tokens the scheduler emitted; where a stop
+    string dropped some from the response (the output processor counts before it matches),
+    both count them, on every branch; elsewhere (aborts included) they equal what was returned."""
+    for run in engine_runs(branch)[name]:
+        if run.role == "reference":
+            continue
+        emitted = sum(len(tokens) for s in run.steps for tokens in s.emitted.values())
+        returned = sum(len(tokens) for tokens in run.outputs.values())
+        moved = run.notes["prometheus_tokens"]
+        assert moved["generation_tokens"] == emitted, run.label
+        dropped = {d.counter: d.measured - d.expected for d in token_counter_differences(run)}
+        if emitted == returned:
+            assert dropped == {}, run.label
+        else:
+            assert dropped == {
+                "prometheus.generation_tokens": emitted - returned,
+                "prometheus.request_generation_tokens_sum": emitted - returned,
+            }, run.label
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_per_request_metrics_miss_a_stop_string_and_count_what_max_tokens_cut(engine_runs, branch):
+    """#49: a request the output processor ends on a stop string returns no per-request
+    spec-decode metrics (the scheduler attaches them only to a finish it decided); the one
+    max_tokens cut returns `1 + accepted / steps` as its mean, above the tokens it received."""
+    name = "engine-per-request-metrics"
+    tier = EngineTier()
+    for run in engine_runs(branch)[name]:
+        if run.role == "reference":
+            continue
+        returned = run.notes["request_metrics"]
+        assert "string" not in returned and ("limit" in returned) is ("limit" in run.order)
+        found = {d.counter for d in tier.response_differences(SCENARIOS[name], run, "strict")}
+        want = {"request_metrics.missing"} if "string" in run.order else set()
+        if "limit" in run.order:
+            want.add("request_metrics.mean_acceptance_length")
+            figures = returned["limit"]
+            accepted, steps = figures["num_accepted_draft_tokens"], figures["num_spec_steps"]
+            assert figures["mean_acceptance_length"] == pytest.approx(1 + accepted / steps)
+        if "string" in run.order:
+            want |= {"prometheus.generation_tokens", "prometheus.request_generation_tokens_sum"}
+        assert found == want, run.label
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
@@ -405,3 +455,29 @@ def test_an_abort_ends_the_request_where_it_was_asked(engine_runs):
         assert len(sampling) == after and sampling[-1].step == abort["after_step"]
         assert all("gone" not in s.scheduled for s in run.steps if s.step > abort["after_step"])
         assert len(run.outputs["gone"]) >= after
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_min_tokens_makes_the_verifier_reject_a_drafted_stop_token(engine_runs, branch):
+    """#49: the EOS / stop token id the reference run accepted as a draft is masked while the
+    request is below min_tokens (vLLM's min-tokens logits processor on the drafts' positions): the
+    same step drafts it at the same position, the verifier rejects it there, and the request runs
+    on past min_tokens."""
+    checked = 0
+    for run in engine_runs(branch)["engine-min-tokens"]:
+        if run.role == "reference":
+            continue
+        for rid, cut in run.notes["truncation"].items():
+            token, position, held = cut["token"], cut["position"], cut["min_tokens"]
+            output = run.outputs[rid]
+            assert held > position + 1 and token not in output[:held] and len(output) >= held
+            produced, verdicts = 0, []
+            for step in run.steps:
+                drafts, sampled = step.drafts.get(rid) or [], step.sampled.get(rid) or []
+                j = position - produced
+                if drafts and 0 <= j < len(drafts) and drafts[j] == token:
+                    verdicts.append(sampled[j] != token)
+                produced += len(step.emitted.get(rid) or [])
+            assert verdicts == [True], (run.label, rid)
+            checked += 1
+    assert checked >= 2

@@ -229,7 +229,7 @@ def test_per_request_metrics_count_the_tokens_a_cut_dropped_on_every_branch(
     for run in runs_of(branch)["per-request-metrics"]:
         returned = run.notes["request_metrics"]
         assert set(returned) == set(run.order), run.label
-        found = tier.request_differences(scenario, run, "lenient")
+        found = tier.response_differences(scenario, run, "lenient")
         cut = {"capped", "plain"} & set(run.order)
         assert {(d.counter, d.measured) for d in found} == {
             ("request_metrics.mean_acceptance_length", returned[rid]["mean_acceptance_length"])

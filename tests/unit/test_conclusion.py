@@ -210,6 +210,35 @@ def test_diverge_ranks_by_breadth_and_lists_the_rest() -> None:
     assert "also num_draft_tokens +1 in s9" in standing.also
 
 
+def test_per_request_figures_are_one_finding_sized_by_the_mean() -> None:
+    """Every differing figure of the responses' own metrics is one finding (not one per figure,
+    nor one per request), runs counted once, sized by the mean a user reads; a finished request
+    without metrics is said in words."""
+
+    def figures(label: str, *names: str, mean: float = 3.0) -> Result:
+        diffs = [
+            Difference(counter=f"request_metrics.{name}", measured=mean, expected=2.0)
+            if name == "mean_acceptance_length"
+            else Difference(counter=f"request_metrics.{name}", measured=None, expected="r")
+            for name in names
+        ]
+        return make_result(
+            "diverge", branch="x", scenario="per-req", label=label, differences=diffs
+        )
+
+    results = [
+        figures("order:a,b", "mean_acceptance_length", "missing", "mean_acceptance_length"),
+        figures("alone:a", "mean_acceptance_length", mean=4.0),
+        diverging("x", "plain", label="order:c", num_draft_tokens=13),
+    ]
+    (standing,) = conclude(evidence(results)).standings
+    assert standing.headline.startswith(
+        "diverges in 3/3 runs, on per-request metrics: mean_acceptance_length +2, none returned "
+        "for a finished request in per-req; the oracle: " + RULES["request_metrics"]
+    )
+    assert "also num_draft_tokens +1 in plain" in standing.also
+
+
 def test_the_oracles_rule_is_given_once_and_referred_to_after() -> None:
     """#34: six branches repeating the same rule once pushed "why main is wrong" off the screen."""
     zero_fill = dict(num_drafts=6, num_draft_tokens=15, num_draft_tokens_per_pos=[6, 5, 4])

@@ -826,3 +826,42 @@ def test_ignore_eos_belongs_to_an_eos_cut() -> None:
         EngineScenario.model_validate(raw)
     raw["requests"][0]["truncate"] = "eos"
     assert EngineScenario.model_validate(raw).requests[0].ignore_eos
+
+
+def test_min_tokens_is_refused_where_it_cannot_hold_back_the_cut() -> None:
+    from pydantic import ValidationError
+
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    raw = _engine_scenario(truncate="eos", min_tokens=30)
+    raw["requests"][0]["max_tokens"] = 20
+    with pytest.raises(ValidationError, match="min_tokens 30 is above max_tokens 20"):
+        EngineScenario.model_validate(raw)
+    raw["requests"][0]["min_tokens"] = 8
+    assert EngineScenario.model_validate(raw).requests[0].min_tokens == 8
+    for cut in ("stop_string", "max_tokens", "boundary"):
+        raw["requests"][0]["truncate"] = cut
+        with pytest.raises(ValidationError, match="min_tokens holds back EOS and stop token ids"):
+            EngineScenario.model_validate(raw)
+    raw["requests"][0].update(truncate="eos", ignore_eos=True)
+    with pytest.raises(ValidationError, match="and ignore_eos"):
+        EngineScenario.model_validate(raw)
+
+
+def test_min_tokens_must_hold_back_the_token_it_covers() -> None:
+    """#49: with min_tokens 4 past a stop token 6 drafted at position 1, the token may end the
+    request only from position 4 on, and the request may not end before 4 tokens."""
+    cut = {"kind": "stop", "token": 6, "position": 1, "min_tokens": 4}
+    held = {**cut, "finish_reason": "stop", "stop_reason": 6}
+    ok = engine_run(outputs={"a": [5, 7, 8, 9, 6]}, notes={"truncation": {"a": held}})
+    assert "min-tokens-held" not in invariants_of(ok)
+    ran_on = {**cut, "finish_reason": "length", "stop_reason": None}
+    long = engine_run(outputs={"a": [5, 7, 8, 9, 1]}, notes={"truncation": {"a": ran_on}})
+    assert "min-tokens-held" not in invariants_of(long)
+    # Stopped on the token inside the window: both the emission and the early stop are named.
+    early = engine_run(outputs={"a": [5, 6]}, notes={"truncation": {"a": held}})
+    found = [v.detail for v in check([early])[LABEL] if v.invariant == "min-tokens-held"]
+    assert len(found) == 2 and "emitted its stop token 6 at position 1" in found[0]
+    assert "stopped after 2 tokens" in found[1]
+    short = engine_run(outputs={"a": [5, 7]}, notes={"truncation": {"a": ran_on}})
+    assert "ended (length) after 2 tokens" in str(check([short])[LABEL])

@@ -21,6 +21,8 @@ ROWS = [
     Verification("invalid", 0, 3, 0, 1),
 ]
 
+BOTH_STOPPED = {"cut": "stop", "invalid": "stop"}
+
 
 def vllm_payload(
     histogram: list[int], drafted: int, detailed: tuple[list[int], list[int]] = ([], [])
@@ -70,7 +72,7 @@ def test_a_mean_that_counts_cut_tokens_differs_and_nothing_else_does() -> None:
         "cut": vllm_payload([0, 1, 0, 1], 6, ([3, 1], [3, 3])),
         "invalid": vllm_payload([2, 0, 0, 0], 0, ([0, 0], [0, 0])),
     }
-    found = differences(returned, want, ["cut", "invalid"], "detailed", K)
+    found = differences(returned, want, BOTH_STOPPED, "detailed", K)
     assert [(d.counter, d.measured, d.expected) for d in found] == [
         ("request_metrics.mean_acceptance_length", 3.0, 2.0)
     ]
@@ -83,16 +85,16 @@ def test_the_strict_reading_finds_the_invalid_requests_rows() -> None:
         "cut": vllm_payload([0, 1, 0, 1], 6) | {"mean_acceptance_length": 2.0},
         "invalid": vllm_payload([2, 0, 0, 0], 0),
     }
-    found = {d.counter for d in differences(returned, want, ["cut", "invalid"], "summary", K)}
+    found = {d.counter for d in differences(returned, want, BOTH_STOPPED, "summary", K)}
     assert found == {"request_metrics.acceptance_histogram", "request_metrics.num_spec_steps"}
 
 
 def test_a_finished_request_without_metrics_is_a_difference_an_aborted_one_is_not() -> None:
     want = expected(ROWS, K, "lenient", "summary")
-    found = differences({}, want, ["cut"], "summary", K)
-    assert [(d.counter, d.expected) for d in found] == [("request_metrics.returned", "cut")]
+    found = differences({}, want, {"cut": "length"}, "summary", K)
+    assert [(d.counter, d.expected) for d in found] == [("request_metrics.missing", "cut")]
     # `invalid` is not in `finished` (aborted): nothing is asked of it.
-    assert differences(None, want, [], "summary", K) == []
+    assert differences(None, want, {}, "summary", K) == []
 
 
 def test_summary_level_ignores_the_per_step_lists_detailed_compares_them() -> None:
@@ -100,8 +102,7 @@ def test_summary_level_ignores_the_per_step_lists_detailed_compares_them() -> No
     returned = {
         "cut": vllm_payload([0, 1, 0, 1], 6, ([1, 3], [3, 3])) | {"mean_acceptance_length": 2.0}
     }
-    assert (
-        differences(returned, expected(ROWS, K, "lenient", "summary"), ["cut"], "summary", K) == []
-    )
-    found = differences(returned, want, ["cut"], "detailed", K)
+    summary = expected(ROWS, K, "lenient", "summary")
+    assert differences(returned, summary, {"cut": "length"}, "summary", K) == []
+    found = differences(returned, want, {"cut": "length"}, "detailed", K)
     assert [d.counter for d in found] == ["request_metrics.per_step_accepted"]

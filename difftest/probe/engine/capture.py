@@ -8,7 +8,9 @@
 - `CaptureLogger` is a stat logger in the engine's `StatLoggerManager`: it gets
   every step's `SchedulerStats` the way any production logger does.
 - `prometheus_spec_counters` reads the Prometheus counters via `get_metrics()`;
-  they are cumulative per process, so a run's value is a delta.
+  they are cumulative per process, so a run's value is a delta. So does
+  `prometheus_token_counters` for the generated-token counter and the finished
+  requests' generation-token histogram, as a scraper reads them.
 - `RunnerTap` wraps the model runner's `_input_fits_in_drafter` on the instance
   and remembers its answer: when it is False the runner skips the drafter and
   zero-fills the next step's drafts (#34734). The oracle needs to know which
@@ -23,7 +25,7 @@ from typing import Any
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 from ..common import stats
-from ..protocol import COUNTER_TABLE, StepRecord, prometheus_fields, step_record
+from ..protocol import COUNTER_TABLE, TOKEN_COUNTERS, StepRecord, prometheus_fields, step_record
 
 #: Prometheus name (without `vllm:` and `_total`) -> SpecDecodingStats field.
 PROMETHEUS_FIELDS = prometheus_fields(COUNTER_TABLE)
@@ -222,6 +224,20 @@ def prometheus_spec_counters(llm: Any) -> dict[str, Any]:
             ]
         else:
             out[field] = out.get(field, 0) + int(metric.value)
+    return out
+
+
+def prometheus_token_counters(llm: Any) -> dict[str, int]:
+    """Current values of `vllm:generation_tokens` and of the `vllm:request_generation_tokens`
+    histogram's sum and count (the generated tokens of each finished request)."""
+    out = {name: 0 for name in TOKEN_COUNTERS}
+    for metric in llm.get_metrics():
+        name = metric.name.removeprefix("vllm:").removesuffix("_total")
+        if name == "generation_tokens":
+            out["generation_tokens"] += int(metric.value)
+        elif name == "request_generation_tokens":
+            out["request_generation_tokens_sum"] += int(metric.sum)
+            out["request_generation_tokens_count"] += int(metric.count)
     return out
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from ..common import stats
-from ..protocol import RunResult
+from ..protocol import REQUEST_METRICS_NOTE, TOKEN_COUNTERS_NOTE, RunResult
 from . import truncation
 from .session import EngineSession
 
@@ -21,6 +21,17 @@ def _sampling_params(
     structured = req.get("structured")
     if structured:
         kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
+    # A reference run (cut not chosen yet) runs without min_tokens: the cut comes from the output
+    # with nothing held back.
+    if req.get("min_tokens") and (cut is not None or req.get("truncate", "none") == "none"):
+        kwargs["min_tokens"] = int(req["min_tokens"])
+        if cut is not None and int(cut["position"]) + 1 >= int(req["min_tokens"]):
+            # The scenario's, not the branch's: it reads "could not measure".
+            raise ValueError(
+                f"request {req['id']!r}: min_tokens {req['min_tokens']} does not hold back its "
+                f"{cut['kind']} cut at output position {cut['position']}: raise min_tokens above "
+                f"{int(cut['position']) + 1}"
+            )
     eos = None
     if cut is not None:
         if cut["kind"] == "stop":
@@ -37,14 +48,11 @@ def _sampling_params(
 
 
 def _spec_metrics(completion: Any) -> dict[str, Any] | None:
+    """The request's per-request spec-decode metrics as the response carries them (`to_dict()`,
+    vLLM's `metrics.speculative_decoding`); None where the branch returned none."""
     metrics = getattr(completion, "spec_decode_metrics", None)
-    if metrics is None:
-        return None
-    is_instance = dataclasses.is_dataclass(metrics) and not isinstance(metrics, type)
-    out = dataclasses.asdict(metrics) if is_instance else {}
-    if hasattr(metrics, "to_dict"):
-        out["response"] = metrics.to_dict()
-    return out
+    to_dict = getattr(metrics, "to_dict", None)
+    return dict(to_dict()) if callable(to_dict) else None
 
 
 def _steps_agree(logged: list[Any], tapped: list[Any]) -> bool:
@@ -107,7 +115,9 @@ def run_one(
         outputs[rid] = [int(t) for t in completion.token_ids]
         finish[rid] = str(completion.finish_reason)
         stop_reasons[rid] = completion.stop_reason
-        per_request[rid] = _spec_metrics(completion)
+        returned = _spec_metrics(completion)
+        if returned is not None:
+            per_request[rid] = returned
         texts[rid] = completion.text
     for rid, last in played["partials"].items():
         # Aborted: the engine sends no final output; its last one holds every token emitted.
@@ -128,7 +138,7 @@ def run_one(
         prompt_token_ids=prompts,
         outputs_text=texts,
         stop_reasons=stop_reasons,
-        per_request_spec_decode=per_request,
+        **{REQUEST_METRICS_NOTE: per_request, TOKEN_COUNTERS_NOTE: played["prometheus_tokens"]},
         prometheus=played["prometheus"],
         stat_logger_steps=len(played["logged"]),
         scheduler_totals={k: tap_totals[k] for k in stats.CORE_FIELDS},
@@ -167,6 +177,8 @@ def run_one(
         for rid, cut in used_cuts.items():
             if cut["kind"] == "eos" and specs[rid].get("ignore_eos"):
                 notes["truncation"][rid]["ignore_eos"] = True
+            if specs[rid].get("min_tokens"):
+                notes["truncation"][rid]["min_tokens"] = int(specs[rid]["min_tokens"])
             if cut["kind"] == "stop_string":
                 # What the user got (checked on the host against the reference run's text).
                 notes["truncation"][rid].update(

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import DidNotFinish
-from .capture import CaptureLogger, RunnerTap, StepTap, counter_delta, prometheus_spec_counters
+from .capture import (
+    CaptureLogger,
+    RunnerTap,
+    StepTap,
+    counter_delta,
+    prometheus_spec_counters,
+    prometheus_token_counters,
+)
 
 #: The keys of a scenario's `engine` mapping that configure the one engine of a probe process.
 ENGINE_KEYS = (
@@ -199,6 +206,7 @@ class EngineSession:
         self.tap.reset()
         self.logger.take()
         before = prometheus_spec_counters(self.llm)
+        tokens_before = prometheus_token_counters(self.llm)
         for rid, prompt, params, eos in entries:
             self.add(rid, prompt, params, eos)
         finals: dict[str, Any] = {}
@@ -238,11 +246,15 @@ class EngineSession:
         records, tap_stats = self.tap.take()
         logged = self.logger.take()
         after = prometheus_spec_counters(self.llm)
+        tokens_after = prometheus_token_counters(self.llm)
         return {
             "records": records,
             "tap_stats": tap_stats,
             "logged": logged,
             "prometheus": counter_delta(before, after, self.k),
+            "prometheus_tokens": {
+                name: tokens_after[name] - tokens_before[name] for name in tokens_after
+            },
             "finals": finals,
             "partials": {rid: latest[rid] for rid in aborted},
             "aborted": aborted,

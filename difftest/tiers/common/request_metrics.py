@@ -90,15 +90,16 @@ def _figures(rows: list[Verification], k: int, level: str) -> dict[str, Any]:
 def differences(
     returned: Mapping[str, Mapping[str, Any]] | None,
     want: Mapping[str, Mapping[str, Any]],
-    finished: Iterable[str],
+    finished: Mapping[str, str],
     level: str,
     k: int,
 ) -> list[Difference]:
     """Where the metrics a run returned differ from the oracle's, figure by figure.
 
-    `finished` are the requests that ended by a stop rule (an aborted request
-    gets no final output, so vLLM returns it no metrics); each must have its
-    metrics, and those it has must agree with `want` (missing there: no row).
+    `finished` maps the requests that ended by a stop rule to their finish
+    reason (an aborted request gets no final output, so vLLM returns it no
+    metrics); each must have its metrics, and those it has must agree with
+    `want` (a request missing there made no row).
     """
     got = dict(returned or {})
     out: list[Difference] = []
@@ -109,11 +110,11 @@ def differences(
         if mine is None:
             out.append(
                 Difference(
-                    counter=f"{PREFIX}returned",
+                    counter=f"{PREFIX}missing",
                     measured=None,
                     expected=rid,
-                    explanation=f"request {rid} finished, but its response holds no "
-                    f"per-request spec-decode metrics (level {level})",
+                    explanation=f"request {rid} finished ({finished.get(rid, 'how: unknown')}), "
+                    f"but its response holds no per-request spec-decode metrics (level {level})",
                 )
             )
             continue
@@ -158,6 +159,12 @@ def returned(run: ProbeRun) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def finished_by_a_rule(run: ProbeRun) -> list[str]:
-    """The requests that finished other than by an abort (an aborted request gets no metrics)."""
-    return [rid for rid, why in run.finish_reasons.items() if why != "abort"]
+def finished_by_a_rule(run: ProbeRun) -> dict[str, str]:
+    """The requests that finished other than by an abort (an aborted request gets no metrics),
+    with how they finished (a stop string: `stop`, and the string)."""
+    strings = run.notes.get("stop_reasons") or {}
+    return {
+        rid: f"{why} on stop string {strings[rid]!r}" if isinstance(strings.get(rid), str) else why
+        for rid, why in run.finish_reasons.items()
+        if why != "abort"
+    }

@@ -11,7 +11,9 @@ plus what only the engine has:
   stop_reason; stop token: stop_reason = the token; max_tokens: `length`; a
   stop string: stop_reason = the string, and the response agrees with itself
   there: its token ids end on the token completing the string, its text at the
-  string's end or just before it, as `include_stop_str_in_output` says).
+  string's end or just before it, as `include_stop_str_in_output` says);
+  with `min_tokens` past an EOS / stop token cut, the token is held back: not
+  in the first `min_tokens` tokens, and the request does not end before them.
 - an abort held: a request aborted after its `abort_after_steps`-th step was
   not scheduled again.
 Across runs of one branch: batch orders agree and a batch is the sum of its
@@ -177,6 +179,9 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
         ignored = kind == "eos" and bool(cut.get("ignore_eos"))
         if ignored:
             want = ("length", None)
+        if kind in ("eos", "stop") and cut.get("min_tokens"):
+            out += _held_back(run, rid, cut)
+            continue
         if want is not None and (finish, reason) != want:
             out.append(
                 _v(
@@ -223,6 +228,34 @@ def _truncation_applied(run: ProbeRun) -> list[Violation]:
         if kind == "stop_string":
             out += _response_at_stop_string(run, rid, cut)
     return out
+
+
+def _held_back(run: ProbeRun, rid: str, cut: dict[str, Any]) -> list[Violation]:
+    """`min_tokens` past an EOS / stop token placed inside accepted drafts: the token is masked
+    (vLLM's min-tokens logits processor, also on the drafts' positions), so the first
+    `min_tokens` output tokens never hold it and the request does not end before them; after
+    that, the token ends it where it is sampled first."""
+    kind, token, held = cut.get("kind"), cut.get("token"), int(cut["min_tokens"])
+    output = run.outputs.get(rid, [])
+    finish, reason = cut.get("finish_reason"), cut.get("stop_reason")
+    problems = []
+    if token in output[:held]:
+        problems.append(f"emitted its {kind} token {token} at position {output.index(token)}")
+    if finish == "stop" and (output[-1:] != [token] or len(output) <= held):
+        problems.append(f"stopped after {len(output)} tokens, not on its {kind} token")
+    if finish == "stop" and kind == "stop" and reason != token:
+        problems.append(f"stop_reason {reason!r}, not {token}")
+    if finish != "stop" and len(output) < held:
+        problems.append(f"ended ({finish}) after {len(output)} tokens")
+    return [
+        _v(
+            "min-tokens-held",
+            run,
+            f"request {rid}: min_tokens {held} holds back its {kind} token {token} (drafted at "
+            f"output position {cut.get('position')}), yet it {problem}",
+        )
+        for problem in problems
+    ]
 
 
 def _response_at_stop_string(run: ProbeRun, rid: str, cut: dict[str, Any]) -> list[Violation]:

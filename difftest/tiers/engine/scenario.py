@@ -131,6 +131,10 @@ class EngineRequest(_Strict):
     #: With `truncate: eos`: the request ignores its EOS (`SamplingParams.ignore_eos`), so the
     #: chosen EOS inside accepted drafts must end nothing: the request runs on to `max_tokens`.
     ignore_eos: bool | None = None
+    #: `SamplingParams.min_tokens`: EOS and stop token ids are held back until the request has
+    #: this many output tokens. With `truncate: eos` / `stop` it must lie past the cut, which the
+    #: request then does not end on (the probe checks it once the cut is chosen).
+    min_tokens: int | None = Field(None, ge=1, le=512)
     #: Append the model's own first N greedy tokens to the prompt (puts its loop where ngram can
     #: draft from it).
     prime: int = Field(0, ge=0, le=64)
@@ -165,6 +169,24 @@ class EngineRequest(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _min_tokens_reachable(self) -> EngineRequest:
+        if self.min_tokens is None:
+            return self
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"min_tokens {self.min_tokens} is above max_tokens {self.max_tokens}: vLLM "
+                "refuses the request; lower min_tokens or raise max_tokens"
+            )
+        if self.truncate not in ("none", "eos", "stop") or self.ignore_eos:
+            raise ValueError(
+                f"min_tokens holds back EOS and stop token ids: it applies with `truncate: none`, "
+                f"`eos` or `stop` (this request has truncate {self.truncate!r}"
+                f"{' and ignore_eos' if self.ignore_eos else ''}); remove min_tokens or change "
+                "the cut"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _abort_before_the_end(self) -> EngineRequest:
         if self.abort_after_steps is None:
             return self
@@ -194,6 +216,10 @@ class EngineScenario(ScenarioBase):
     #: and the evidence says so.
     requires: Literal["cpu", "cuda"] = "cpu"
     requests: list[EngineRequest] = Field(min_length=1)
+    #: Check each finished request's own spec-decode metrics against the oracle's. The engine
+    #: probe always runs with `per_request_spec_decode_metrics: detailed` (one engine serves every
+    #: scenario of a job), so this says what is checked: `summary` leaves out the per-step lists.
+    per_request_metrics: Literal["none", "summary", "detailed"] = "none"
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineScenario:
@@ -233,6 +259,8 @@ class EngineScenario(ScenarioBase):
             found.append(f"token budget {engine.max_num_batched_tokens}")
         if any(r.abort_after_steps is not None for r in self.requests):
             found.append("aborts")
+        if self.per_request_metrics != "none":
+            found.append(f"per-request metrics ({self.per_request_metrics})")
         return found
 
     def engine_key(self) -> dict[str, Any]:
@@ -267,6 +295,7 @@ class EngineScenario(ScenarioBase):
                     "stop_string_tokens": r.stop_string_tokens,
                     "include_stop_str_in_output": r.include_stop_str_in_output,
                     "ignore_eos": r.ignore_eos,
+                    "min_tokens": r.min_tokens,
                     "prime": r.prime,
                     "structured": r.structured.params() if r.structured else None,
                     "abort_after_steps": r.abort_after_steps,

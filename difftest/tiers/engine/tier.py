@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from difftest.core.records import ProbeRun, Reading, Totals
+from difftest.core.records import Difference, ProbeRun, Reading, Totals
+from difftest.tiers.common import request_metrics
 from difftest.tiers.common.invariants import ByLabel
+from difftest.tiers.engine import exported as exported_metrics
 from difftest.tiers.engine import invariants, oracle
 from difftest.tiers.engine.scenario import (
     EngineScenario,
@@ -61,6 +63,22 @@ class EngineTier(ProbeTier[EngineScenario]):
 
     def invariants(self, scenario: EngineScenario, runs: list[ProbeRun]) -> ByLabel:
         return invariants.check(runs, scenario.engine.max_num_batched_tokens)
+
+    def response_differences(
+        self, scenario: EngineScenario, run: ProbeRun, reading: Reading
+    ) -> list[Difference]:
+        exported = exported_metrics.token_counter_differences(run)
+        level = scenario.per_request_metrics
+        if level == "none":
+            return exported
+        rows = [v for step in oracle.returned_verifications(run) for v in step]
+        return exported + request_metrics.differences(
+            request_metrics.returned(run),
+            request_metrics.expected(rows, scenario.k, reading, level),
+            request_metrics.finished_by_a_rule(run),
+            level,
+            scenario.k,
+        )
 
     def expected_steps(
         self, scenario: EngineScenario, run: ProbeRun, reading: Reading

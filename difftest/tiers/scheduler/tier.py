@@ -44,7 +44,7 @@ class SchedulerTier(ProbeTier[Scenario]):
     def invariants(self, scenario: Scenario, runs: list[ProbeRun]) -> ByLabel:
         return invariants.check(scenario, runs)
 
-    def request_differences(
+    def response_differences(
         self, scenario: Scenario, run: ProbeRun, reading: Reading
     ) -> list[Difference]:
         level = scenario.per_request_metrics
