@@ -31,6 +31,7 @@ from difftest.reports.junit import render_junit
 from difftest.reports.markdown import MAX_CHARS, render_markdown
 from difftest.reports.terminal import render_terminal
 from difftest.reports.views import reasons_for, scenario_views, verdict_cell
+from difftest.tiers.common.accounting import READINGS
 from difftest.tiers.engine import oracle as engine_oracle
 from difftest.tiers.engine.scenario import EngineScenario
 from tests.factories import (
@@ -454,7 +455,7 @@ def test_a_shards_reports_say_which_slice_they_hold() -> None:
 # -- the conclusion's reasons: every renderer passes the scenarios and recorded runs on ------------
 
 #: What the conclusion says when the facts show the strict reading is why a row count differs.
-STRICT_REASON = "strict reading: a request whose drafts are all grammar-invalid makes no row"
+STRICT_REASON = "strict reading: " + READINGS["strict"]
 
 
 def _reading_case() -> tuple[Evidence, dict, dict]:

@@ -86,8 +86,10 @@ RULES: dict[str, str] = {name: rule.text for name, rule in ORACLE.items()} | {
 }
 #: What each reading of a request whose drafts are all grammar-invalid says.
 READINGS: dict[str, str] = {
-    "strict": "a request whose drafts are all grammar-invalid makes no row",
-    "lenient": "a request whose drafts are all grammar-invalid makes a row with 0 draft tokens",
+    "strict": "a request whose drafts are all invalid (grammar, or async slots its drafter left "
+    "empty) makes no row",
+    "lenient": "a request whose drafts are all invalid (grammar, or async slots its drafter left "
+    "empty) makes a row with 0 draft tokens",
 }
 
 

@@ -194,21 +194,6 @@ class Scenario(ScenarioBase):
                     "(the path of the CPU engine); on the async path the skip flag would arrive "
                     "after the placeholders were scheduled"
                 )
-            for r in self.requests:
-                if isinstance(r.drafter, ScriptedDrafter):
-                    short = [s for s in r.drafter.steps if len(_tokens(s or "")) != self.k]
-                    if short:
-                        raise ValueError(
-                            f"requests.{r.id}.drafter.steps: on the async path "
-                            f"a drafter proposes exactly k={self.k} tokens per step "
-                            f"(fewer become -1 placeholders, #44056); got {short}"
-                        )
-                    if r.drafter.then == "none":
-                        raise ValueError(
-                            f"requests.{r.id}.drafter.then: `none` is not possible "
-                            "on the async path (k placeholders are always scheduled); "
-                            "use `perfect`"
-                        )
         return self
 
     def _check_conditions(self) -> None:

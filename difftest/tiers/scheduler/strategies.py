@@ -22,14 +22,17 @@ prefix caching (requests then often share a prompt of 16n+1 tokens, a full hit
 but its last token, or of other lengths, a partial hit), a P/D decode node's KV
 connector, a KV pool too small for the batch (preemption), a small token budget
 (chunked prefill, cut draft blocks); per request a later arrival, an abort while
-one of its steps is in flight, and a prompt of 1 token or of many (chunked).
+one of its steps is in flight, and a prompt of 1 token or of many (chunked);
+per-request spec-decode metrics (summary or detailed).
 Combinations come for free: they are drawn independently.
 
 A scripted drafter is built from a *plan*, so that a stop lands where the
-strategy chose: per decode step, how many drafts are proposed (sync: 0..k;
-async: always k) and how many of them the target accepts; the request stops on
-the j-th accepted draft of a chosen step or on its bonus token (or after the
-planned steps, where `then: perfect` drafts go on). The target gets the stop
+strategy chose: per decode step, how many drafts are proposed (0..k on both
+paths: on the async path the scheduler pads a short proposal's placeholders
+with -1, as for grammar-invalid drafts) and how many of them the target
+accepts; the request stops on the j-th accepted draft of a chosen step or on
+its bonus token (or after the planned steps, where `then: perfect` drafts go
+on). The target gets the stop
 token at that position; a step's drafts are the target's next tokens for the
 accepted ones, then a token the target does not have there, then anything.
 Hypothesis shrinks the plan, so a minimal scenario reads as a minimal story.
@@ -250,7 +253,7 @@ def _plan(
     for _ in range(draw(_ints(0, MAX_PLANNED_STEPS))):
         if last_position is not None and position > last_position:
             break
-        proposed = k if path == "async" else draw(_ints(0, k))
+        proposed = draw(_ints(0, k))
         cap = proposed if last_position is None else min(proposed, last_position + 1 - position)
         accepted = draw(_ints(0, cap))
         plan.append((proposed, accepted))
@@ -293,7 +296,7 @@ def _planned_drafter(
         _drafts(draw, target, positions[i], p, a, pool)
         for i, (p, a) in enumerate(plan[: last_step + 1])
     ]
-    then = "perfect" if path == "async" else draw(_THEN)
+    then = draw(_THEN)
     return {"kind": "scripted", "steps": steps, "then": then}
 
 
