@@ -212,6 +212,10 @@ def test_each_condition_reaches_the_real_scheduler(runs_of) -> None:
     assert any(0 < len(s.drafts.get(r, [])) < 3 for s in cut.steps for r in s.drafts)
     off = runs["spec-decoding-off"]
     assert all(s.stats is None and not s.drafts for r in off.values() for s in r.steps)
+    # The context cuts a draft block to the positions that still fit, and ends the request.
+    capped = runs["max-model-len-cut"]["alone:capped"]
+    assert [len(s.drafts.get("capped", [])) for s in capped.steps] == [0, 4, 2]
+    assert capped.finish_reasons["capped"] == "length" and len(capped.outputs["capped"]) == 14 - 5
     # An async proposal shorter than k: its empty slots are -1 padding counted as invalid.
     short = runs["async-short-drafts"]["alone:empty"]
     assert any(s.invalid.get("empty") == 3 and s.drafts["empty"] == [-1] * 3 for s in short.steps)

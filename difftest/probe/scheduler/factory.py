@@ -60,6 +60,8 @@ class Shape:
     budget: int | None = None
     #: `ObservabilityConfig.per_request_spec_decode_metrics`.
     request_metrics: str = "none"
+    #: The context length; None: the model folder's.
+    max_model_len: int | None = None
 
     @classmethod
     def of(cls, scenario: dict[str, Any]) -> Shape:
@@ -71,6 +73,7 @@ class Shape:
             kv_connector=scenario.get("kv_connector") or "none",
             budget=scenario.get("max_num_batched_tokens"),
             request_metrics=scenario.get("per_request_metrics") or "none",
+            max_model_len=scenario.get("max_model_len"),
         )
 
 
@@ -91,24 +94,25 @@ class SchedulerFactory:
 
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
-        self._model_config: ModelConfig | None = None
+        self._model_configs: dict[int, ModelConfig] = {}
         self._cache: dict[Shape, tuple[VllmConfig, StructuredOutputManager]] = {}
         self._hasher: Any = None
 
-    def model_config(self) -> ModelConfig:
-        if self._model_config is None:
-            self._model_config = ModelConfig(
+    def model_config(self, max_model_len: int = MAX_MODEL_LEN) -> ModelConfig:
+        if max_model_len not in self._model_configs:
+            self._model_configs[max_model_len] = ModelConfig(
                 model=str(self.model_dir),
                 tokenizer=str(self.model_dir),
                 dtype="float32",
                 seed=0,
-                max_model_len=MAX_MODEL_LEN,
+                max_model_len=max_model_len,
             )
-        return self._model_config
+        return self._model_configs[max_model_len]
 
     def _configs(self, shape: Shape) -> tuple[VllmConfig, StructuredOutputManager]:
         if shape not in self._cache:
-            budget = shape.budget or MAX_MODEL_LEN
+            context = shape.max_model_len or MAX_MODEL_LEN
+            budget = shape.budget or context
             transfer = None
             if shape.kv_connector == "decode-node":
                 # Imported here: vLLM's KV-transfer modules load only for a scenario that uses one.
@@ -118,11 +122,11 @@ class SchedulerFactory:
                     kv_connector=connector.register(), kv_role="kv_consumer"
                 )
             vllm_config = VllmConfig(
-                model_config=self.model_config(),
+                model_config=self.model_config(context),
                 scheduler_config=SchedulerConfig(
                     max_num_seqs=min(64, budget),
                     max_num_batched_tokens=budget,
-                    max_model_len=MAX_MODEL_LEN,
+                    max_model_len=context,
                     enable_chunked_prefill=True,
                     is_encoder_decoder=False,
                 ),

@@ -7,8 +7,9 @@ rules are written here independently of vLLM's scheduler:
   scheduling; async: k slots are scheduled and the invalid rest is -1 padding);
   none where the runner skipped drafting (a correct scheduler schedules none of
   its zero-fill); never the `-1` placeholders a new decode is padded with (#50518);
-- stop handling: tokens are appended one by one until EOS, a stop token or
-  max_tokens, the stop token included.
+- stop handling: tokens are appended one by one until EOS, a stop token,
+  max_tokens or the context (`max_model_len`), the stop token included;
+- the context: a draft block is cut to the positions that still fit it.
 What depends on the batch comes from the request's recorded schedule
 (`schedule.RequestSchedule`): a token budget's cut of a draft block, the
 recompute after a preemption, an abort in flight. Without one (the loader's
@@ -50,14 +51,16 @@ class RequestPlay:
 
 
 def _append(
-    output: list[int], sampled: list[int], max_tokens: int, stops: set[int]
+    output: list[int], sampled: list[int], max_tokens: int, stops: set[int], room: int
 ) -> tuple[int, str | None]:
-    """Append tokens one by one until a stop; returns (tokens appended, finish reason or None)."""
+    """Append tokens one by one until a stop; returns (tokens appended, finish reason or None).
+    `room` is how many output tokens the context holds (vLLM's `check_stop`: EOS and stop tokens
+    first, then the context and max_tokens, both finish `length`)."""
     for n, tok in enumerate(sampled, 1):
         output.append(tok)
         if tok in stops:
             return n, "stop"
-        if len(output) >= max_tokens:
+        if len(output) >= min(max_tokens, room):
             return n, "length"
     return len(sampled), None
 
@@ -100,6 +103,10 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
     stops = {eos, *stop_ids}
     max_tokens = int(req["max_tokens"])
     spec_decoding = bool(data.get("spec_decoding", True))
+    # The context: the scheduler cuts a draft block to what still fits, and the request ends there.
+    room = int(data.get("max_model_len") or script.MAX_MODEL_LEN) - len(
+        script.tokens(req["prompt"])
+    )
 
     output: list[int] = []
     steps: list[Verification | None] = []
@@ -116,7 +123,9 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
         if index == 0 or not spec_decoding or (shaped is not None and shaped.restart):
             # Its first token, a recompute after a preemption, or no drafter at all: one token,
             # nothing verified (a new decode's -1 padding is no draft).
-            _, finish = _append(output, script.verify(target, position, []), max_tokens, stops)
+            _, finish = _append(
+                output, script.verify(target, position, []), max_tokens, stops, room
+            )
             steps.append(None)
             index += 1
             continue
@@ -124,7 +133,7 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
             # A correct scheduler schedules none of a skipped drafter's zero-fill: a plain decode
             # step.
             appended, finish = _append(
-                output, script.verify(target, position, []), max_tokens, stops
+                output, script.verify(target, position, []), max_tokens, stops, room
             )
             steps.append(Verification(rid, 0, 0, 0, appended, drafting_skipped=True))
             index += 1
@@ -136,10 +145,12 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
         scheduled = k if path == "async" else len(valid)
         if shaped is not None and shaped.budget_cut:
             scheduled = min(scheduled, shaped.slots)
+        # Every scheduled position must fit the context (`Scheduler.schedule`'s max_model_len cap).
+        scheduled = max(0, min(scheduled, room - position - 1))
         valid = valid[:scheduled]
         drafts = valid + [script.PAD_DRAFT] * (scheduled - len(valid))
         sampled = script.verify(target, position, drafts)
-        appended, finish = _append(output, sampled, max_tokens, stops)
+        appended, finish = _append(output, sampled, max_tokens, stops, room)
         steps.append(Verification(rid, len(valid), scheduled, len(sampled) - 1, appended))
         index += 1
     if finish == "abort":

@@ -178,6 +178,9 @@ class Scenario(ScenarioBase):
     kv_blocks: int | None = Field(None, ge=1, le=100_000)
     #: The token budget of one step; None: large enough that nothing is chunked or cut.
     max_num_batched_tokens: int | None = Field(None, ge=1, le=script.MAX_MODEL_LEN)
+    #: The context length (`max_model_len`); None: the model folder's 8192. A decode's draft block
+    #: is cut to the positions that still fit, and a request ends (`length`) when it is full.
+    max_model_len: int | None = Field(None, ge=8, le=script.MAX_MODEL_LEN)
     #: Each finished request returns its own spec-decode metrics
     #: (`ObservabilityConfig.per_request_spec_decode_metrics`), checked against the oracle's.
     per_request_metrics: Literal["none", "summary", "detailed"] = "none"
@@ -209,6 +212,14 @@ class Scenario(ScenarioBase):
                 "refuses the knob without a speculative config): set it to `none`, or remove "
                 "`spec_decoding: false`"
             )
+        if self.max_model_len is not None:
+            long = [r.id for r in self.requests if len(_tokens(r.prompt)) >= self.max_model_len]
+            if long:
+                raise ValueError(
+                    f"max_model_len: {self.max_model_len} does not hold the prompt of request(s) "
+                    f"{long} and one output token; vLLM refuses them: raise max_model_len or "
+                    "shorten the prompts"
+                )
         budget = self.max_num_batched_tokens
         if budget is not None and self.spec_decoding and budget < self.k + 1:
             raise ValueError(
@@ -242,6 +253,8 @@ class Scenario(ScenarioBase):
             found.append(f"{self.kv_blocks} KV blocks")
         if self.max_num_batched_tokens is not None:
             found.append(f"token budget {self.max_num_batched_tokens}")
+        if self.max_model_len is not None:
+            found.append(f"max_model_len {self.max_model_len}")
         if self.per_request_metrics != "none":
             found.append(f"per-request metrics ({self.per_request_metrics})")
         if any(r.arrive for r in self.requests):

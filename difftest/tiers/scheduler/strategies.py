@@ -21,7 +21,8 @@ shrinks to): spec decoding off (a control), two steps in flight (async path),
 prefix caching (requests then often share a prompt of 16n+1 tokens, a full hit
 but its last token, or of other lengths, a partial hit), a P/D decode node's KV
 connector, a KV pool too small for the batch (preemption), a small token budget
-(chunked prefill, cut draft blocks); per request a later arrival, an abort while
+(chunked prefill, cut draft blocks), a short context (`max_model_len`: cut
+draft blocks, requests ending `length`); per request a later arrival, an abort while
 one of its steps is in flight, and a prompt of 1 token or of many (chunked);
 per-request spec-decode metrics (summary or detailed).
 Combinations come for free: they are drawn independently.
@@ -112,9 +113,21 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
         raw["max_num_batched_tokens"] = draw(_ints(k + 1, k + 1 + MAX_BUDGET_ROOM))
     if draw(_SMALL_POOL):
         raw["kv_blocks"] = draw(_pool(k, bodies))
+    if draw(_SMALL_CONTEXT):
+        raw["max_model_len"] = _least_context(bodies) + draw(_ints(0, 3 * k + MAX_BUDGET_ROOM))
     raw["orders"] = draw(orders(ids))
     raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies, strict=True)]
     return _aborts_that_land(raw)
+
+
+def _least_context(bodies: list[dict[str, Any]]) -> int:
+    """The smallest `max_model_len` the requests stay valid under: each prompt and a token, and a
+    grammar request's whole output (cut early, it would break its grammar)."""
+    need = 8
+    for body in bodies:
+        prompt = len(tokens(body["prompt"]))
+        need = max(need, prompt + (int(body["max_tokens"]) if "grammar" in body else 1) + 1)
+    return need
 
 
 def _aborts_that_land(raw: dict[str, Any]) -> dict[str, Any]:
@@ -226,6 +239,7 @@ _ARRIVALS = st.sampled_from([0] * 7 + [1, 2, 5])
 _ABORTS = st.sampled_from([None] * 11 + [0, 1, 2])
 _SMALL_BUDGET = st.sampled_from([False, False, False, True])
 _SMALL_POOL = st.sampled_from([False, False, False, True])
+_SMALL_CONTEXT = st.sampled_from([False, False, False, True])
 #: A small budget is 1 + k tokens and at most this many more.
 MAX_BUDGET_ROOM = 10
 _PATHS = st.sampled_from(["sync", "async"])
