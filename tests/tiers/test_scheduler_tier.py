@@ -212,6 +212,11 @@ def test_each_condition_reaches_the_real_scheduler(runs_of) -> None:
     assert any(0 < len(s.drafts.get(r, [])) < 3 for s in cut.steps for r in s.drafts)
     off = runs["spec-decoding-off"]
     assert all(s.stats is None and not s.drafts for r in off.values() for s in r.steps)
+    # An asynchronous KV load parks the request (no step schedules it) until the runner reports
+    # the load finished; it is then admitted as a padded new decode.
+    waited = runs["pd-async-kv-load"]["alone:first"]
+    first = next(s for s in waited.steps if "first" in s.scheduled)
+    assert first.step >= 1 and _padded(waited)[0] == (first.step, "first")
     # The context cuts a draft block to the positions that still fit, and ends the request.
     capped = runs["max-model-len-cut"]["alone:capped"]
     assert [len(s.drafts.get("capped", [])) for s in capped.steps] == [0, 4, 2]

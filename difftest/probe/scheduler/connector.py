@@ -4,9 +4,14 @@ On a disaggregated decode node the prefill ran elsewhere; the connector tells
 the scheduler how many prompt tokens it can load, and vLLM schedules the rest.
 Loading all but the last token leaves exactly one new token: the new request is
 scheduled as a decode and padded with `[-1] * k` placeholder drafts (#45237),
-the case #50518 is about. Nothing is transferred (the probe has no workers): the
-load is synchronous and always succeeds, so the scheduler sees what a working
-connector gives it.
+the case #50518 is about. Nothing is transferred (the probe has no workers), and
+every load succeeds, so the scheduler sees what a working connector gives it:
+- `decode-node`: the load is synchronous;
+- `decode-node-async`: the load is asynchronous (#49): the scheduler parks the
+  request in `WAITING_FOR_REMOTE_KVS`, and the probe's runner reports it in
+  `KVConnectorOutput.finished_recving` with the output of the step it started
+  in (with two steps in flight, while the next one is already scheduled); the
+  scheduler then admits it again.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 NAME = "DifftestDecodeNode"
+ASYNC_NAME = "DifftestDecodeNodeAsync"
 
 
 class DecodeNodeConnector(KVConnectorBase_V1):
@@ -59,10 +65,23 @@ class DecodeNodeConnector(KVConnectorBase_V1):
         return None
 
 
-def register() -> str:
+class AsyncDecodeNodeConnector(DecodeNodeConnector):
+    """The same loads, asynchronously: the request waits for its KVs, then is admitted again."""
+
+    def get_num_new_matched_tokens(
+        self, request: Any, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        tokens, _ = super().get_num_new_matched_tokens(request, num_computed_tokens)
+        return tokens, bool(tokens)
+
+
+def register(asynchronous: bool = False) -> str:
     """Make the connector known to vLLM's factory (once per process); its name for the config."""
+    name, cls = (
+        (ASYNC_NAME, AsyncDecodeNodeConnector) if asynchronous else (NAME, DecodeNodeConnector)
+    )
     try:
-        KVConnectorFactory.register_connector(NAME, __name__, DecodeNodeConnector.__name__)
+        KVConnectorFactory.register_connector(name, __name__, cls.__name__)
     except ValueError:  # already registered by an earlier scenario of this probe
         pass
-    return NAME
+    return name

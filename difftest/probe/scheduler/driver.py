@@ -22,8 +22,9 @@ Drafts reach the scheduler the way the engine delivers them:
 Serving conditions are played as the scenario says: requests arrive before a
 given step, an abort lands between `schedule()` and `update_from_output()` with
 the aborted request's tokens still in the model output, and the factory builds
-the scheduler with prefix caching, a decode node's KV connector, a small KV pool
-or a small token budget. What the scheduler emitted is read back from the
+the scheduler with prefix caching, a decode node's KV connector (its asynchronous
+loads reported finished with the output of the step that started them), a small
+KV pool, a small token budget or a short context. What the scheduler emitted is read back from the
 `EngineCoreOutputs` it returns.
 """
 
@@ -35,7 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import RequestStatus
 from vllm.v1.spec_decode.metrics import SpecDecodingLogging, SpecDecodingStats
 
@@ -146,6 +147,9 @@ class _Play:
         self.steps: list[StepRecord] = []
         self.stats_objects: list[Any] = []
         self.finish: dict[str, str] = {}
+        #: Requests parked for an asynchronous KV load -> the step that started it; the load is
+        #: reported finished with that step's output.
+        self.loading: dict[str, int] = {}
         #: Per-request spec-decode metrics a finished request returned (`to_dict()`).
         self.request_metrics: dict[str, dict[str, Any]] = {}
         self.scheduled_count = 0
@@ -195,6 +199,9 @@ class _Play:
         number = self.scheduled_count
         self.scheduled_count += 1
         scheduled = list(out.num_scheduled_tokens)
+        for rid, req in self.scheduler.requests.items():
+            if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS and rid not in self.loading:
+                self.loading[rid] = number
         chunked = {
             rid
             for rid in scheduled
@@ -253,10 +260,14 @@ class _Play:
                 req.finished = True
                 self.finish[rid] = "abort"
                 aborted.append(rid)
+        loaded = {rid for rid, started in self.loading.items() if started <= step.number}
+        for rid in loaded:
+            del self.loading[rid]
         runner_out = ModelRunnerOutput(
             req_ids=step.scheduled,
             req_id_to_index={rid: i for i, rid in enumerate(step.scheduled)},
             sampled_token_ids=[list(step.sampled[rid]) for rid in step.scheduled],
+            kv_connector_output=KVConnectorOutput(finished_recving=loaded) if loaded else None,
         )
         engine_outputs = self.scheduler.update_from_output(step.out, runner_out)
         emitted: dict[str, list[int]] = {}

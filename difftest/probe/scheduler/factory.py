@@ -114,12 +114,13 @@ class SchedulerFactory:
             context = shape.max_model_len or MAX_MODEL_LEN
             budget = shape.budget or context
             transfer = None
-            if shape.kv_connector == "decode-node":
+            if shape.kv_connector in ("decode-node", "decode-node-async"):
                 # Imported here: vLLM's KV-transfer modules load only for a scenario that uses one.
                 from . import connector
 
                 transfer = KVTransferConfig(
-                    kv_connector=connector.register(), kv_role="kv_consumer"
+                    kv_connector=connector.register(shape.kv_connector == "decode-node-async"),
+                    kv_role="kv_consumer",
                 )
             vllm_config = VllmConfig(
                 model_config=self.model_config(context),

@@ -46,8 +46,8 @@ _HINTS = {
     "in_flight": "`1` (lockstep) or `2` (two steps in flight, as EngineCore.step_with_batch_queue; "
     "needs `draft_path: async`)",
     "prefix_caching": "`true` or `false` (default): vLLM's prefix cache, sha256 block hashes",
-    "kv_connector": "`none` (default) or `decode-node`: a P/D decode node whose KV connector "
-    "loads every prompt but its last token",
+    "kv_connector": "`none` (default), `decode-node` or `decode-node-async`: a P/D decode node "
+    "whose KV connector loads every prompt but its last token (async: the request waits for it)",
     "kv_blocks": "the KV pool in blocks of 16 tokens (small: requests get preempted)",
     "max_num_batched_tokens": "the token budget of one step (small: chunked prefill, cut decodes)",
     "arrive": "the engine step (a turn of the engine core's loop) before which the request is "
@@ -172,8 +172,9 @@ class Scenario(ScenarioBase):
     #: 2: `schedule()` of step N+1 before `update_from_output()` of step N (async path).
     in_flight: Literal[1, 2] = 1
     prefix_caching: bool = False
-    #: `decode-node`: every request's KV but its last prompt token comes from a KV connector.
-    kv_connector: Literal["none", "decode-node"] = "none"
+    #: `decode-node`: every request's KV but its last prompt token comes from a KV connector;
+    #: `decode-node-async`: asynchronously (the request waits for its KVs, then is admitted again).
+    kv_connector: Literal["none", "decode-node", "decode-node-async"] = "none"
     #: The KV pool in blocks; None: sized so that nothing is ever preempted.
     kv_blocks: int | None = Field(None, ge=1, le=100_000)
     #: The token budget of one step; None: large enough that nothing is chunked or cut.
@@ -248,7 +249,11 @@ class Scenario(ScenarioBase):
         if self.prefix_caching:
             found.append("prefix caching")
         if self.kv_connector != "none":
-            found.append("P/D decode node")
+            found.append(
+                "P/D decode node, async KV load"
+                if self.kv_connector == "decode-node-async"
+                else "P/D decode node"
+            )
         if self.kv_blocks is not None:
             found.append(f"{self.kv_blocks} KV blocks")
         if self.max_num_batched_tokens is not None:

@@ -146,7 +146,7 @@ def _serving(path: str) -> st.SearchStrategy[dict[str, Any]]:
     flags = [
         ("spec_decoding", st.sampled_from([True] * 11 + [False])),
         ("prefix_caching", st.sampled_from([False, False, True])),
-        ("kv_connector", st.sampled_from(["none"] * 5 + ["decode-node"])),
+        ("kv_connector", st.sampled_from(["none"] * 5 + ["decode-node", "decode-node-async"])),
     ]
     if path == "async":
         flags.append(("in_flight", st.sampled_from([1, 2])))
