@@ -7,7 +7,11 @@ Head is worse when:
 - on some (scenario, run) a counter is further from the oracle than on the
   base (absolute distance; per-position lists compare by the sum of the
   element-wise distances; mean acceptance length with a float tolerance,
-  and only when no counter already explains it, since it is derived).
+  and only when no counter already explains it, since it is derived);
+- on some (scenario, run) the head differs from the oracle beyond the totals
+  (a request's own metrics, a logging interval's line, the exported token
+  counts: the differences whose counter is not one of COUNTERS) where the base
+  does not, or with other values.
 
 A head that could not be measured is not called worse - we do not know - but
 the gate still fails, with exit code 3 instead of 1, unless something measured
@@ -134,7 +138,7 @@ def compare_for_gate(base_results: list[Result], head_results: list[Result]) -> 
             findings.append(
                 _finding("regressed", head, f"base passed, head diverges: {first_reason(head)}")
             )
-        distances = _distances(old, head)
+        distances = _distances(old, head) + _beyond_totals(old, head)
         if head.verdict == "broken":
             # A broken run is worse, full stop: it is never also listed as better or "as on the
             # base".
@@ -182,6 +186,30 @@ def gate_exit_code(
     if require_coverage and outcome.not_verified:
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _beyond_totals(base: Result, head: Result) -> list[GateFinding]:
+    """A difference beyond the totals (not a counter's, not the mean's) that the base does not
+    have with the same values: the head is further from the oracle there."""
+
+    def key(d: Any) -> tuple[str, str, str]:
+        return (d.counter, repr(d.measured), repr(d.expected))
+
+    had = {key(d) for d in base.differences}
+    return [
+        GateFinding(
+            kind="further",
+            scenario=head.scenario,
+            label=head.label,
+            text=f"{d.counter} differs from the oracle where the base does not: head "
+            f"{format_value(d.measured)}, oracle {format_value(d.expected)} ({d.explanation})",
+            counter=d.counter,
+            head=d.measured,
+            expected=d.expected,
+        )
+        for d in head.differences
+        if d.counter not in COUNTERS and d.counter != MAL and key(d) not in had
+    ]
 
 
 def distance(measured: Any, expected: Any) -> float:

@@ -77,6 +77,9 @@ STACK_DUMP_SIGNAL = signal.SIGUSR1
 #: The run note a probe files each finished request's per-request spec-decode metrics under
 #: (`{request id: RequestSpecDecodeMetrics.to_dict()}`), where the scenario asked for them.
 REQUEST_METRICS_NOTE = "request_metrics"
+#: The run note holding the branch's spec-decode log line of each logging interval, where the
+#: scenario sets `log_every` (`probe.common.intervals`).
+INTERVALS_NOTE = "log_intervals"
 #: The run note holding what the generated-token Prometheus metrics moved by over the run: the
 #: `vllm:generation_tokens` counter, and the `vllm:request_generation_tokens` histogram's sum and
 #: count (one observation per finished request).

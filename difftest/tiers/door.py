@@ -88,20 +88,27 @@ def judge_runs(
     across: dict[str, list[Violation]] | None = None,
     expected: dict[str, Totals] | None = None,
     baseline_violations: dict[str, list[Violation]] | None = None,
+    baseline_differences: dict[str, list[Difference]] | None = None,
 ) -> list[Result]:
     """The verdicts of one branch's runs of one scenario by the oracle and invariants alone.
 
     `expected` replaces the oracle's totals (per run label) when a branch is
     compared with another branch instead; violations that `baseline_violations`
-    holds too (same run, invariant and counter) are then not this branch's doing.
+    holds too (same run, invariant and counter) are then not this branch's doing;
+    likewise the differences beyond the totals (`ProbeTier.response_differences`,
+    always against the oracle) that `baseline_differences` holds with the same
+    values.
     """
     judged = [r for r in runs if r.role in JUDGED_ROLES]
-    beyond: dict[str, list[Difference]] = {}
     if expected is None:
         expected = {r.label: tier.expected(scenario, r, reading) for r in judged if r.measured}
-        # The per-request metrics against the oracle's (against another branch: its counters only).
+    beyond = {
+        r.label: tier.response_differences(scenario, r, reading) for r in judged if r.measured
+    }
+    if baseline_differences is not None:
         beyond = {
-            r.label: tier.response_differences(scenario, r, reading) for r in judged if r.measured
+            label: _differences_not_in(found, baseline_differences.get(label, []))
+            for label, found in beyond.items()
         }
     violations = tier.invariants(scenario, judged)
     for label, extra in (across or {}).items():
@@ -122,6 +129,11 @@ def judge_runs(
         reading,
         beyond,
     )
+
+
+def _differences_not_in(found: list[Difference], baseline: list[Difference]) -> list[Difference]:
+    shared = {(d.counter, repr(d.measured), repr(d.expected)) for d in baseline}
+    return [d for d in found if (d.counter, repr(d.measured), repr(d.expected)) not in shared]
 
 
 def _not_in(found: list[Violation], baseline: list[Violation]) -> list[Violation]:

@@ -128,6 +128,13 @@ def _stats_call_with(extra: str) -> str:
     )
 
 
+METRICS = "vllm/v1/spec_decode/metrics.py"
+#: Where `SpecDecodingLogging.reset` clears the per-position lists of the interval just logged.
+_RESET_PER_POS = """\
+        self.accepted_tokens_per_pos_lists: list[list[int]] = []
+        self.last_log_time = time.monotonic()
+"""
+
 CONDITIONS: tuple[Condition, ...] = (
     Condition(
         "prefix caching",
@@ -290,6 +297,27 @@ CONDITIONS: tuple[Condition, ...] = (
             "        spec_stats: SpecDecodingStats | None = spec_decoding_stats\n",
         ),
         present=lambda raw: raw.get("spec_decoding") is False,
+    ),
+    Condition(
+        "logging intervals",
+        "log-intervals",
+        "keeps each position's accepted counts across logging intervals (the logger's reset no "
+        "longer clears them): a run's first line is right, every later one wrong",
+        Edit(
+            METRICS,
+            _RESET_PER_POS,
+            _RESET_PER_POS.replace(
+                "        self.accepted_tokens_per_pos_lists",
+                '        if not hasattr(self, "accepted_tokens_per_pos_lists"):\n'
+                "            self.accepted_tokens_per_pos_lists",
+            ),
+        ),
+        Edit(
+            METRICS,
+            _RESET_PER_POS,
+            _RESET_PER_POS.replace("= []", "= list()"),
+        ),
+        present=lambda raw: raw.get("log_every") is not None,
     ),
 )
 

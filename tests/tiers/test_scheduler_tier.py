@@ -125,6 +125,8 @@ def test_56195_loses_stats_by_order(runs_of, name: str) -> None:
             lost = [v for v in violations[run.label] if v.invariant == "stats-lost"]
             assert lost[0].requests, lost[0].detail
             for v in lost:
+                # The grammar request's only invalid step is its first decode: always named.
+                assert v.requests or name != MIXED, v.detail
                 assert set(v.requests) <= set(run.order[:position]), v.detail
         if position == len(run.order) - 1:  # last: the step reports no spec stats at all
             first_decode = next(s for s in run.steps if s.drafts)
@@ -262,3 +264,25 @@ def test_per_request_metrics_count_the_tokens_a_cut_dropped_on_every_branch(
             assert returned["capped"]["mean_acceptance_length"] == 4.0
         if "grammar" in run.order:
             assert returned["grammar"]["acceptance_histogram"] == [3, 0, 0, 0]
+            # Under the strict reading its all-invalid steps are no rows: the histogram differs.
+            strict = {d.counter for d in tier.response_differences(scenario, run, "strict")}
+            assert {
+                "request_metrics.acceptance_histogram",
+                "request_metrics.num_spec_steps",
+            } <= strict
+
+
+def test_each_logging_interval_is_judged_on_its_own_steps(runs_of) -> None:
+    """With `log_every: 2`, the branch's own logger prints one line per interval of 2 engine steps
+    (none where no step verified a draft); a fix matches the oracle in every interval, main's
+    mean differs only in the intervals holding the steps max_tokens cut."""
+    scenario = SCENARIOS["log-intervals"]
+    tier = SchedulerTier()
+    for run in runs_of("pr-56137-style")["log-intervals"]:
+        lines = run.notes["log_intervals"]
+        assert len(lines) == -(-run.notes["steps"] // 2) and lines[0] is not None
+        assert tier.response_differences(scenario, run, "strict") == [], run.label
+    capped = {r.label: r for r in runs_of("main")["log-intervals"]}["alone:capped"]
+    found = tier.response_differences(scenario, capped, "strict")
+    assert [d.counter for d in found] == ["log_interval.mean_acceptance_length"]
+    assert found[0].explanation.startswith("interval 2 (steps 2-3)")

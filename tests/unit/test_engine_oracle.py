@@ -839,7 +839,7 @@ def test_min_tokens_is_refused_where_it_cannot_hold_back_the_cut() -> None:
         EngineScenario.model_validate(raw)
     raw["requests"][0]["min_tokens"] = 8
     assert EngineScenario.model_validate(raw).requests[0].min_tokens == 8
-    for cut in ("stop_string", "max_tokens", "boundary"):
+    for cut in ("none", "stop_string", "max_tokens", "boundary"):
         raw["requests"][0]["truncate"] = cut
         with pytest.raises(ValidationError, match="min_tokens holds back EOS and stop token ids"):
             EngineScenario.model_validate(raw)

@@ -111,6 +111,27 @@ def test_counter_further_from_oracle_is_worse() -> None:
     assert "num_emitted_tokens" in reason and "1 on base, 3 on head" in reason
 
 
+def test_a_difference_beyond_the_totals_the_base_does_not_have_is_worse() -> None:
+    """A log interval's line (or a request's own metrics) that the head gets wrong fails the gate
+    even where the totals, and the verdict, are as on the base; the same difference on both sides
+    does not."""
+
+    def with_interval(mean: float) -> Result:
+        found = result("diverge", num_emitted_tokens=13)
+        interval = Difference(
+            counter="log_interval.per_position", measured=[mean], expected=[0.5], explanation="x"
+        )
+        return found.model_copy(update={"differences": [*found.differences, interval]})
+
+    same = compare_for_gate([with_interval(0.75)], [with_interval(0.75)])
+    assert not same.worse
+    outcome = compare_for_gate([with_interval(0.75)], [with_interval(1.0)])
+    assert outcome.worse and gate_exit_code(outcome, [with_interval(1.0)]) == EXIT_FAILED
+    (reason,) = outcome.reasons
+    assert reason.startswith("log_interval.per_position differs from the oracle where the base")
+    assert compare_for_gate([result("diverge", num_emitted_tokens=13)], [with_interval(1.0)]).worse
+
+
 def test_per_position_distance_is_elementwise_sum() -> None:
     assert distance([4, 3, 2], [4, 3, 2]) == 0
     assert distance([5, 3, 0], [4, 3, 2]) == 3

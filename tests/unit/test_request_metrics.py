@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from difftest.core.records import ProbeRun
 from difftest.tiers.common.accounting import Verification
-from difftest.tiers.common.request_metrics import differences, expected
+from difftest.tiers.common.request_metrics import (
+    differences,
+    expected,
+    finished_by_a_rule,
+    returned,
+)
 
 pytestmark = pytest.mark.quick
 
@@ -91,10 +97,20 @@ def test_the_strict_reading_finds_the_invalid_requests_rows() -> None:
 
 def test_a_finished_request_without_metrics_is_a_difference_an_aborted_one_is_not() -> None:
     want = expected(ROWS, K, "lenient", "summary")
-    found = differences({}, want, {"cut": "length"}, "summary", K)
+    run = ProbeRun(
+        scenario="s",
+        tier="engine",
+        label="order:cut,invalid",
+        order=["cut", "invalid"],
+        role="batch",
+        finish_reasons={"cut": "stop", "invalid": "abort"},
+        notes={"stop_reasons": {"cut": "ab"}},
+    )
+    finished = finished_by_a_rule(run)
+    assert finished == {"cut": "stop on stop string 'ab'"}
+    found = differences(returned(run), want, finished, "summary", K)
     assert [(d.counter, d.expected) for d in found] == [("request_metrics.missing", "cut")]
-    # `invalid` is not in `finished` (aborted): nothing is asked of it.
-    assert differences(None, want, {}, "summary", K) == []
+    assert "finished (stop on stop string 'ab')" in found[0].explanation
 
 
 def test_summary_level_ignores_the_per_step_lists_detailed_compares_them() -> None:

@@ -23,14 +23,14 @@ def _sampling_params(
         kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
     # A reference run (cut not chosen yet) runs without min_tokens: the cut comes from the output
     # with nothing held back.
-    if req.get("min_tokens") and (cut is not None or req.get("truncate", "none") == "none"):
+    if req.get("min_tokens") and cut is not None:
         kwargs["min_tokens"] = int(req["min_tokens"])
-        if cut is not None and int(cut["position"]) + 1 >= int(req["min_tokens"]):
+        if cut is not None and int(cut["position"]) >= int(req["min_tokens"]):
             # The scenario's, not the branch's: it reads "could not measure".
             raise ValueError(
                 f"request {req['id']!r}: min_tokens {req['min_tokens']} does not hold back its "
                 f"{cut['kind']} cut at output position {cut['position']}: raise min_tokens above "
-                f"{int(cut['position']) + 1}"
+                f"{cut['position']}"
             )
     eos = None
     if cut is not None:

@@ -40,8 +40,15 @@ from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import RequestStatus
 from vllm.v1.spec_decode.metrics import SpecDecodingLogging, SpecDecodingStats
 
-from ..common import stats
-from ..protocol import REQUEST_METRICS_NOTE, DidNotFinish, RunResult, StepRecord, step_record
+from ..common import intervals, stats
+from ..protocol import (
+    INTERVALS_NOTE,
+    REQUEST_METRICS_NOTE,
+    DidNotFinish,
+    RunResult,
+    StepRecord,
+    step_record,
+)
 from . import script
 from .factory import SchedulerFactory, Shape
 
@@ -130,6 +137,7 @@ class _Play:
         self.k = self.shape.k
         self.seed = int(scenario.get("seed", 0))
         self.in_flight = int(scenario.get("in_flight", 1))
+        self.log_every = int(scenario.get("log_every") or 0)
         specs = {r["id"]: r for r in scenario["requests"]}
         self.order = order
         self.reqs = {
@@ -146,6 +154,8 @@ class _Play:
         self.skipped_next: set[str] = set()
         self.steps: list[StepRecord] = []
         self.stats_objects: list[Any] = []
+        #: The engine step (`schedule()` call) each of `stats_objects` came from.
+        self.stats_steps: list[int] = []
         self.finish: dict[str, str] = {}
         #: Requests parked for an asynchronous KV load -> the step that started it; the load is
         #: reported finished with that step's output.
@@ -299,6 +309,7 @@ class _Play:
                 req.finished = True
         if step_stats is not None:
             self.stats_objects.append(step_stats)
+            self.stats_steps.append(step.number)
         self.skipped_next = set()
         if self.shape.path == "sync" and self.shape.spec_decoding:
             # Drafts for every request of the batch still running, as the engine's runner hands
@@ -356,6 +367,13 @@ class _Play:
         notes["outputs_text"] = {rid: script.text(toks) for rid, toks in outputs.items()}
         if self.shape.request_metrics != "none":
             notes[REQUEST_METRICS_NOTE] = self.request_metrics
+        if self.log_every:
+            notes[INTERVALS_NOTE] = intervals.interval_lines(
+                SpecDecodingLogging,
+                list(zip(self.stats_steps, self.stats_objects, strict=True)),
+                self.scheduled_count,
+                self.log_every,
+            )
         step_dicts = [s["stats"] for s in self.steps if s["stats"] is not None]
         return {
             "steps": self.steps,

@@ -112,7 +112,9 @@ class SchedulerFactory:
     def _configs(self, shape: Shape) -> tuple[VllmConfig, StructuredOutputManager]:
         if shape not in self._cache:
             context = shape.max_model_len or MAX_MODEL_LEN
-            budget = shape.budget or context
+            # The budget is the scenario's, never the context: a cut the scenario did not ask for
+            # would be one the oracle does not know of.
+            budget = shape.budget or MAX_MODEL_LEN
             transfer = None
             if shape.kv_connector in ("decode-node", "decode-node-async"):
                 # Imported here: vLLM's KV-transfer modules load only for a scenario that uses one.

@@ -534,7 +534,9 @@ class Examiner:
         self, scenario: ScenarioBase, branch: str, runs: dict[str, list[ProbeRun]]
     ) -> list[Result]:
         """Differences from the --against branch: its totals are the expected ones, its own
-        violations are not this branch's, and a run it could not measure is not judged."""
+        violations and its own differences beyond the totals (per-request metrics, log intervals,
+        exported token counts) are not this branch's, and a run it could not measure is not
+        judged."""
         assert self.against is not None
         reference = {r.label: r for r in runs[self.against] if r.role in JUDGED_ROLES}
         comparable = [
@@ -546,6 +548,11 @@ class Examiner:
             label: r.totals for label, r in reference.items() if r.totals is not None
         }
         baseline_violations = self.tier.invariants(scenario, list(reference.values()))
+        baseline_differences = {
+            label: self.tier.response_differences(scenario, r, self.reading)
+            for label, r in reference.items()
+            if r.measured
+        }
         return judge_runs(
             self.tier,
             scenario,
@@ -554,6 +561,7 @@ class Examiner:
             self.reading,
             expected=expected,
             baseline_violations=baseline_violations,
+            baseline_differences=baseline_differences,
         )
 
 

@@ -78,12 +78,37 @@ ORACLE: dict[str, Rule] = {
         lambda row: row.emitted,
     ),
 }
-#: The rules in the words reports use to say why a branch differs from the oracle, mean included.
-RULES: dict[str, str] = {name: rule.text for name, rule in ORACLE.items()} | {
-    "mean_acceptance_length": "emitted tokens per row",
-    "request_metrics": "each response's own spec-decode figures count its rows as the step "
-    "counters do, and its mean acceptance length is the tokens it received per row",
+#: The rules of the differences beyond the totals: what the server exports, each logging line.
+_EXPORTED = {
+    "prometheus.generation_tokens": "the generated tokens a server exports are the tokens "
+    "its requests returned (a stop string drops the rest)",
+    "prometheus.request_generation_tokens_sum": "each finished request's generated tokens "
+    "are the tokens it returned",
+    "prometheus.request_generation_tokens_count": "one observation per request finished by "
+    "a stop rule (an aborted one is none)",
 }
+_INTERVALS = {
+    f"log_interval.{figure}": f"each logging interval's {words} are the oracle's for the "
+    "rows of its steps"
+    for figure, words in (
+        ("mean_acceptance_length", "mean acceptance length (emitted per row)"),
+        ("accepted", "accepted tokens"),
+        ("drafted", "drafted tokens"),
+        ("per_position", "per-position rates"),
+        ("lines", "lines (one where it has a row)"),
+    )
+}
+#: The rules in the words reports use to say why a branch differs from the oracle, mean included.
+RULES: dict[str, str] = (
+    {name: rule.text for name, rule in ORACLE.items()}
+    | {
+        "mean_acceptance_length": "emitted tokens per row",
+        "request_metrics": "each response's own spec-decode figures count its rows as the step "
+        "counters do, and its mean acceptance length is the tokens it received per row",
+    }
+    | _EXPORTED
+    | _INTERVALS
+)
 #: What each reading of a request whose drafts are all grammar-invalid says.
 READINGS: dict[str, str] = {
     "strict": "a request whose drafts are all invalid (grammar, or async slots its drafter left "

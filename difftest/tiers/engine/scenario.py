@@ -177,10 +177,11 @@ class EngineRequest(_Strict):
                 f"min_tokens {self.min_tokens} is above max_tokens {self.max_tokens}: vLLM "
                 "refuses the request; lower min_tokens or raise max_tokens"
             )
-        if self.truncate not in ("none", "eos", "stop") or self.ignore_eos:
+        if self.truncate not in ("eos", "stop") or self.ignore_eos:
             raise ValueError(
-                f"min_tokens holds back EOS and stop token ids: it applies with `truncate: none`, "
-                f"`eos` or `stop` (this request has truncate {self.truncate!r}"
+                f"min_tokens holds back EOS and stop token ids: it applies with `truncate: eos` "
+                f"or `stop`, which place one inside accepted drafts for it to hold back (this "
+                f"request has truncate {self.truncate!r}"
                 f"{' and ignore_eos' if self.ignore_eos else ''}); remove min_tokens or change "
                 "the cut"
             )

@@ -104,6 +104,8 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
     max_tokens = int(req["max_tokens"])
     spec_decoding = bool(data.get("spec_decoding", True))
     # The context: the scheduler cuts a draft block to what still fits, and the request ends there.
+    context_set = data.get("max_model_len") is not None
+    in_flight = int(data.get("in_flight") or 1)
     room = int(data.get("max_model_len") or script.MAX_MODEL_LEN) - len(
         script.tokens(req["prompt"])
     )
@@ -147,6 +149,10 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
             scheduled = min(scheduled, shaped.slots)
         # Every scheduled position must fit the context (`Scheduler.schedule`'s max_model_len cap).
         scheduled = max(0, min(scheduled, room - position - 1))
+        if shaped is not None and in_flight == 2 and context_set:
+            # Scheduled while the previous step was in flight, the cap counts that step's drafts
+            # as computed before its rejections are rolled back: the recorded slots say how many.
+            scheduled = min(scheduled, shaped.slots)
         valid = valid[:scheduled]
         drafts = valid + [script.PAD_DRAFT] * (scheduled - len(valid))
         sampled = script.verify(target, position, drafts)

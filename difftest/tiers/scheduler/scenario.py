@@ -182,6 +182,9 @@ class Scenario(ScenarioBase):
     #: The context length (`max_model_len`); None: the model folder's 8192. A decode's draft block
     #: is cut to the positions that still fit, and a request ends (`length`) when it is full.
     max_model_len: int | None = Field(None, ge=8, le=script.MAX_MODEL_LEN)
+    #: Log the branch's spec-decode line every N engine steps (as a server's logger does on its
+    #: timer) and check each interval's line against the oracle's rows of those steps.
+    log_every: int | None = Field(None, ge=1, le=1000)
     #: Each finished request returns its own spec-decode metrics
     #: (`ObservabilityConfig.per_request_spec_decode_metrics`), checked against the oracle's.
     per_request_metrics: Literal["none", "summary", "detailed"] = "none"
@@ -262,6 +265,8 @@ class Scenario(ScenarioBase):
             found.append(f"max_model_len {self.max_model_len}")
         if self.per_request_metrics != "none":
             found.append(f"per-request metrics ({self.per_request_metrics})")
+        if self.log_every is not None:
+            found.append(f"a log line every {self.log_every} step(s)")
         if any(r.arrive for r in self.requests):
             found.append("staggered arrivals")
         if any(r.abort is not None for r in self.requests):

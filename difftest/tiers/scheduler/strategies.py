@@ -24,7 +24,8 @@ connector, a KV pool too small for the batch (preemption), a small token budget
 (chunked prefill, cut draft blocks), a short context (`max_model_len`: cut
 draft blocks, requests ending `length`); per request a later arrival, an abort while
 one of its steps is in flight, and a prompt of 1 token or of many (chunked);
-per-request spec-decode metrics (summary or detailed).
+per-request spec-decode metrics (summary or detailed); a log line every 1-4
+engine steps (each interval's line checked).
 Combinations come for free: they are drawn independently.
 
 A scripted drafter is built from a *plan*, so that a stop lands where the
@@ -113,6 +114,8 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
         raw["max_num_batched_tokens"] = draw(_ints(k + 1, k + 1 + MAX_BUDGET_ROOM))
     if draw(_SMALL_POOL):
         raw["kv_blocks"] = draw(_pool(k, bodies))
+    if draw(_LOGGED_OFTEN):
+        raw["log_every"] = draw(_ints(1, 4))
     if draw(_SMALL_CONTEXT):
         raw["max_model_len"] = _least_context(bodies) + draw(_ints(0, 3 * k + MAX_BUDGET_ROOM))
     raw["orders"] = draw(orders(ids))
@@ -240,6 +243,7 @@ _ABORTS = st.sampled_from([None] * 11 + [0, 1, 2])
 _SMALL_BUDGET = st.sampled_from([False, False, False, True])
 _SMALL_POOL = st.sampled_from([False, False, False, True])
 _SMALL_CONTEXT = st.sampled_from([False, False, False, True])
+_LOGGED_OFTEN = st.sampled_from([False, False, False, True])
 #: A small budget is 1 + k tokens and at most this many more.
 MAX_BUDGET_ROOM = 10
 _PATHS = st.sampled_from(["sync", "async"])

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from difftest.core.records import Difference, ProbeRun, Reading, Totals
-from difftest.tiers.common import request_metrics
+from difftest.tiers.common import log_intervals, request_metrics
 from difftest.tiers.common.invariants import ByLabel
 from difftest.tiers.probe_tier import ProbeTier
 from difftest.tiers.scheduler import invariants, oracle
@@ -47,13 +47,17 @@ class SchedulerTier(ProbeTier[Scenario]):
     def response_differences(
         self, scenario: Scenario, run: ProbeRun, reading: Reading
     ) -> list[Difference]:
+        found = []
+        if scenario.log_every is not None:
+            rows = oracle.expected_steps(scenario, run, reading)
+            found += log_intervals.differences(run, rows, scenario.log_every)
         level = scenario.per_request_metrics
         if level == "none":
-            return []
+            return found
         verifications = [
             v for play in oracle.plays(scenario, run).values() for v in play.verifications
         ]
-        return request_metrics.differences(
+        return found + request_metrics.differences(
             request_metrics.returned(run),
             request_metrics.expected(verifications, scenario.k, reading, level),
             request_metrics.finished_by_a_rule(run),
