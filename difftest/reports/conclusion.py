@@ -81,6 +81,16 @@ class Standing:
 
 
 @dataclass(frozen=True)
+class Shared:
+    """A further finding several branches have word for word (what no PR changes): said once."""
+
+    #: The finding, without "also".
+    text: str
+    #: Who has it, in words: "every branch", "every branch but X", or the names.
+    who: str
+
+
+@dataclass(frozen=True)
 class Conclusion:
     reading: str
     standings: list[Standing]
@@ -88,6 +98,8 @@ class Conclusion:
     verdict: str
     #: The `difftest blame` command of each branch with a finding of its own (`blame_offer`).
     blame: list[str] = field(default_factory=list)
+    #: Further findings two or more branches share, taken out of their `also` lines.
+    shared: list[Shared] = field(default_factory=list)
 
 
 #: (branch, scenario, run label): the key of a recorded run.
@@ -199,7 +211,36 @@ def conclude(
                 unverified=unverified,
             )
         )
-    return Conclusion(evidence.reading, standings, _ranking(standings), blame_offers(evidence))
+    shared = _shared(standings)
+    return Conclusion(
+        evidence.reading, standings, _ranking(standings), blame_offers(evidence), shared
+    )
+
+
+def _shared(standings: list[Standing]) -> list[Shared]:
+    """Take the `also` lines two or more branches have word for word out of their standings (a
+    finding no PR changes, repeated per branch, pushed why they differ off the screen)."""
+    holders: dict[str, list[str]] = {}
+    for standing in standings:
+        for line in standing.also:
+            if line.startswith("also ") and standing.branch not in holders.get(line, []):
+                holders.setdefault(line, []).append(standing.branch)
+    common = {line: names for line, names in holders.items() if len(names) >= 2}
+    for standing in standings:
+        standing.also[:] = [line for line in standing.also if line not in common]
+    everyone = [s.branch for s in standings]
+    return [
+        Shared(line.removeprefix("also "), _who(names, everyone)) for line, names in common.items()
+    ]
+
+
+def _who(names: list[str], everyone: list[str]) -> str:
+    missing = [name for name in everyone if name not in names]
+    if not missing:
+        return "every branch"
+    if len(missing) == 1:
+        return f"every branch but {missing[0]}"
+    return ", ".join(names)
 
 
 #: Coverage statuses that keep a pass from being a checked one.

@@ -149,6 +149,7 @@ def _conclusion(conclusion: Conclusion, also: bool = True) -> list[str]:
             lines += [f"  - {md_escape(line)}" for line in standing.also]
         elif standing.also:
             lines.append(f"  - {len(standing.also)} more difference(s): see report.html")
+    lines += [f"- = **{md_escape(s.who)}**: {md_escape(s.text)}" for s in conclusion.shared]
     lines += ["", f"**→ {md_escape(conclusion.verdict)}**", ""]
     if conclusion.blame:
         lines += [

@@ -333,9 +333,14 @@ def print_conclusion(console: Console, conclusion: Conclusion) -> None:
         for also in standing.also:
             text.append("\n" + also, style="dim")
         lines.add_row(Text(ICONS[standing.mark], style=VERDICT_STYLES[standing.mark]), text)
+    for shared in conclusion.shared:
+        text = Text(shared.who, style="bold")
+        text.append(": " + shared.text, style="dim")
+        lines.add_row(Text("=", style="dim"), text)
     lines.add_row(Text("→", style="bold"), Text(conclusion.verdict, style="bold"))
-    for command in conclusion.blame:
-        text = Text("which hunks make it: ")
+    for n, command in enumerate(conclusion.blame):
+        # The question once, then one command a line (each fits 80 columns on its own).
+        text = Text("" if n else "which hunks make it:\n")
         text.append(command, style="bold")
         lines.add_row(Text("?", style="dim"), text)
     console.print(lines)

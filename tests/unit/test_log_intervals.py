@@ -31,7 +31,6 @@ ROWS = [None, rows(1, [1, 1, 1], 4), rows(1, [1, 0, 0], 2), rows(1, [1, 1, 1], 2
 
 def line(mean: float, accepted: int, drafted: int, per_position: list[float]) -> dict:
     return {
-        "line": "SpecDecoding metrics: ...",
         "mean_acceptance_length": mean,
         "accepted": accepted,
         "drafted": drafted,

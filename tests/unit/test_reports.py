@@ -204,10 +204,11 @@ def test_terminal_shows_tables_verdicts_summary_and_reading() -> None:
         < text.index("verdicts")
         < text.index("conclusion")
     )
-    *_rest, verdict, offer = text.rstrip().splitlines()
+    *_rest, verdict, question, offer = text.rstrip().splitlines()
     assert verdict.startswith("→")
     # The broken branch is offered the command that finds which of its hunks break it.
-    assert offer == "? which hunks make it: difftest blame racy -k grammar --tier scheduler"
+    assert question.rstrip() == "? which hunks make it:"
+    assert offer.strip() == "difftest blame racy -k grammar --tier scheduler"
 
 
 def test_terminal_does_not_interpret_markup_in_branch_names() -> None:

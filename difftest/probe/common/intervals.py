@@ -48,7 +48,9 @@ def interval_lines(
 
 
 def _read(fmt: str, args: tuple[Any, ...]) -> dict[str, Any]:
-    line: dict[str, Any] = {"line": fmt % args if args else fmt}
+    """The line's figures (not its text: the throughputs in it change from run to run, and a
+    re-run must reproduce the evidence)."""
+    line: dict[str, Any] = {}
     for key, label in FIGURES:
         at = fmt.find(label)
         value = None

@@ -79,7 +79,7 @@ def differences(run: ProbeRun, rows: Sequence[Totals | None], every: int) -> lis
                 out.append(
                     Difference(
                         counter=PREFIX + "lines",
-                        measured=None if got is None else got.get("line"),
+                        measured=None if got is None else got.get("mean_acceptance_length"),
                         expected=None if want is None else "a line",
                         explanation=f"{where}: "
                         + (
@@ -97,7 +97,8 @@ def differences(run: ProbeRun, rows: Sequence[Totals | None], every: int) -> lis
                         counter=PREFIX + figure,
                         measured=got.get(figure),
                         expected=value,
-                        explanation=f"{where}: {got.get('line', '')}",
+                        explanation=f"{where}: the branch's line says {figure} "
+                        f"{got.get(figure)}, the oracle's rows give {value}",
                     )
                 )
     return out
