@@ -365,7 +365,7 @@ def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):
         and "engine-plain-control  [engine]" in printed
     )
     assert "9 run(s): order:grammar,plain1,plain2" in printed
-    assert "43 scenario(s)" in printed
+    assert "44 scenario(s)" in printed
 
 
 def test_evidence_keeps_every_run_with_its_role(shipped_run):

@@ -481,3 +481,31 @@ def test_min_tokens_makes_the_verifier_reject_a_drafted_stop_token(engine_runs, 
             assert verdicts == [True], (run.label, rid)
             checked += 1
     assert checked >= 2
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_a_stop_on_the_bonus_token_trims_nothing_on_any_branch(engine_runs, branch):
+    """#49: each stop rule placed on a bonus token (the control of every placement inside
+    accepted drafts): the request ends there with its step emitted whole, and every branch,
+    main included, matches the oracle."""
+    name = "engine-stops-on-the-bonus-token"
+    measured = [r for r in engine_runs(branch)[name] if r.role != "reference"]
+    assert measured
+    for run in measured:
+        cuts = run.notes["truncation"]
+        assert {cut["kind"] for cut in cuts.values()} == {"eos", "stop", "stop_string"}
+        for rid, cut in cuts.items():
+            assert cut["index_in_block"] == cut["accepted_in_block"] >= 1, (rid, cut)
+            output = run.outputs[rid]
+            assert len(output) == cut["position"] + 1 and output[-1] == cut["token"]
+            last = next(s for s in reversed(run.steps) if rid in s.emitted)
+            assert last.emitted[rid] == last.sampled[rid], f"{run.label}: {rid} was trimmed"
+        expected = expected_engine_totals(SCENARIOS[name], run, "strict")
+        for field in (
+            "num_drafts",
+            "num_draft_tokens",
+            "num_accepted_tokens",
+            "num_emitted_tokens",
+        ):
+            assert getattr(run.totals, field) == getattr(expected, field), (run.label, field)
+        assert EngineTier().response_differences(SCENARIOS[name], run, "strict") == []

@@ -865,3 +865,17 @@ def test_min_tokens_must_hold_back_the_token_it_covers() -> None:
     assert "stopped after 2 tokens" in found[1]
     short = engine_run(outputs={"a": [5, 7]}, notes={"truncation": {"a": ran_on}})
     assert "ended (length) after 2 tokens" in str(check([short])[LABEL])
+
+
+def test_a_bonus_placement_needs_a_stop_rule() -> None:
+    from pydantic import ValidationError
+
+    from difftest.tiers.engine.scenario import EngineScenario
+
+    raw = _engine_scenario(truncate="max_tokens", place="bonus")
+    raw["requests"][0]["max_tokens"] = 20
+    with pytest.raises(ValidationError, match="use `truncate: boundary`"):
+        EngineScenario.model_validate(raw)
+    for rule in ("eos", "stop", "stop_string"):
+        raw["requests"][0]["truncate"] = rule
+        assert EngineScenario.model_validate(raw).requests[0].place == "bonus"

@@ -199,6 +199,7 @@ def run_one(
                 session.detokenize,
                 int(specs[rid].get("stop_string_tokens") or 1),
                 texts.get(rid),
+                specs[rid].get("place") or "accepted",
             )
             notes["truncation_choice"] = cuts[rid]
     return {

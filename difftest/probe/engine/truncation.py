@@ -18,6 +18,10 @@ that the cut can use, so the truncating run's step samples drafts past the stop:
 - `boundary` (for controls): the limit is set to end exactly on the bonus token
   of the last step that accepted drafts and emitted everything it sampled, so
   nothing accepted is ever trimmed and every branch must match the oracle.
+With `place: bonus` (#49), an EOS, stop token or stop string goes on the bonus
+token instead: the first step that accepted >= 1 draft and whose bonus token is
+new in the output; the step emits all it sampled, nothing accepted is trimmed,
+and every branch must match the oracle there too.
 Greedy decoding and the ngram drafter are deterministic, so the truncating run
 repeats the reference run up to the cut. Pure Python: no vLLM import.
 """
@@ -45,17 +49,19 @@ def choose(
     decode: Decode | None = None,
     span: int = 1,
     text: str | None = None,
+    place: str = "accepted",
 ) -> dict[str, Any]:
     """The cut for request `rid`: token, its output position, the step and block it came from
     (`stop_string`: with the string, from `decode`, new in `text`, the reference run's response
     text as the engine's own detokenizer wrote it)."""
     if kind == "boundary":
         return _step_boundary(rid, steps)
+    candidates = _bonus_tokens if place == "bonus" else _accepted_drafts
     if kind == "stop_string":
         if decode is None:
             raise ValueError("a stop_string cut needs the tokenizer's decode")
-        return _stop_string(rid, steps, output, decode, span, text)
-    for candidate in _accepted_drafts(rid, steps):
+        return _stop_string(rid, steps, output, decode, span, text, candidates)
+    for candidate in candidates(rid, steps):
         token, position = candidate.token, candidate.position
         earlier = output[:position]
         if kind == "max_tokens" or (token not in earlier and token not in avoid):
@@ -64,6 +70,12 @@ def choose(
                 **candidate.described(rid),
                 "max_tokens": position + 1 if kind == "max_tokens" else None,
             }
+    if place == "bonus":
+        raise NoTruncationPoint(
+            f"request {rid!r}: the reference run has no step that accepted a draft, emitted all "
+            "it sampled and whose bonus token is new in the output; change the prompt or raise "
+            "max_tokens"
+        )
     raise NoTruncationPoint(
         f"request {rid!r}: the reference run has no step with >= 2 accepted drafts whose first "
         "accepted token is new in the output; change the prompt or raise max_tokens"
@@ -105,13 +117,14 @@ def _stop_string(
     decode: Decode,
     span: int,
     text: str | None,
+    candidates: Callable[[str, list[dict[str, Any]]], Iterator[_Candidate]],
 ) -> dict[str, Any]:
     """The first accepted draft (not its block's last accepted one) whose last `span` tokens'
     text is a stop string the response's text completes there first. Positions in the text are
     found from its end (the text of the tokens from a position on), so whatever the detokenizer
     wrote before the output's own text cannot shift them."""
     engine_text = text if text is not None else decode(output)
-    for candidate in _accepted_drafts(rid, steps):
+    for candidate in candidates(rid, steps):
         position = candidate.position
         first = position - span + 1
         if first < 0 or position >= len(output):
@@ -173,6 +186,29 @@ class _Candidate:
             "reference_sampled": self.sampled,
             "accepted_in_block": self.accepted,
         }
+
+
+def _bonus_tokens(rid: str, steps: list[dict[str, Any]]) -> Iterator[_Candidate]:
+    """The bonus token of every step that accepted >= 1 draft and emitted all it sampled, in
+    output order: a stop there trims nothing accepted."""
+    produced = 0
+    for rec in steps:
+        sampled = rec.get("sampled", {}).get(rid) or []
+        drafts = rec.get("drafts", {}).get(rid) or []
+        emitted = rec.get("emitted", {}).get(rid) or []
+        if drafts and len(sampled) >= 2 and emitted == sampled:
+            index = len(sampled) - 1
+            yield _Candidate(
+                int(sampled[index]),
+                produced + index,
+                produced,
+                index,
+                rec.get("step"),
+                list(drafts),
+                list(sampled),
+                index,
+            )
+        produced += len(emitted)
 
 
 def _accepted_drafts(rid: str, steps: list[dict[str, Any]]) -> Iterator[_Candidate]:

@@ -131,6 +131,9 @@ class EngineRequest(_Strict):
     #: With `truncate: eos`: the request ignores its EOS (`SamplingParams.ignore_eos`), so the
     #: chosen EOS inside accepted drafts must end nothing: the request runs on to `max_tokens`.
     ignore_eos: bool | None = None
+    #: Where the cut goes: on an accepted draft that is not its block's last (default), or on the
+    #: bonus token of a step that accepted drafts (`bonus`: nothing accepted is trimmed, a control).
+    place: Literal["accepted", "bonus"] = "accepted"
     #: `SamplingParams.min_tokens`: EOS and stop token ids are held back until the request has
     #: this many output tokens. With `truncate: eos` / `stop` it must lie past the cut, which the
     #: request then does not end on (the probe checks it once the cut is chosen).
@@ -165,6 +168,16 @@ class EngineRequest(_Strict):
             raise ValueError(
                 f"stop_string_tokens {self.stop_string_tokens or 1} needs max_tokens above it (it "
                 f"is {self.max_tokens}): the string must complete on an accepted draft after them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _placed_by_a_stop(self) -> EngineRequest:
+        if self.place == "bonus" and self.truncate not in ("eos", "stop", "stop_string"):
+            raise ValueError(
+                f"place: bonus puts an EOS, stop token or stop string on a bonus token: it needs "
+                f"`truncate: eos`, `stop` or `stop_string` (this request has truncate "
+                f"{self.truncate!r}; for max_tokens on a step boundary use `truncate: boundary`)"
             )
         return self
 
@@ -297,6 +310,7 @@ class EngineScenario(ScenarioBase):
                     "include_stop_str_in_output": r.include_stop_str_in_output,
                     "ignore_eos": r.ignore_eos,
                     "min_tokens": r.min_tokens,
+                    "place": r.place,
                     "prime": r.prime,
                     "structured": r.structured.params() if r.structured else None,
                     "abort_after_steps": r.abort_after_steps,
