@@ -11,7 +11,7 @@ Head is worse when:
 - on some (scenario, run) the head differs from the oracle beyond the totals
   (a request's own metrics, a logging interval's line, the exported token
   counts: the differences whose counter is not one of COUNTERS) where the base
-  does not, or with other values.
+  does not (the same figure of the same request or interval), or further.
 
 A head that could not be measured is not called worse - we do not know - but
 the gate still fails, with exit code 3 instead of 1, unless something measured
@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from difftest.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNMEASURED
 from difftest.core.evidence import BranchCoverage
-from difftest.core.records import COUNTERS, Reading, Result, Totals
+from difftest.core.records import COUNTERS, Difference, Reading, Result, Totals
 from difftest.core.values import format_value
 from difftest.core.verdicts import (
     MAL,
@@ -189,27 +189,52 @@ def gate_exit_code(
 
 
 def _beyond_totals(base: Result, head: Result) -> list[GateFinding]:
-    """A difference beyond the totals (not a counter's, not the mean's) that the base does not
-    have with the same values: the head is further from the oracle there."""
-
-    def key(d: Any) -> tuple[str, str, str]:
-        return (d.counter, repr(d.measured), repr(d.expected))
-
-    had = {key(d) for d in base.differences}
+    """The head's differences beyond the totals that are new or further than the base's."""
     return [
         GateFinding(
             kind="further",
             scenario=head.scenario,
             label=head.label,
-            text=f"{d.counter} differs from the oracle where the base does not: head "
+            text=f"{d.counter} is further from the oracle than on the base: head "
             f"{format_value(d.measured)}, oracle {format_value(d.expected)} ({d.explanation})",
             counter=d.counter,
             head=d.measured,
             expected=d.expected,
         )
-        for d in head.differences
-        if d.counter not in COUNTERS and d.counter != MAL and key(d) not in had
+        for d in worse_beyond_totals(head.differences, base.differences)
     ]
+
+
+def worse_beyond_totals(head: list[Difference], base: list[Difference]) -> list[Difference]:
+    """The head's differences beyond the totals (not a counter's, not the mean's) that the base
+    does not have at the same place (figure, and request or interval), or has nearer the
+    oracle."""
+    had = {_place(d): d for d in base if _beyond(d)}
+    out = []
+    for d in head:
+        if not _beyond(d):
+            continue
+        old = had.get(_place(d))
+        if old is None or _distance_of(d) > _distance_of(old) + MAL_TOLERANCE:
+            out.append(d)
+    return out
+
+
+def _beyond(d: Difference) -> bool:
+    return d.counter not in COUNTERS and d.counter != MAL
+
+
+def _place(d: Difference) -> tuple[str, str]:
+    """The figure and where it is: the request or interval its explanation starts with."""
+    head, sep, _ = d.explanation.partition(":")
+    return d.counter, head if sep and head.startswith(("request ", "interval ")) else ""
+
+
+def _distance_of(d: Difference) -> float:
+    try:
+        return distance(d.measured, d.expected)
+    except TypeError:  # not numbers (a missing line, a missing request's metrics)
+        return 0.0 if d.measured == d.expected else math.inf
 
 
 def distance(measured: Any, expected: Any) -> float:

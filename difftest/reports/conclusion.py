@@ -211,21 +211,31 @@ def conclude(
                 unverified=unverified,
             )
         )
-    shared = _shared(standings)
+    holds = {
+        branch: _short_lines([r for r in evidence.results if r.branch == branch], order, readings)
+        for branch in branch_names(evidence)
+    }
+    shared = _shared(standings, holds)
     return Conclusion(
         evidence.reading, standings, _ranking(standings), blame_offers(evidence), shared
     )
 
 
-def _shared(standings: list[Standing]) -> list[Shared]:
+def _shared(standings: list[Standing], holds: Mapping[str, set[str]]) -> list[Shared]:
     """Take the `also` lines two or more branches have word for word out of their standings (a
-    finding no PR changes, repeated per branch, pushed why they differ off the screen)."""
-    holders: dict[str, list[str]] = {}
+    finding no PR changes, repeated per branch, pushed why they differ off the screen). Who has
+    it is read from every effect of each branch (`holds`), so a branch whose headline it is, or
+    whose `also` folds it into one line, is named too."""
+    listed: dict[str, list[str]] = {}
     for standing in standings:
         for line in standing.also:
-            if line.startswith("also ") and standing.branch not in holders.get(line, []):
-                holders.setdefault(line, []).append(standing.branch)
-    common = {line: names for line, names in holders.items() if len(names) >= 2}
+            if line.startswith("also ") and standing.branch not in listed.get(line, []):
+                listed.setdefault(line, []).append(standing.branch)
+    holders = {
+        line: [s.branch for s in standings if s.branch in names or line in holds.get(s.branch, ())]
+        for line, names in listed.items()
+    }
+    common = {line: names for line, names in holders.items() if len(listed[line]) >= 2}
     for standing in standings:
         standing.also[:] = [line for line in standing.also if line not in common]
     everyone = [s.branch for s in standings]
@@ -344,6 +354,24 @@ def _diverge(
     said: dict[str, str],
     branch: str,
 ) -> tuple[str, list[str]]:
+    effects = _ranked_effects(results, order, readings)
+    if not effects:
+        return f"diverges in {_runs(results)}", []
+    top, *rest = effects
+    also = [_short(effect) for effect in rest]
+    return f"diverges in {_runs(results)}, " + _sentence(top, reading, said, branch), also
+
+
+def _short_lines(results: list[Result], order: list[str], readings: _Readings) -> set[str]:
+    """Every effect of a branch's diverging runs in its short form, its headline's too: what a
+    line that several branches share is matched against."""
+    return {_short(effect) for effect in _ranked_effects(results, order, readings)}
+
+
+def _ranked_effects(
+    results: list[Result], order: list[str], readings: _Readings
+) -> list[list[_Group]]:
+    """The diverging runs' differences grouped into effects, the most telling first."""
     groups: dict[tuple[str, int, str], _Group] = {}
     for r in sorted(
         results, key=lambda r: order.index(r.scenario) if r.scenario in order else len(order)
@@ -373,15 +401,11 @@ def _diverge(
             group.implied |= bool(r.measured and r.measured.emitted_source == "implied")
             if abs(delta) > abs(group.largest):
                 group.largest, group.largest_in = delta, r.scenario
-    if not groups:
-        return f"diverges in {_runs(results)}", []
     drafts_signs = {g.sign for g in groups.values() if g.counter == "num_drafts"}
     # An emitted count that differs because the rows do is the rows' finding, not one of its own.
     findings = [g for g in groups.values() if not (g.cause == "rows" and g.sign in drafts_signs)]
     ranked = sorted(findings, key=lambda g: (-len(g.scenarios), -g.runs, _counter_rank(g.counter)))
-    top, *rest = _effects(ranked)
-    also = [_short(effect) for effect in rest]
-    return f"diverges in {_runs(results)}, " + _sentence(top, reading, said, branch), also
+    return _effects(ranked)
 
 
 def _effects(ranked: list[_Group]) -> list[list[_Group]]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from difftest.core.breakage import Measured, judge_against_baseline
+from difftest.core.gate import worse_beyond_totals
 from difftest.core.records import Difference, ProbeRun, Reading, Result, Totals, Violation
 from difftest.core.verdicts import judge, unmeasured
 from difftest.tiers.common.scenario import ScenarioIdentity
@@ -107,7 +108,7 @@ def judge_runs(
     }
     if baseline_differences is not None:
         beyond = {
-            label: _differences_not_in(found, baseline_differences.get(label, []))
+            label: worse_beyond_totals(found, baseline_differences.get(label, []))
             for label, found in beyond.items()
         }
     violations = tier.invariants(scenario, judged)
@@ -129,11 +130,6 @@ def judge_runs(
         reading,
         beyond,
     )
-
-
-def _differences_not_in(found: list[Difference], baseline: list[Difference]) -> list[Difference]:
-    shared = {(d.counter, repr(d.measured), repr(d.expected)) for d in baseline}
-    return [d for d in found if (d.counter, repr(d.measured), repr(d.expected)) not in shared]
 
 
 def _not_in(found: list[Violation], baseline: list[Violation]) -> list[Violation]:

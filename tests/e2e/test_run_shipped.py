@@ -187,7 +187,7 @@ def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
     ) in conclusion
     assert "order short,empty,full loses short;" in conclusion
     assert "also broken in mixed-batch-invalid-async (4 runs)" in conclusion
-    assert "= every branch but pr-56195-style: per-request metrics" in conclusion
+    assert "= every branch: per-request metrics" in conclusion
     assert (
         "main diverges in" in conclusion
         and "overcounting emitted tokens on truncation" in conclusion

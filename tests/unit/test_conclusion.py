@@ -239,6 +239,37 @@ def test_per_request_figures_are_one_finding_sized_by_the_mean() -> None:
     assert "also num_draft_tokens +1 in plain" in standing.also
 
 
+def test_a_finding_several_branches_share_is_said_once_naming_who_has_it() -> None:
+    """The same further finding on every branch is one line; a broken branch, whose diverging
+    runs fold into one `also` line, still counts as having it."""
+    shared = dict(num_draft_tokens=13)
+    lead = dict(num_accepted_tokens=8, num_accepted_tokens_per_pos=[4, 3, 1])
+    results = [
+        diverging(branch, scenario, label, **kwargs)
+        for branch in ("fix-a", "fix-b", "racy")
+        for scenario, label, kwargs in (
+            ("s1", "order:a", lead),
+            ("s2", "order:a", lead),
+            ("t", "order:b", shared),
+        )
+    ] + [
+        make_result(
+            "broken",
+            branch="racy",
+            scenario="mixed",
+            label="order:p,g,q",
+            violations=[lost("order:p,g,q", ["p"])],
+        )
+    ]
+    conclusion = conclude(evidence(results))
+    assert [(s.who, s.text) for s in conclusion.shared] == [
+        ("every branch", "num_draft_tokens +1 in t")
+    ]
+    assert all(
+        "num_draft_tokens +1 in t" not in line for s in conclusion.standings for line in s.also
+    )
+
+
 def test_the_oracles_rule_is_given_once_and_referred_to_after() -> None:
     """#34: six branches repeating the same rule once pushed "why main is wrong" off the screen."""
     zero_fill = dict(num_drafts=6, num_draft_tokens=15, num_draft_tokens_per_pos=[6, 5, 4])

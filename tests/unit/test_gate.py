@@ -125,10 +125,12 @@ def test_a_difference_beyond_the_totals_the_base_does_not_have_is_worse() -> Non
 
     same = compare_for_gate([with_interval(0.75)], [with_interval(0.75)])
     assert not same.worse
+    # Nearer the oracle with another value is not worse.
+    assert not compare_for_gate([with_interval(0.75)], [with_interval(0.6)]).worse
     outcome = compare_for_gate([with_interval(0.75)], [with_interval(1.0)])
     assert outcome.worse and gate_exit_code(outcome, [with_interval(1.0)]) == EXIT_FAILED
     (reason,) = outcome.reasons
-    assert reason.startswith("log_interval.per_position differs from the oracle where the base")
+    assert reason.startswith("log_interval.per_position is further from the oracle than on the")
     assert compare_for_gate([result("diverge", num_emitted_tokens=13)], [with_interval(1.0)]).worse
 
 

@@ -38,8 +38,10 @@ def line(mean: float, accepted: int, drafted: int, per_position: list[float]) ->
     }
 
 
-def run(lines: list) -> object:
-    return make_run(steps=[make_step(n) for n in STEPS], notes={"log_intervals": lines})
+def run(lines: list, steps: int = 6) -> object:
+    """A run of `steps` engine steps whose records are STEPS."""
+    notes = {"log_intervals": lines, "steps": steps}
+    return make_run(steps=[make_step(n) for n in STEPS], notes=notes)
 
 
 def test_the_oracle_sums_the_rows_of_each_intervals_steps() -> None:
@@ -84,3 +86,15 @@ def test_rates_within_the_logs_three_decimals_agree_and_a_stale_rate_does_not() 
 def test_a_missing_line_is_a_difference_never_a_pass(lines, words) -> None:
     found = differences(run(lines) if lines else make_run(steps=[]), ROWS if lines else [], 2)
     assert found and words in found[0].explanation
+
+
+def test_the_host_counts_the_intervals_and_reads_a_failed_logger_as_a_difference() -> None:
+    """The probe does not decide how much is checked: 6 engine steps in 2s are 3 intervals, and a
+    record of fewer (or none) is a difference; a logger that raised is one for its interval."""
+    right = [line(4.0, 3, 3, [1.0, 1.0, 1.0]), line(2.0, 1, 3, [1.0, 0.0, 0.0])]
+    (short,) = differences(run(right), ROWS, 2)
+    assert (short.counter, short.measured, short.expected) == ("log_interval.lines", 2, 3)
+    assert differences(run([]), ROWS, 2)[0].expected == 3
+    failed = differences(run([*right, {"error": "TypeError: log() got an argument"}]), ROWS, 2)
+    assert [d.counter for d in failed] == ["log_interval.lines"]
+    assert "the branch's logger failed: TypeError" in failed[0].explanation

@@ -38,11 +38,15 @@ def interval_lines(
 
     out: list[dict[str, Any] | None] = []
     for start in range(0, max(steps, 1), every):
-        for step, stats in stats_by_step:
-            if start <= step < start + every:
-                logger.observe(stats)
         printed.clear()
-        logger.log(log_fn=capture)
+        try:
+            for step, stats in stats_by_step:
+                if start <= step < start + every:
+                    logger.observe(stats)
+            logger.log(log_fn=capture)
+        except Exception as exc:  # the branch's logger, not the run: judged as that interval's
+            out.append({"error": f"{type(exc).__name__}: {exc}"})
+            continue
         out.append(printed[-1] if printed else None)
     return out
 

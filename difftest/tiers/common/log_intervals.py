@@ -69,11 +69,32 @@ def differences(run: ProbeRun, rows: Sequence[Totals | None], every: int) -> lis
                 explanation="the branch's log lines per interval were not recorded",
             )
         ]
+    intervals = -(-int(run.notes.get("steps") or 0) // every)
+    if len(logged) != intervals:
+        return [
+            Difference(
+                counter=PREFIX + "lines",
+                measured=len(logged),
+                expected=intervals,
+                explanation=f"{len(logged)} interval(s) recorded where the run's "
+                f"{run.notes.get('steps')} engine steps make {intervals}",
+            )
+        ]
     out = []
     for i, (got, want) in enumerate(
         zip(logged, expected_lines(run, rows, every, len(logged)), strict=True)
     ):
         where = f"interval {i + 1} (steps {i * every}-{(i + 1) * every - 1})"
+        if isinstance(got, dict) and "error" in got:
+            out.append(
+                Difference(
+                    counter=PREFIX + "lines",
+                    measured=None,
+                    expected="a line" if want is not None else None,
+                    explanation=f"{where}: the branch's logger failed: {got['error']}",
+                )
+            )
+            continue
         if got is None or want is None:
             if got is not want:
                 out.append(

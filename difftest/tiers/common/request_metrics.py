@@ -113,7 +113,7 @@ def differences(
                     counter=f"{PREFIX}missing",
                     measured=None,
                     expected=rid,
-                    explanation=f"request {rid} finished ({finished.get(rid, 'how: unknown')}), "
+                    explanation=f"request {rid}: finished ({finished.get(rid, 'how: unknown')}), "
                     f"but its response holds no per-request spec-decode metrics (level {level})",
                 )
             )
@@ -168,3 +168,17 @@ def finished_by_a_rule(run: ProbeRun) -> dict[str, str]:
         for rid, why in run.finish_reasons.items()
         if why != "abort"
     }
+
+
+def judged(
+    run: ProbeRun, verifications: Iterable[Verification], k: int, reading: Reading, level: str
+) -> list[Difference]:
+    """The run's returned metrics against the oracle's from `verifications` (the tier's own), for
+    every request that finished by a stop rule."""
+    return differences(
+        returned(run),
+        expected(verifications, k, reading, level),
+        finished_by_a_rule(run),
+        level,
+        k,
+    )

@@ -72,13 +72,7 @@ class EngineTier(ProbeTier[EngineScenario]):
         if level == "none":
             return exported
         rows = [v for step in oracle.returned_verifications(run) for v in step]
-        return exported + request_metrics.differences(
-            request_metrics.returned(run),
-            request_metrics.expected(rows, scenario.k, reading, level),
-            request_metrics.finished_by_a_rule(run),
-            level,
-            scenario.k,
-        )
+        return exported + request_metrics.judged(run, rows, scenario.k, reading, level)
 
     def expected_steps(
         self, scenario: EngineScenario, run: ProbeRun, reading: Reading

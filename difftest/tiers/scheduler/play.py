@@ -114,6 +114,8 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
     steps: list[Verification | None] = []
     finish: str | None = None
     index = 0  # the request's sampling step; the drafts of step n were proposed after step n - 1
+    #: The last verifying step's position and scheduled drafts (the cap with two in flight).
+    previous: tuple[int, int] | None = None
     while finish is None:
         if index > MAX_STEPS:
             raise ScriptViolation(f"no stop after {MAX_STEPS} steps")
@@ -149,15 +151,19 @@ def _play(data: dict[str, Any], rid: str, schedule: RequestSchedule) -> RequestP
             scheduled = min(scheduled, shaped.slots)
         # Every scheduled position must fit the context (`Scheduler.schedule`'s max_model_len cap).
         scheduled = max(0, min(scheduled, room - position - 1))
-        if shaped is not None and in_flight == 2 and context_set:
+        if shaped is not None and in_flight == 2 and context_set and previous is not None:
             # Scheduled while the previous step was in flight, the cap counts that step's drafts
-            # as computed before its rejections are rolled back: the recorded slots say how many.
-            scheduled = min(scheduled, shaped.slots)
+            # as computed before its rejections are rolled back; only where that tighter cap
+            # binds is the branch's recorded count taken (it depends on which step was in flight).
+            optimistic = room - previous[0] - previous[1] - 2
+            if optimistic < scheduled:
+                scheduled = max(0, min(scheduled, shaped.slots))
         valid = valid[:scheduled]
         drafts = valid + [script.PAD_DRAFT] * (scheduled - len(valid))
         sampled = script.verify(target, position, drafts)
         appended, finish = _append(output, sampled, max_tokens, stops, room)
         steps.append(Verification(rid, len(valid), scheduled, len(sampled) - 1, appended))
+        previous = (position, scheduled)
         index += 1
     if finish == "abort":
         return RequestPlay(rid, steps, output, finish)

@@ -210,6 +210,11 @@ class Scenario(ScenarioBase):
                 "in_flight: two steps in flight need `draft_path: async` (only AsyncScheduler "
                 "schedules a step before the previous one's output is known)"
             )
+        if self.log_every is not None and not self.spec_decoding:
+            raise ValueError(
+                "log_every: with spec decoding off no step has spec-decode stats, so no interval "
+                "logs a line and nothing would be checked; remove it, or `spec_decoding: false`"
+            )
         if self.per_request_metrics != "none" and not self.spec_decoding:
             raise ValueError(
                 f"per_request_metrics: {self.per_request_metrics!r} needs spec decoding (vLLM "

@@ -114,7 +114,7 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
         raw["max_num_batched_tokens"] = draw(_ints(k + 1, k + 1 + MAX_BUDGET_ROOM))
     if draw(_SMALL_POOL):
         raw["kv_blocks"] = draw(_pool(k, bodies))
-    if draw(_LOGGED_OFTEN):
+    if draw(_LOGGED_OFTEN) and raw.get("spec_decoding", True):
         raw["log_every"] = draw(_ints(1, 4))
     if draw(_SMALL_CONTEXT):
         raw["max_model_len"] = _least_context(bodies) + draw(_ints(0, 3 * k + MAX_BUDGET_ROOM))

@@ -57,13 +57,7 @@ class SchedulerTier(ProbeTier[Scenario]):
         verifications = [
             v for play in oracle.plays(scenario, run).values() for v in play.verifications
         ]
-        return found + request_metrics.differences(
-            request_metrics.returned(run),
-            request_metrics.expected(verifications, scenario.k, reading, level),
-            request_metrics.finished_by_a_rule(run),
-            level,
-            scenario.k,
-        )
+        return found + request_metrics.judged(run, verifications, scenario.k, reading, level)
 
     def expected_steps(
         self, scenario: Scenario, run: ProbeRun, reading: Reading
