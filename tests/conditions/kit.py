@@ -278,7 +278,10 @@ CONDITIONS: tuple[Condition, ...] = (
             "                    spec_token_ids = "
             "request.spec_token_ids[:num_scheduled_spec_tokens]\n",
         ),
-        present=lambda raw: raw.get("max_num_batched_tokens") is not None,
+        # A short context cuts a draft block too (#49): what the mutant mishandles either way.
+        present=lambda raw: (
+            raw.get("max_num_batched_tokens") is not None or raw.get("max_model_len") is not None
+        ),
     ),
     Condition(
         "spec decoding off",

@@ -53,7 +53,13 @@ def test_gate_fails_on_the_56195_style_head_and_prints_json_for_scripts(tmp_path
         "pr-56195-style",
     )
     broken = [f for f in document["gate"]["findings"] if f["kind"] == "broken"]
-    assert {f["scenario"] for f in broken} == {"mixed-batch-invalid-async"}
+    # The all-invalid request by grammar, by an empty async proposal, and with per-request
+    # metrics on (#49).
+    assert {f["scenario"] for f in broken} == {
+        "mixed-batch-invalid-async",
+        "async-short-drafts",
+        "per-request-metrics",
+    }
     assert {r["branch"] for r in document["results"]} == {"main", "pr-56195-style"}
     summary = (
         tmp_path / "gate.md"
