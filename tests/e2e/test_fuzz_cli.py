@@ -108,9 +108,8 @@ def test_the_shipped_search_finds_each_branch_s_known_story(shipped) -> None:
     assert {(v, w) for v, w in own(lost) if v != "broken"} <= {("diverge", "num_drafts")}
     mixed = scenario_of(out, lost[("broken", "stats-lost")])
     assert len(mixed["requests"]) >= 2 and mixed["draft_path"] == "async"
-    assert any("grammar" in r for r in mixed["requests"]) and any(
-        "grammar" not in r for r in mixed["requests"]
-    )
+    # The all-invalid request is a grammar request, or (#49) one whose async drafter proposed
+    # nothing for a step: either way the batch holds another request whose stats it loses.
 
 
 def test_found_files_name_branch_difference_and_seed(shipped) -> None:
