@@ -56,13 +56,18 @@ def _read(fmt: str, args: tuple[Any, ...]) -> dict[str, Any]:
     re-run must reproduce the evidence)."""
     line: dict[str, Any] = {}
     for key, label in FIGURES:
-        at = fmt.find(label)
-        value = None
-        if at >= 0:
-            index = len(_CONVERSION.findall(fmt[:at].replace("%%", "")))
-            value = args[index] if index < len(args) else None
-        line[key] = _plain(key, value)
+        line[key] = _plain(key, argument(fmt, args, label))
     return line
+
+
+def argument(fmt: str, args: tuple[Any, ...], label: str) -> Any:
+    """The argument a lazily formatted log line (`log_fn(fmt, *args)`) prints after `label`, before
+    any `%.2f` rounds it: its index is the number of conversions in the format before the label."""
+    at = fmt.find(label)
+    if at < 0:
+        return None
+    index = len(_CONVERSION.findall(fmt[:at].replace("%%", "")))
+    return args[index] if index < len(args) else None
 
 
 def _plain(key: str, value: Any) -> Any:

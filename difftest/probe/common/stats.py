@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from ..protocol import COUNTER_TABLE, EMITTED_FIELDS, own_named
+from . import intervals
 
 #: Fields compared as counters under their own name; the rest (except num_spec_tokens) go to
 #: Totals.extra, but for the branch's emitted counter.
@@ -25,7 +26,6 @@ PER_POSITION = tuple(c.name for c in COUNTER_TABLE if c.per_position and c.name 
 NOT_SUMMED = ("num_spec_tokens",)
 
 _MEAN_RE = re.compile(r"Mean acceptance length:\s*([0-9.]+|nan)")
-_CONVERSION = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]")
 
 
 def stats_dict(stats: Any) -> dict[str, Any] | None:
@@ -94,19 +94,10 @@ def totals(
 
 
 def _mean_argument(fmt: str, args: tuple[Any, ...]) -> float | None:
-    """The argument the log line formats as its mean acceptance length, at full precision.
-
-    The logger formats lazily (`log_fn(fmt, *args)`), so the value the branch
-    computed is there before `%.2f` rounds it: its index is the number of
-    conversions in the format before the label.
-    """
-    at = fmt.find("Mean acceptance length")
-    if at < 0:
-        return None
-    index = len(_CONVERSION.findall(fmt[:at].replace("%%", "")))
+    """The argument the log line formats as its mean acceptance length, at full precision."""
     try:
-        return float(args[index])
-    except (IndexError, TypeError, ValueError):
+        return float(intervals.argument(fmt, args, "Mean acceptance length"))
+    except (TypeError, ValueError):
         return None
 
 
