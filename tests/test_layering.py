@@ -30,14 +30,22 @@ SUITE_PLUGIN_PACKAGES = {"pytest"}
 #: The probe's tracer imports coverage.py from the folder the job names (`probe.tracing`).
 TRACER_PACKAGES = {"coverage"}
 #: Layer -> the difftest layers it may import (itself included). cli sits on top and may import all.
-#: `probe.protocol` and `probe.tests.contract` are the wire contracts between the host and what runs
-#: inside branch environments (the probe; the tests tier's pytest plugin), shared by both sides;
+#: `probe.protocol`, `probe.conditions` and `probe.tests.contract` are the contracts between the
+#: host and what runs inside branch environments (the probe; the tests tier's pytest plugin),
+#: shared by both sides;
 #: `probe.confine` is the wrapper the host starts every confined process through (its exit code and
 #: message prefix are the contract).
 ALLOWED = {
     "probe": {"probe"},
     "core": {"core", "probe.protocol"},
-    "tiers": {"tiers", "core", "probe.protocol", "probe.scheduler.script", "probe.tests.contract"},
+    "tiers": {
+        "tiers",
+        "core",
+        "probe.protocol",
+        "probe.conditions",
+        "probe.scheduler.script",
+        "probe.tests.contract",
+    },
     "build": {"build", "core"},
     "run": {
         "run",

@@ -208,6 +208,11 @@ class StepRecord(_Record):
     preempted: list[StrictStr] = Field(default_factory=list)
     #: Requests the probe aborted between this step's schedule() and update_from_output().
     aborted: list[StrictStr] = Field(default_factory=list)
+    #: Requests whose output of this step the scheduler dropped: in flight at a
+    #: `reset_prefix_cache` that preempted them (older records: absent).
+    dropped: list[StrictStr] = Field(default_factory=list)
+    #: Requests a prefix-cache reset after this step's output preempted (older records: absent).
+    reset: list[StrictStr] = Field(default_factory=list)
 
 
 class Failure(_Record):

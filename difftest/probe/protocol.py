@@ -73,13 +73,15 @@ STUCK_PREFIX = "difftest.probe: still running at exit: "
 #: trailer): the probe writes every thread's stack to its log (`dump_stacks_on_signal`).
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 
-#: Names a branch may give its "tokens really emitted" counter, most specific first.
 #: The run note a probe files each finished request's per-request spec-decode metrics under
 #: (`{request id: RequestSpecDecodeMetrics.to_dict()}`), where the scenario asked for them.
 REQUEST_METRICS_NOTE = "request_metrics"
 #: The run note holding the branch's spec-decode log line of each logging interval, where the
 #: scenario sets `log_every` (`probe.common.intervals`).
 INTERVALS_NOTE = "log_intervals"
+#: The run note naming the requests a `reset_prefix_cache` preempted, where the scenario sets
+#: `reset_prefix_cache` (None: the batch ended before the reset's step).
+RESET_NOTE = "reset_prefix_cache"
 #: The run note holding what the generated-token Prometheus metrics moved by over the run: the
 #: `vllm:generation_tokens` counter, and the `vllm:request_generation_tokens` histogram's sum and
 #: count (one observation per finished request).
@@ -90,6 +92,7 @@ TOKEN_COUNTERS = (
     "request_generation_tokens_count",
 )
 
+#: Names a branch may give its "tokens really emitted" counter, most specific first.
 EMITTED_FIELDS = (
     "num_emitted_tokens",
     "num_committed_tokens",
@@ -255,6 +258,12 @@ class StepRecord(TypedDict):
     preempted: list[str]
     #: Requests the probe aborted between this step's `schedule()` and its `update_from_output()`.
     aborted: list[str]
+    #: Requests whose output of this step the scheduler drops: in flight when
+    #: `reset_prefix_cache(reset_running_requests=True)` preempted them.
+    dropped: list[str]
+    #: Requests a `reset_prefix_cache(reset_running_requests=True)` after this step's output
+    #: preempted (the scheduler reports them with the next step it schedules, which resumes them).
+    reset: list[str]
 
 
 class Failure(TypedDict):
@@ -310,6 +319,8 @@ def step_record(
     tokens: dict[str, int] | None = None,
     preempted: list[str] | tuple[str, ...] = (),
     aborted: list[str] | tuple[str, ...] = (),
+    dropped: list[str] | tuple[str, ...] = (),
+    reset: list[str] | tuple[str, ...] = (),
 ) -> StepRecord:
     """The one place a step record is built (both tiers' drivers call it)."""
     return {
@@ -325,6 +336,8 @@ def step_record(
         "tokens": dict(tokens or {}),
         "preempted": list(preempted),
         "aborted": list(aborted),
+        "dropped": list(dropped),
+        "reset": list(reset),
     }
 
 

@@ -26,6 +26,7 @@ from difftest.core.records import (
     Totals,
 )
 from difftest.tiers.common.scenario import ScenarioBase
+from difftest.tiers.common.steps import sampled
 from difftest.tiers.probe_tier import ProbeTier
 
 
@@ -235,12 +236,16 @@ class _Shaping:
 
     def note(self, record: StepRecord, rid: str) -> str:
         """What this step was for the request, where a serving condition made it unusual."""
-        if rid in record.preempted:
+        if rid in record.preempted and rid not in record.scheduled:
             return "preempted"
+        if rid in record.reset:
+            return "preempted by a prefix-cache reset after this step"
         if rid not in record.scheduled:
             return ""
         if rid in record.aborted:
             return "aborted in flight"
+        if rid in record.dropped:
+            return "in flight at a prefix-cache reset: dropped"
         if not record.sampled.get(rid):
             return f"prefill chunk of {record.tokens.get(rid, '?')}"
         if rid in self.ended:
@@ -254,8 +259,8 @@ class _Shaping:
         return ", ".join(notes)
 
     def after(self, record: StepRecord) -> None:
-        self.preempted -= {rid for rid in record.scheduled if record.sampled.get(rid)}
-        self.preempted |= set(record.preempted)
+        self.preempted -= {rid for rid in record.scheduled if sampled(record, rid)}
+        self.preempted |= set(record.preempted) - set(record.scheduled) | set(record.reset)
         self.ended |= set(record.finished) | set(record.aborted)
 
 

@@ -443,7 +443,7 @@ def test_a_long_prompt_is_prefilled_in_chunks_without_drafts(engine_runs):
 
 def test_an_abort_ends_the_request_where_it_was_asked(engine_runs):
     scenario = SCENARIOS["engine-abort"]
-    after = next(r.abort_after_steps for r in scenario.requests if r.id == "gone")
+    after = next(r.abort for r in scenario.requests if r.id == "gone")
     for run in engine_runs("main")["engine-abort"]:
         if "gone" not in run.order:
             continue

@@ -286,3 +286,26 @@ def test_each_logging_interval_is_judged_on_its_own_steps(runs_of) -> None:
     found = tier.response_differences(scenario, capped, "strict")
     assert [d.counter for d in found] == ["log_interval.mean_acceptance_length"]
     assert found[0].explanation.startswith("interval 2 (steps 2-3)")
+
+
+def test_a_prefix_cache_reset_drops_the_step_in_flight_and_the_fixes_count_what_was_kept(
+    runs_of,
+) -> None:
+    """`reset_prefix_cache: 3` with two steps in flight: the reset preempts every running request,
+    the scheduler drops the output of the step still in flight for them and resumes them with a
+    recompute. The oracle leaves the dropped step out; both fixes match it in every order, main
+    is off only by its truncation overcount (#56101), not by the reset."""
+    scenario = SCENARIOS["prefix-cache-reset-in-flight"]
+    for branch in ("pr-56137-style", "pr-56195-style"):
+        for run in runs_of(branch)[scenario.name]:
+            assert run.notes["reset_prefix_cache"], run.label  # the reset landed, preempting
+            assert _matches(scenario, run, "strict") == [], (branch, run.label)
+    for run in runs_of("main")[scenario.name]:
+        dropped = [(s.step, rid) for s in run.steps for rid in s.dropped]
+        reset = next(s for s in run.steps if s.reset)
+        assert reset.step == 3 and set(reset.reset) == set(run.notes["reset_prefix_cache"])
+        # The step scheduled before the reset was in flight: dropped, nothing emitted from it.
+        assert dropped and all(step == 4 for step, _ in dropped), run.label
+        assert all(not s.emitted.get(rid) for s in run.steps for rid in s.dropped)
+        assert run.outputs == expected_outputs(scenario, run), run.label
+        assert set(_matches(scenario, run, "strict")) <= {"num_emitted_tokens"}, run.label

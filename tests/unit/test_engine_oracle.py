@@ -638,9 +638,10 @@ def _with(engine: dict[str, Any] | None = None, **request: Any) -> dict[str, Any
         ({"kv_blocks": 3, "block_size": 32}, {}, "cannot hold one request"),
         ({"block_size": 40}, {}, "multiple of 16"),
         ({"max_num_batched_tokens": 16, "max_num_seqs": 32}, {}, "below engine.max_num_seqs"),
-        ({}, {"abort_after_steps": 8}, "must be below max_tokens"),
-        ({}, {"abort_after_steps": 2, "truncate": "eos"}, "cannot be combined"),
-        ({}, {"abort_after_steps": 0}, "greater than or equal to 1"),
+        ({}, {"abort": 8}, "must be below max_tokens"),
+        ({}, {"abort": 2, "truncate": "eos"}, "cannot be combined"),
+        ({}, {"abort_after_steps": 2}, "is now `abort`"),
+        ({}, {"abort": 0}, "greater than or equal to 1"),
     ],
     ids=[
         "pool-without-block",
@@ -649,6 +650,7 @@ def _with(engine: dict[str, Any] | None = None, **request: Any) -> dict[str, Any
         "budget",
         "abort-late",
         "abort-cut",
+        "abort-old-key",
         "abort-0",
     ],
 )
@@ -672,10 +674,10 @@ def test_serving_settings_reach_the_probe_and_are_shared_by_the_folder(tmp_path:
         "kv_blocks": 10,
         "max_num_batched_tokens": 64,
     }
-    scenario = EngineScenario.model_validate(_with(engine, abort_after_steps=3))
+    scenario = EngineScenario.model_validate(_with(engine, abort=3))
     data = scenario.probe_data()
     assert {k: data["engine"][k] for k in engine} == engine
-    assert data["requests"][0]["abort_after_steps"] == 3
+    assert data["requests"][0]["abort"] == 3
     (tmp_path / "a.yaml").write_text(ENGINE_A + "engine: {prefix_caching: true}\n")
     (tmp_path / "b.yaml").write_text(ENGINE_A)
     with pytest.raises(ConfigError, match="prefix_caching"):

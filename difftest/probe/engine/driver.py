@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .. import conditions
 from ..common import stats
 from ..protocol import REQUEST_METRICS_NOTE, TOKEN_COUNTERS_NOTE, RunResult
 from . import truncation
@@ -62,6 +63,20 @@ def _steps_agree(logged: list[Any], tapped: list[Any]) -> bool:
     return a == b
 
 
+#: The serving conditions (`probe.conditions`) the engine probe plays (engine settings through
+#: `EngineSession`, aborts here); a scenario that sets another is refused.
+PLAYED_CONDITIONS = frozenset(
+    {
+        "async_scheduling",
+        "prefix_caching",
+        "kv_blocks",
+        "max_num_batched_tokens",
+        "per_request_metrics",
+        "abort",
+    }
+)
+
+
 def run_one(
     session: EngineSession,
     scenario: dict[str, Any],
@@ -75,6 +90,7 @@ def run_one(
     """
     from vllm.v1.spec_decode.metrics import SpecDecodingLogging, SpecDecodingStats
 
+    conditions.refuse_unplayed("engine", scenario, PLAYED_CONDITIONS)
     specs = {r["id"]: r for r in scenario["requests"]}
     reference = run.get("role") == "reference"
     entries = []
@@ -97,11 +113,7 @@ def run_one(
                 f"request {rid!r}: the prompt is {len(prompts[rid])} token(s); use >= 2 (#50518)"
             )
         entries.append((rid, {"prompt_token_ids": prompts[rid]}, params, eos))
-    aborts = {
-        rid: int(specs[rid]["abort_after_steps"])
-        for rid in run["order"]
-        if specs[rid].get("abort_after_steps")
-    }
+    aborts = {rid: int(specs[rid]["abort"]) for rid in run["order"] if specs[rid].get("abort")}
     played = session.play(entries, aborts)
 
     outputs: dict[str, list[int]] = {}
@@ -162,12 +174,12 @@ def run_one(
             # The scenario's, not the branch's: it reads "could not measure" (unless the baseline
             # lands it), never a verdict on counters of a run that did not test an abort.
             raise ValueError(
-                "abort_after_steps never landed: "
+                "abort never landed: "
                 + ", ".join(
                     f"request {rid} finished ({finish.get(rid)}) before its {n}th sampling step"
                     for rid, n in missed.items()
                 )
-                + "; lower abort_after_steps"
+                + "; lower abort"
             )
     if used_cuts:
         notes["truncation"] = {

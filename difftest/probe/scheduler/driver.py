@@ -40,10 +40,12 @@ from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import RequestStatus
 from vllm.v1.spec_decode.metrics import SpecDecodingLogging, SpecDecodingStats
 
+from .. import conditions
 from ..common import intervals, stats
 from ..protocol import (
     INTERVALS_NOTE,
     REQUEST_METRICS_NOTE,
+    RESET_NOTE,
     DidNotFinish,
     RunResult,
     StepRecord,
@@ -53,6 +55,24 @@ from . import script
 from .factory import SchedulerFactory, Shape
 
 MAX_STEPS = 20000
+#: The serving conditions (`probe.conditions`) this driver and its factory play; a scenario that
+#: sets another is refused (`refuse_unplayed`), never run as if it were not there.
+PLAYED_CONDITIONS = frozenset(
+    {
+        "spec_decoding",
+        "in_flight",
+        "prefix_caching",
+        "kv_connector",
+        "kv_blocks",
+        "max_num_batched_tokens",
+        "max_model_len",
+        "per_request_metrics",
+        "log_every",
+        "reset_prefix_cache",
+        "arrive",
+        "abort",
+    }
+)
 
 
 def _has_skip_flag() -> bool:
@@ -126,6 +146,8 @@ class _Scheduled:
     sampled: dict[str, list[int]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     executed: bool = False
+    #: Requests whose output of this step the scheduler drops (in flight at a prefix-cache reset).
+    dropped: set[str] = field(default_factory=set)
 
 
 class _Play:
@@ -138,6 +160,11 @@ class _Play:
         self.seed = int(scenario.get("seed", 0))
         self.in_flight = int(scenario.get("in_flight", 1))
         self.log_every = int(scenario.get("log_every") or 0)
+        reset = scenario.get("reset_prefix_cache")
+        #: The step after whose output the engine core resets the prefix cache (None: never).
+        self.reset_after = None if reset is None else int(reset)
+        #: The requests that reset preempted (None: it has not landed).
+        self.reset_preempted: list[str] | None = None
         specs = {r["id"]: r for r in scenario["requests"]}
         self.order = order
         self.reqs = {
@@ -302,7 +329,7 @@ class _Play:
         sampled_now = []
         for rid in step.scheduled:
             req = self.reqs[rid]
-            if step.sampled.get(rid) and not req.finished:
+            if step.sampled.get(rid) and not req.finished and rid not in step.dropped:
                 req.delivered += 1
                 sampled_now.append(rid)
             if rid in finished:
@@ -328,7 +355,8 @@ class _Play:
                 self.scheduler, {rid: d for rid, (d, _s) in proposals.items()}, self.skipped_next
             )
         preempted = sorted(step.out.preempted_req_ids or ())
-        if not step.scheduled and step_stats is None and not emitted and not preempted:
+        reset = self._reset_prefix_cache() if step.number == self.reset_after else []
+        if not step.scheduled and step_stats is None and not emitted and not (preempted or reset):
             return  # an empty step (waiting for an arrival), or bookkeeping after the last finish
         self.steps.append(
             step_record(
@@ -344,8 +372,21 @@ class _Play:
                 tokens=dict(step.out.num_scheduled_tokens),
                 preempted=preempted,
                 aborted=aborted,
+                dropped=sorted(step.dropped),
+                reset=reset,
             )
         )
+
+    def _reset_prefix_cache(self) -> list[str]:
+        """`Scheduler.reset_prefix_cache(reset_running_requests=True)` as the engine core runs it:
+        between two turns of its loop, so with two steps in flight the step scheduled after this
+        one is still in flight and its output for the preempted requests is dropped."""
+        running = sorted(r.request_id for r in self.scheduler.running)
+        self.scheduler.reset_prefix_cache(reset_running_requests=True)
+        for waiting in self.queue:
+            waiting.dropped |= {rid for rid in waiting.scheduled if rid in running}
+        self.reset_preempted = running
+        return running
 
     # -- the model runner's drafter ---------------------------------------------------
 
@@ -367,6 +408,8 @@ class _Play:
         notes["outputs_text"] = {rid: script.text(toks) for rid, toks in outputs.items()}
         if self.shape.request_metrics != "none":
             notes[REQUEST_METRICS_NOTE] = self.request_metrics
+        if self.reset_after is not None:
+            notes[RESET_NOTE] = self.reset_preempted
         if self.log_every:
             notes[INTERVALS_NOTE] = intervals.interval_lines(
                 SpecDecodingLogging,
@@ -397,4 +440,5 @@ def _stand_in(target: list[int], position: int, drafts: list[int]) -> list[int]:
 
 def run_order(factory: SchedulerFactory, scenario: dict[str, Any], order: list[str]) -> RunResult:
     """One run of `order`; raises on any failure (the protocol's loop records it)."""
+    conditions.refuse_unplayed("scheduler", scenario, PLAYED_CONDITIONS)
     return _Play(factory, scenario, order).run()

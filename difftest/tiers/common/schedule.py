@@ -3,10 +3,12 @@
 Under serving conditions a request's steps depend on its batch: a small token
 budget cuts a decode's draft block, a small KV pool preempts a request (its
 next step recomputes the prompt and samples one token, with no drafts), an
-abort discards a step in flight. The oracle follows those decisions (they are
-the scheduler's to make, and correct statistics count what was verified), and
-nothing else: which drafts a step verifies, what the verifier accepts and what
-stop handling keeps still come from the script.
+abort discards a step in flight, a prefix-cache reset preempts every running
+request and drops the output of a step still in flight for them. The oracle
+follows those decisions (they are the scheduler's to make, and correct
+statistics count what was verified), and nothing else: which drafts a step
+verifies, what the verifier accepts and what stop handling keeps still come
+from the script.
 
 A request's *sampling steps* are the steps in which the model sampled tokens
 for it, in order: index 0 is the step sampling its first token (the prefill's
@@ -20,7 +22,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from difftest.core.records import ProbeRun
-from difftest.tiers.common.steps import computed_drafts
+from difftest.tiers.common.steps import computed_drafts, sampled
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def request_schedules(run: ProbeRun, budget: int | None) -> dict[str, RequestSch
         used = sum(step.tokens.values())
         cut = budget is not None and used >= budget
         for rid in step.scheduled:
-            if rid in samplings and step.sampled.get(rid):
+            if rid in samplings and sampled(step, rid):
                 samplings[rid].append(
                     Sampling(
                         step=step.step,
@@ -69,7 +71,9 @@ def request_schedules(run: ProbeRun, budget: int | None) -> dict[str, RequestSch
                     )
                 )
                 preempted.discard(rid)
-        preempted.update(step.preempted)
+        # A reset's preemptions are reported again with the next step the scheduler makes, which
+        # already resumes them (a request preempted while scheduling is never scheduled with it).
+        preempted.update({*step.preempted} - {*step.scheduled}, step.reset)
     return {rid: RequestSchedule(tuple(s)) for rid, s in samplings.items()}
 
 

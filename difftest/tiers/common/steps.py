@@ -27,7 +27,14 @@ def real_drafts(step: StepRecord, rid: str) -> int:
     return max(0, min(valid, len(step.drafts.get(rid, [])) - step.invalid.get(rid, 0)))
 
 
+def sampled(step: StepRecord, rid: str) -> bool:
+    """Whether this step is one of the request's sampling steps: the model sampled for it and the
+    scheduler did not drop the output (a step in flight at a prefix-cache reset)."""
+    return bool(step.sampled.get(rid)) and rid not in step.dropped
+
+
 def delivered(step: StepRecord, rid: str, ended: set[str]) -> bool:
     """Whether the scheduler took the request's sampled tokens in this step: sampled, not aborted
-    while in flight, not finished in an earlier step (`ended`)."""
-    return bool(step.sampled.get(rid)) and rid not in step.aborted and rid not in ended
+    while in flight, not dropped by a prefix-cache reset, not finished in an earlier step
+    (`ended`)."""
+    return sampled(step, rid) and rid not in step.aborted and rid not in ended

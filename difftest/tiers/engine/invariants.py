@@ -14,7 +14,7 @@ plus what only the engine has:
   string's end or just before it, as `include_stop_str_in_output` says);
   with `min_tokens` past an EOS / stop token cut, the token is held back: not
   in the first `min_tokens` tokens, and the request does not end before them.
-- an abort held: a request aborted after its `abort_after_steps`-th step was
+- an abort held: a request aborted after its `abort`-th step was
   not scheduled again.
 Across runs of one branch: batch orders agree and a batch is the sum of its
 requests alone, compared only where every request generated the same tokens

@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from difftest.core.errors import ConfigError
 from difftest.core.schema import StrictModel
+from difftest.probe import conditions
 from difftest.probe.protocol import PlannedRun
 from difftest.tiers.common.scenario import (
     ScenarioBase,
@@ -28,6 +29,9 @@ from difftest.tiers.common.scenario import (
 )
 
 GUIDE = "scenarios/README.md (Engine scenarios)"
+
+#: The serving conditions' keys, explained in loader errors (`probe.conditions`).
+_HINTS = {c.key: c.hint for c in conditions.of_tier("engine")}
 
 Truncate = Literal["none", "eos", "stop", "max_tokens", "boundary", "stop_string"]
 
@@ -146,8 +150,19 @@ class EngineRequest(_Strict):
     #: which otherwise refuses a request vLLM would cap, does not apply to it.
     until_max_model_len: bool = False
     #: Abort the request (`LLMEngine.abort_request`) right after its N-th sampling step (the
-    #: prefill's is the 1st), between two engine steps, as a client that disconnects.
-    abort_after_steps: int | None = Field(None, ge=1, le=511)
+    #: prefill's is the 1st), between two engine steps, as a client that disconnects: it has
+    #: received the tokens of N steps, as a scheduler scenario's `abort: N` (one key, both tiers).
+    abort: int | None = Field(None, ge=1, le=511)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "abort_after_steps" in raw:
+            raise ValueError(
+                "abort_after_steps is now `abort` (the same N: the request is aborted right "
+                "after its N-th sampling step), the key a scheduler scenario uses: rename it"
+            )
+        return raw
 
     @model_validator(mode="after")
     def _stop_string_options(self) -> EngineRequest:
@@ -202,17 +217,17 @@ class EngineRequest(_Strict):
 
     @model_validator(mode="after")
     def _abort_before_the_end(self) -> EngineRequest:
-        if self.abort_after_steps is None:
+        if self.abort is None:
             return self
-        if self.abort_after_steps >= self.max_tokens:
+        if self.abort >= self.max_tokens:
             # Every sampling step emits at least one token: the request would end first.
             raise ValueError(
-                f"abort_after_steps {self.abort_after_steps} must be below max_tokens "
-                f"{self.max_tokens}, or the request ends before the abort"
+                f"abort {self.abort} must be below max_tokens {self.max_tokens}, or the request "
+                "ends before the abort"
             )
         if self.truncate != "none" or self.until_max_model_len:
             raise ValueError(
-                "abort_after_steps cannot be combined with truncate or until_max_model_len: the "
+                "abort cannot be combined with truncate or until_max_model_len: the "
                 "request must end by the abort"
             )
         return self
@@ -260,22 +275,8 @@ class EngineScenario(ScenarioBase):
 
     @property
     def conditions(self) -> list[str]:
-        """The serving conditions this scenario runs under, in words (reports and listings)."""
-        engine = self.engine
-        found = []
-        if engine.async_scheduling:
-            found.append("async scheduling")
-        if engine.prefix_caching:
-            found.append("prefix caching")
-        if engine.kv_blocks is not None:
-            found.append(f"{engine.kv_blocks} KV blocks of {engine.block_size} tokens")
-        if engine.max_num_batched_tokens is not None:
-            found.append(f"token budget {engine.max_num_batched_tokens}")
-        if any(r.abort_after_steps is not None for r in self.requests):
-            found.append("aborts")
-        if self.per_request_metrics != "none":
-            found.append(f"per-request metrics ({self.per_request_metrics})")
-        return found
+        """The serving conditions this scenario runs under, in words (`probe.conditions`)."""
+        return conditions.described("engine", self.model_dump(mode="json", by_alias=True))
 
     def engine_key(self) -> dict[str, Any]:
         """What must be equal across a job's scenarios (the probe's ENGINE_KEYS, plus
@@ -313,7 +314,7 @@ class EngineScenario(ScenarioBase):
                     "place": r.place,
                     "prime": r.prime,
                     "structured": r.structured.params() if r.structured else None,
-                    "abort_after_steps": r.abort_after_steps,
+                    "abort": r.abort,
                 }
                 for r in self.requests
             ],
@@ -329,7 +330,7 @@ def parse_engine_scenario(raw: dict[str, Any], source: Path | str) -> EngineScen
     try:
         return EngineScenario.model_validate(raw)
     except ValidationError as exc:
-        raise scenario_error(exc, source, {}, GUIDE) from None
+        raise scenario_error(exc, source, _HINTS, GUIDE) from None
 
 
 def load_engine_scenarios(folder: Path) -> list[EngineScenario]:

@@ -19,6 +19,7 @@ from difftest.core.records import ProbeRun, Reading, Totals
 from difftest.tiers.common import accounting
 from difftest.tiers.common.accounting import Verification
 from difftest.tiers.common.schedule import NO_SCHEDULE, request_schedules
+from difftest.tiers.common.steps import sampled
 from difftest.tiers.scheduler.play import RequestPlay, play_request
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def expected_steps(scenario: Scenario, run: ProbeRun, reading: Reading = "strict
     for step in run.steps:
         verifications: list[Verification] = []
         for rid in step.scheduled or list(step.sampled):
-            if rid not in played or not step.sampled.get(rid):
+            if rid not in played or not sampled(step, rid):
                 continue
             index = seen[rid]
             seen[rid] += 1

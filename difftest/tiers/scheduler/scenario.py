@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from difftest.core.errors import ConfigError
 from difftest.core.schema import StrictModel
+from difftest.probe import conditions
 from difftest.probe.scheduler import script
 from difftest.tiers.common.scenario import (
     ScenarioBase,
@@ -42,18 +43,7 @@ _HINTS = {
     "target": "a token string such as `ab<eos>` or `{random: {length: N, alphabet: abc}}`",
     "grammar": "`{choice: [STRING, ...]}`",
     "statement": "one line saying what the scenario probes",
-    "spec_decoding": "`true` (default) or `false`: a control with speculative decoding off",
-    "in_flight": "`1` (lockstep) or `2` (two steps in flight, as EngineCore.step_with_batch_queue; "
-    "needs `draft_path: async`)",
-    "prefix_caching": "`true` or `false` (default): vLLM's prefix cache, sha256 block hashes",
-    "kv_connector": "`none` (default), `decode-node` or `decode-node-async`: a P/D decode node "
-    "whose KV connector loads every prompt but its last token (async: the request waits for it)",
-    "kv_blocks": "the KV pool in blocks of 16 tokens (small: requests get preempted)",
-    "max_num_batched_tokens": "the token budget of one step (small: chunked prefill, cut decodes)",
-    "arrive": "the engine step (a turn of the engine core's loop) before which the request is "
-    "added (0: at the start)",
-    "abort": "the request's step after its first token (0: its first) during which it is "
-    "aborted, between schedule() and update_from_output()",
+    **{c.key: c.hint for c in conditions.of_tier("scheduler")},
 }
 
 
@@ -188,6 +178,10 @@ class Scenario(ScenarioBase):
     #: Each finished request returns its own spec-decode metrics
     #: (`ObservabilityConfig.per_request_spec_decode_metrics`), checked against the oracle's.
     per_request_metrics: Literal["none", "summary", "detailed"] = "none"
+    #: After the output of this step (a `schedule()` call, from 0) the engine core resets the
+    #: prefix cache with `reset_running_requests=True`: every running request is preempted, and
+    #: with two steps in flight the other step's output for them is dropped. None: never.
+    reset_prefix_cache: int | None = Field(None, ge=0, le=10_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -221,6 +215,11 @@ class Scenario(ScenarioBase):
                 "refuses the knob without a speculative config): set it to `none`, or remove "
                 "`spec_decoding: false`"
             )
+        if self.reset_prefix_cache is not None and self.kv_connector == "decode-node-async":
+            raise ValueError(
+                "reset_prefix_cache: vLLM cannot reset the cache while a request waits for its "
+                "remote KVs (it raises); use `kv_connector: decode-node` or drop the reset"
+            )
         if self.max_model_len is not None:
             long = [r.id for r in self.requests if len(_tokens(r.prompt)) >= self.max_model_len]
             if long:
@@ -248,34 +247,9 @@ class Scenario(ScenarioBase):
 
     @property
     def conditions(self) -> list[str]:
-        """The serving conditions this scenario runs under, in words (reports and listings)."""
-        found = []
-        if not self.spec_decoding:
-            found.append("spec decoding off")
-        if self.in_flight == 2:
-            found.append("two steps in flight")
-        if self.prefix_caching:
-            found.append("prefix caching")
-        if self.kv_connector != "none":
-            found.append(
-                "P/D decode node, async KV load"
-                if self.kv_connector == "decode-node-async"
-                else "P/D decode node"
-            )
-        if self.kv_blocks is not None:
-            found.append(f"{self.kv_blocks} KV blocks")
-        if self.max_num_batched_tokens is not None:
-            found.append(f"token budget {self.max_num_batched_tokens}")
-        if self.max_model_len is not None:
-            found.append(f"max_model_len {self.max_model_len}")
-        if self.per_request_metrics != "none":
-            found.append(f"per-request metrics ({self.per_request_metrics})")
-        if self.log_every is not None:
-            found.append(f"a log line every {self.log_every} step(s)")
-        if any(r.arrive for r in self.requests):
-            found.append("staggered arrivals")
-        if any(r.abort is not None for r in self.requests):
-            found.append("aborts")
+        """The serving conditions this scenario runs under, in words (`probe.conditions`), and
+        the prompts that make one (a 1-token prompt is scheduled as a padded decode)."""
+        found = conditions.described("scheduler", self.probe_data())
         if any(len(_tokens(r.prompt)) == 1 for r in self.requests):
             found.append("1-token prompts")
         return found

@@ -25,7 +25,8 @@ connector, a KV pool too small for the batch (preemption), a small token budget
 draft blocks, requests ending `length`); per request a later arrival, an abort while
 one of its steps is in flight, and a prompt of 1 token or of many (chunked);
 per-request spec-decode metrics (summary or detailed); a log line every 1-4
-engine steps (each interval's line checked).
+engine steps (each interval's line checked); a prefix-cache reset with its
+running requests after one of the first five steps (a step in flight dropped).
 Combinations come for free: they are drawn independently.
 
 A scripted drafter is built from a *plan*, so that a stop lands where the
@@ -118,6 +119,8 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
         raw["log_every"] = draw(_ints(1, 4))
     if draw(_SMALL_CONTEXT):
         raw["max_model_len"] = _least_context(bodies) + draw(_ints(0, 3 * k + MAX_BUDGET_ROOM))
+    if draw(_PREFIX_RESET) and raw.get("kv_connector") != "decode-node-async":
+        raw["reset_prefix_cache"] = draw(_ints(0, 4))
     raw["orders"] = draw(orders(ids))
     raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies, strict=True)]
     return _aborts_that_land(raw)
@@ -244,6 +247,7 @@ _SMALL_BUDGET = st.sampled_from([False, False, False, True])
 _SMALL_POOL = st.sampled_from([False, False, False, True])
 _SMALL_CONTEXT = st.sampled_from([False, False, False, True])
 _LOGGED_OFTEN = st.sampled_from([False, False, False, True])
+_PREFIX_RESET = st.sampled_from([False] * 5 + [True])
 #: A small budget is 1 + k tokens and at most this many more.
 MAX_BUDGET_ROOM = 10
 _PATHS = st.sampled_from(["sync", "async"])
