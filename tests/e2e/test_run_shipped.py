@@ -182,7 +182,7 @@ def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
     assert any(line.startswith("~ main diverges") for line in lines[first:])
     conclusion = " ".join(tail[tail.index("conclusion") :].split())  # as one line: wrapping aside
     assert (
-        "pr-56195-style is broken in 12/136 runs; "
+        "pr-56195-style is broken in 12/140 runs; "
         "in async-short-drafts (4/9 runs) requests lose their stats"
     ) in conclusion
     assert "order short,empty,full loses short;" in conclusion
@@ -193,7 +193,7 @@ def test_the_end_of_the_output_holds_the_grid_and_the_conclusion(shipped_run):
         and "overcounting emitted tokens on truncation" in conclusion
     )
     assert (
-        "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 34/136 runs diverge); "
+        "→ closest to the oracle: pr-56137-plus-54054 (nothing broken; 34/140 runs diverge); "
         "broken: pr-56195-style"
     ) in conclusion
 
@@ -351,7 +351,7 @@ def test_junit_cases_carry_their_time(shipped_run):
     runs = [case for case in cases if case.get("classname") != "coverage"]
     times = [float(case.get("time")) for case in runs]
     assert (
-        len(times) == len(SHIPPED_BRANCHES) * 136 and all(t >= 0 for t in times) and sum(times) > 0
+        len(times) == len(SHIPPED_BRANCHES) * 140 and all(t >= 0 for t in times) and sum(times) > 0
     )
     # Beside the runs, one "changed code" case per branch the baseline is compared with.
     assert len(cases) - len(runs) == len(SHIPPED_BRANCHES) - 1
@@ -365,7 +365,7 @@ def test_list_prints_every_scenario_with_tier_statement_and_runs(capsys):
         and "engine-plain-control  [engine]" in printed
     )
     assert "9 run(s): order:grammar,plain1,plain2" in printed
-    assert "44 scenario(s)" in printed
+    assert "45 scenario(s)" in printed
 
 
 def test_evidence_keeps_every_run_with_its_role(shipped_run):
