@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from difftest.run.coverage.tracing_job import SWITCH_ENV as COVERAGE_SWITCH
 from tests.conditions.kit import CONDITIONS, Condition
 from tests.e2e.cli_helpers import run_cli
 from tests.factories import shipped_branch, write_config
@@ -107,10 +108,14 @@ def test_gate_flags_the_conditions_regression_and_not_its_refactor(
 
 
 def _fuzz(config: Path, branches: list[str], out: Path) -> dict:
-    code = run_cli(
-        "fuzz", "-c", config, "--against", "main", "--examples", FUZZ_EXAMPLES,
-        "--out", out, *branches,
-    )  # fmt: skip
+    """`fuzz --against main`, untraced: these searches look for regressions, not coverage (the
+    tracer's share of each example is saved; tests/e2e/test_fuzz_cli.py keeps fuzz's coverage)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(COVERAGE_SWITCH, "off")
+        code = run_cli(
+            "fuzz", "-c", config, "--against", "main", "--examples", FUZZ_EXAMPLES,
+            "--out", out, *branches,
+        )  # fmt: skip
     summary = json.loads((out / "fuzz.json").read_text())
     summary["exit_code"] = code
     return summary
