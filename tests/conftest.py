@@ -144,9 +144,9 @@ PROBE_S = 900
 
 
 @pytest.fixture(scope="session")
-def probe_runs(workspace, shipped_scenarios) -> Callable[[str, str], list[ProbeRun]]:
-    """probe_runs(tier, branch) -> one ProbeRun per planned run of every shipped scenario of the
-    tier.
+def probe_runs(workspace, shipped_scenarios) -> Callable[..., list[ProbeRun]]:
+    """probe_runs(tier, branch, only=()) -> one ProbeRun per planned run of every shipped scenario
+    of the tier (`only`: of the scenarios named, alone in a probe, cached under their own key).
 
     Runs the real probe in the branch's environment once per machine state: the
     validated runs are cached on disk under the key the result cache would give
@@ -163,11 +163,12 @@ def probe_runs(workspace, shipped_scenarios) -> Callable[[str, str], list[ProbeR
     root = paths.difftest_home() / _PROBE_CACHE
     root.mkdir(parents=True, exist_ok=True)
 
-    def runs(tier_name: str, branch: str) -> list[ProbeRun]:
+    def runs(tier_name: str, branch: str, only: tuple[str, ...] = ()) -> list[ProbeRun]:
         tier = tiers.get(tier_name)
         env = workspace.branch(branch).env
         assert env is not None, workspace.branch(branch).error
-        scenarios = shipped_scenarios(tier_name)
+        scenarios = [s for s in shipped_scenarios(tier_name) if not only or s.name in only]
+        assert scenarios, f"no shipped {tier_name} scenario among {only}"
         job = make_job(tier, scenarios, run_timeout_s=120)
         # Not where the models are built (a test's own DIFFTEST_HOME): the runs do not depend on it.
         keyed_job = {**job, "work_dir": ""}
