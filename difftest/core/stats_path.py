@@ -89,7 +89,8 @@ UNREACHED: tuple[Unreached, ...] = (
     Unreached(
         "vllm/distributed/kv_transfer/kv_connector/v1/",
         CONDITION,
-        "KV connectors (P/D, offloading, LMCache, NIXL, Mooncake): no scenario configures one",
+        "vLLM's own KV connectors (P/D, offloading, LMCache, NIXL, Mooncake): the scheduler "
+        "tier's decode node (`kv_connector`) is difftest's own connector on their base class",
     ),
     Unreached("vllm/v1/worker/gpu/model_states/", GPU, "the GPU model runner's model states"),
     Unreached("vllm/v1/worker/gpu/spec_decode/", GPU, "the GPU model runner's speculators"),

@@ -67,7 +67,7 @@ def test_a_file_that_does_not_parse_is_named_not_counted(tmp_path):
 def test_the_most_specific_reason_names_why():
     assert unreached_reason("vllm/v1/worker/xpu_worker.py") == "GPU-only: Intel XPU only"
     assert unreached_reason("vllm/distributed/kv_transfer/kv_connector/v1/nixl/x.py").startswith(
-        "condition not modelled: KV connectors"
+        "condition not modelled: vLLM's own KV connectors"
     )
     assert unreached_reason("vllm/v1/core/sched/scheduler.py") == ""
 
