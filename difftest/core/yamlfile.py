@@ -55,7 +55,7 @@ def read_yaml(path: Path, data: bytes | None = None) -> Any:
     """The parsed file (`data`: its bytes, if already read); ConfigError for bad syntax, a key
     given twice, or size."""
     try:
-        raw = yaml.load(path.read_bytes() if data is None else data, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
+        raw = yaml.load(path.read_bytes() if data is None else data, Loader=_StrictLoader)
     except DuplicateKey as exc:
         raise ConfigError(
             f"{path}: {exc}", "keep one of the two (YAML would silently keep only the last)"

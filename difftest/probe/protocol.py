@@ -378,7 +378,7 @@ class CallInfo:
         try:
             with time_limit(limit_s):
                 result = func()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the run's failure, whatever it is, is recorded
             return cls(None, describe_failure(exc), round(time.perf_counter() - started, 6))
         return cls(result, None, round(time.perf_counter() - started, 6))
 
@@ -561,7 +561,7 @@ def _start(job: Job, start: Callable[[Job], Session]) -> _Started | None:
     try:
         session = start(job)
         info = session.header_info()
-    except Exception:
+    except Exception:  # noqa: BLE001 - the branch's start failed: printed, then reported
         traceback.print_exc()
         return None
     import_s = float(info.pop("import_s", time.perf_counter() - started))

@@ -81,7 +81,7 @@ def json_index(tmp_path: Path):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, directory=str(root), **kwargs)
 
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        def do_GET(self):
             if self.path == "/simple/vllm/":
                 body = json.dumps(page).encode()
                 self.send_response(200)

@@ -25,10 +25,10 @@ from typing import Any
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-from ray._common.utils import get_default_ray_temp_dir  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402 - the variables above must come first
+from ray._common.utils import get_default_ray_temp_dir
+from ray.cluster_utils import Cluster
 
-from tests.processes import alive  # noqa: E402
+from tests.processes import alive
 
 LOOPBACK = "127.0.0.1"
 #: Tries to start a node: Ray gives one 30 s to register, which a busy machine can miss.

@@ -44,7 +44,7 @@ def interval_lines(
                 if start <= step < start + every:
                     logger.observe(stats)
             logger.log(log_fn=capture)
-        except Exception as exc:  # the branch's logger, not the run: judged as that interval's
+        except Exception as exc:  # noqa: BLE001 - the branch's logger: judged as that interval's
             out.append({"error": f"{type(exc).__name__}: {exc}"})
             continue
         out.append(printed[-1] if printed else None)

@@ -133,7 +133,7 @@ def branch_mean(logging_cls: Any, stats_objects: list[Any]) -> tuple[float | Non
             notes["mean_acceptance_length_source"] = "branch log (2 decimals)"
             return float(match.group(1)), notes
         notes["mean_acceptance_length_source"] = "formula: log line not parsed"
-    except Exception as exc:  # the branch changed the logger's API: fall back, and say so
+    except Exception as exc:  # noqa: BLE001 - the branch changed the logger's API: fall back, and say so
         notes["mean_acceptance_length_source"] = f"formula: SpecDecodingLogging failed ({exc!r})"
     drafts = sum(s.num_drafts for s in stats_objects)
     accepted = sum(s.num_accepted_tokens for s in stats_objects)

@@ -127,7 +127,7 @@ class StepTap:
         # Snapshot first: stop handling trims the sampled lists IN PLACE (`del new_token_ids[n:]`).
         try:
             sampled = self._sampled(model_runner_output)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the branch's error, recorded below
             sampled = {}
             self.errors.append(f"reading the sampled tokens: {exc!r}")
         # The runner decided (in this step's sample_tokens) whether the NEXT step's drafts are a
@@ -136,7 +136,7 @@ class StepTap:
         result = self._original(scheduler_output, model_runner_output)
         try:
             self._record(scheduler_output, sampled, result, skipped_after)
-        except Exception as exc:  # recording must never change what the engine does
+        except Exception as exc:  # noqa: BLE001 - recording must never change what the engine does
             self.errors.append(f"recording step {len(self.records)}: {exc!r}")
         return result
 

@@ -158,10 +158,8 @@ class EngineSession:
         try:
             if rids:
                 self.engine.abort_request(rids)
-        except (
-            Exception
-        ):  # the branch's engine may not abort cleanly; the next run reports that itself
-            pass
+        except Exception:  # noqa: BLE001 - the branch's engine may not abort cleanly;
+            pass  # the next run reports that itself
 
     def tokenize(self, prompt: str) -> list[int]:
         return list(self.engine.input_processor.renderer.tokenizer.encode(prompt))
