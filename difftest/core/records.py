@@ -204,7 +204,8 @@ class StepRecord(_Record):
     skipped: list[StrictStr] = Field(default_factory=list)
     #: Tokens scheduled per request (older records: absent).
     tokens: dict[str, StrictInt] = Field(default_factory=dict)
-    #: Requests the scheduler preempted while scheduling this step.
+    #: Requests the scheduler reported preempted with this step (while scheduling it; or, for a
+    #: prefix-cache reset's, with the step that resumes them).
     preempted: list[StrictStr] = Field(default_factory=list)
     #: Requests the probe aborted between this step's schedule() and update_from_output().
     aborted: list[StrictStr] = Field(default_factory=list)

@@ -236,10 +236,14 @@ class _Shaping:
 
     def note(self, record: StepRecord, rid: str) -> str:
         """What this step was for the request, where a serving condition made it unusual."""
+        own = self._own(record, rid)
+        if rid in record.reset:
+            return ", ".join(filter(None, [own, "preempted by a prefix-cache reset after it"]))
+        return own
+
+    def _own(self, record: StepRecord, rid: str) -> str:
         if rid in record.preempted and rid not in record.scheduled:
             return "preempted"
-        if rid in record.reset:
-            return "preempted by a prefix-cache reset after this step"
         if rid not in record.scheduled:
             return ""
         if rid in record.aborted:
@@ -267,7 +271,14 @@ class _Shaping:
 def _requests(record: StepRecord, shape: _Shaping) -> list[RequestStep]:
     ids = list(
         dict.fromkeys(
-            [*record.scheduled, *record.drafts, *record.sampled, *record.emitted, *record.preempted]
+            [
+                *record.scheduled,
+                *record.drafts,
+                *record.sampled,
+                *record.emitted,
+                *record.preempted,
+                *record.reset,
+            ]
         )
     )
     out = [

@@ -134,6 +134,7 @@ def test_the_scheduler_fuzz_strategy_draws_every_condition() -> None:
     )
     @given(strategies.scenarios())
     def draw(data: dict[str, Any]) -> None:
+        parse_scenario({"name": "drawn", **data}, "drawn")  # valid as drawn
         seen.update(c.key for c, _ in conditions.values("scheduler", data))
 
     draw()

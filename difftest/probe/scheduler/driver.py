@@ -201,6 +201,13 @@ class _Play:
             self._arrive(tick)
             self._engine_step()
             tick += 1
+        if self.reset_after is not None and self.reset_preempted is None:
+            # The scenario's, not the branch's: every branch reads "could not measure" rather than
+            # a pass under a condition that never happened.
+            raise ValueError(
+                f"reset_prefix_cache: {self.reset_after} never landed: this batch ended after "
+                f"{self.scheduled_count} schedule() call(s); lower it"
+            )
         return self._result()
 
     def _arrive(self, tick: int) -> None:
@@ -292,7 +299,14 @@ class _Play:
         aborted = []
         for rid in step.scheduled:
             req = self.reqs[rid]
-            if step.sampled.get(rid) and not req.finished and req.abort_at == req.delivered:
+            # A step the scheduler drops (in flight at a prefix-cache reset) is none of the
+            # request's steps: its abort lands on the step that samples in its place.
+            if (
+                step.sampled.get(rid)
+                and rid not in step.dropped
+                and not req.finished
+                and req.abort_at == req.delivered
+            ):
                 self.scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
                 req.finished = True
                 self.finish[rid] = "abort"
@@ -385,6 +399,8 @@ class _Play:
         self.scheduler.reset_prefix_cache(reset_running_requests=True)
         for waiting in self.queue:
             waiting.dropped |= {rid for rid in waiting.scheduled if rid in running}
+        # Their next step recomputes: no drafts the runner proposed before the reset reach it.
+        self.skipped_next -= set(running)
         self.reset_preempted = running
         return running
 

@@ -123,7 +123,7 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
         raw["reset_prefix_cache"] = draw(_ints(0, 4))
     raw["orders"] = draw(orders(ids))
     raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies, strict=True)]
-    return _aborts_that_land(raw)
+    return _resets_that_land(_aborts_that_land(raw))
 
 
 def _least_context(bodies: list[dict[str, Any]]) -> int:
@@ -143,6 +143,20 @@ def _aborts_that_land(raw: dict[str, Any]) -> dict[str, Any]:
         if request.get("abort") is not None:
             steps = len(play_request(raw, request["id"]).steps)
             request["abort"] = min(request["abort"], steps - 1)
+    return raw
+
+
+def _resets_that_land(raw: dict[str, Any]) -> dict[str, Any]:
+    """A prefix-cache reset moved before the last step of the batch's longest request (every run
+    makes at least that many `schedule()` calls, so the reset lands in each; the probe refuses one
+    that never does); dropped where no request has two steps."""
+    if raw.get("reset_prefix_cache") is None:
+        return raw
+    longest = max(len(play_request(raw, r["id"]).steps) for r in raw["requests"])
+    if longest < 2:
+        del raw["reset_prefix_cache"]
+    else:
+        raw["reset_prefix_cache"] = min(raw["reset_prefix_cache"], longest - 2)
     return raw
 
 
