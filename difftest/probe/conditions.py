@@ -163,6 +163,11 @@ CONDITIONS: tuple[Condition, ...] = (
         "with its running requests",
         "`Scheduler.reset_prefix_cache(reset_running_requests=True)` (`drop_stale_output`)",
         "the dropped in-flight step is no row and emits nothing; the recompute is no row",
+        {
+            "scheduler": "a reset is a step of the batch, and every run of an example (each "
+            "request alone too) must reach it; drawing it also moved the seeded search onto "
+            "async KV-load examples the probe cannot finish yet (#49's note)"
+        },
     ),
     Condition(
         "arrive",

@@ -25,8 +25,8 @@ connector, a KV pool too small for the batch (preemption), a small token budget
 draft blocks, requests ending `length`); per request a later arrival, an abort while
 one of its steps is in flight, and a prompt of 1 token or of many (chunked);
 per-request spec-decode metrics (summary or detailed); a log line every 1-4
-engine steps (each interval's line checked); a prefix-cache reset with its
-running requests after one of the first five steps (a step in flight dropped).
+engine steps (each interval's line checked). Not drawn yet: a prefix-cache
+reset (`probe.conditions` says why).
 Combinations come for free: they are drawn independently.
 
 A scripted drafter is built from a *plan*, so that a stop lands where the
@@ -119,11 +119,9 @@ def _scenarios(draw: st.DrawFn) -> dict[str, Any]:
         raw["log_every"] = draw(_ints(1, 4))
     if draw(_SMALL_CONTEXT):
         raw["max_model_len"] = _least_context(bodies) + draw(_ints(0, 3 * k + MAX_BUDGET_ROOM))
-    if draw(_PREFIX_RESET) and raw.get("kv_connector") != "decode-node-async":
-        raw["reset_prefix_cache"] = draw(_ints(0, 4))
     raw["orders"] = draw(orders(ids))
     raw["requests"] = [{"id": rid, **body} for rid, body in zip(ids, bodies, strict=True)]
-    return _resets_that_land(_aborts_that_land(raw))
+    return _aborts_that_land(raw)
 
 
 def _least_context(bodies: list[dict[str, Any]]) -> int:
@@ -143,20 +141,6 @@ def _aborts_that_land(raw: dict[str, Any]) -> dict[str, Any]:
         if request.get("abort") is not None:
             steps = len(play_request(raw, request["id"]).steps)
             request["abort"] = min(request["abort"], steps - 1)
-    return raw
-
-
-def _resets_that_land(raw: dict[str, Any]) -> dict[str, Any]:
-    """A prefix-cache reset moved before the last step of the batch's longest request (every run
-    makes at least that many `schedule()` calls, so the reset lands in each; the probe refuses one
-    that never does); dropped where no request has two steps."""
-    if raw.get("reset_prefix_cache") is None:
-        return raw
-    longest = max(len(play_request(raw, r["id"]).steps) for r in raw["requests"])
-    if longest < 2:
-        del raw["reset_prefix_cache"]
-    else:
-        raw["reset_prefix_cache"] = min(raw["reset_prefix_cache"], longest - 2)
     return raw
 
 
@@ -261,7 +245,6 @@ _SMALL_BUDGET = st.sampled_from([False, False, False, True])
 _SMALL_POOL = st.sampled_from([False, False, False, True])
 _SMALL_CONTEXT = st.sampled_from([False, False, False, True])
 _LOGGED_OFTEN = st.sampled_from([False, False, False, True])
-_PREFIX_RESET = st.sampled_from([False] * 5 + [True])
 #: A small budget is 1 + k tokens and at most this many more.
 MAX_BUDGET_ROOM = 10
 _PATHS = st.sampled_from(["sync", "async"])
