@@ -192,8 +192,6 @@ CONDITIONS: tuple[Condition, ...] = (
     ),
 )
 
-BY_KEY: dict[str, Condition] = {c.key: c for c in CONDITIONS}
-
 
 def of_tier(tier: Tier) -> tuple[Condition, ...]:
     """The conditions a tier plays, in the table's order."""

@@ -80,7 +80,7 @@ REQUEST_METRICS_NOTE = "request_metrics"
 #: scenario sets `log_every` (`probe.common.intervals`).
 INTERVALS_NOTE = "log_intervals"
 #: The run note naming the requests a `reset_prefix_cache` preempted, where the scenario sets
-#: `reset_prefix_cache` (None: the batch ended before the reset's step).
+#: `reset_prefix_cache` (a run the reset never lands in fails instead).
 RESET_NOTE = "reset_prefix_cache"
 #: The run note holding what the generated-token Prometheus metrics moved by over the run: the
 #: `vllm:generation_tokens` counter, and the `vllm:request_generation_tokens` histogram's sum and

@@ -26,7 +26,7 @@ from difftest.core.records import (
     Totals,
 )
 from difftest.tiers.common.scenario import ScenarioBase
-from difftest.tiers.common.steps import sampled
+from difftest.tiers.common.steps import restarts_after, sampled
 from difftest.tiers.probe_tier import ProbeTier
 
 
@@ -264,7 +264,7 @@ class _Shaping:
 
     def after(self, record: StepRecord) -> None:
         self.preempted -= {rid for rid in record.scheduled if sampled(record, rid)}
-        self.preempted |= set(record.preempted) - set(record.scheduled) | set(record.reset)
+        self.preempted |= restarts_after(record)
         self.ended |= set(record.finished) | set(record.aborted)
 
 

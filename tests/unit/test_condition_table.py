@@ -168,4 +168,5 @@ def test_the_loader_explains_a_conditions_key_from_the_table() -> None:
             },
             "x.yaml",
         )
-    assert conditions.BY_KEY["reset_prefix_cache"].hint in str(caught.value)
+    (reset,) = [c for c in conditions.CONDITIONS if c.key == "reset_prefix_cache"]
+    assert reset.hint in str(caught.value)

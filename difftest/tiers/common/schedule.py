@@ -22,7 +22,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from difftest.core.records import ProbeRun
-from difftest.tiers.common.steps import computed_drafts, sampled
+from difftest.tiers.common.steps import computed_drafts, restarts_after, sampled
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,7 @@ def request_schedules(run: ProbeRun, budget: int | None) -> dict[str, RequestSch
                     )
                 )
                 preempted.discard(rid)
-        # A reset's preemptions are reported again with the next step the scheduler makes, which
-        # already resumes them (a request preempted while scheduling is never scheduled with it).
-        preempted.update({*step.preempted} - {*step.scheduled}, step.reset)
+        preempted |= restarts_after(step)
     return {rid: RequestSchedule(tuple(s)) for rid, s in samplings.items()}
 
 

@@ -33,6 +33,14 @@ def sampled(step: StepRecord, rid: str) -> bool:
     return bool(step.sampled.get(rid)) and rid not in step.dropped
 
 
+def restarts_after(step: StepRecord) -> set[str]:
+    """The requests whose next sampling recomputes, as this step leaves them: those the scheduler
+    preempted while scheduling it, and those a prefix-cache reset preempted after its output. (The
+    scheduler reports a reset's preemptions again with the next step it makes, which already
+    resumes them; a request preempted while scheduling is never scheduled with it.)"""
+    return ({*step.preempted} - {*step.scheduled}) | {*step.reset}
+
+
 def delivered(step: StepRecord, rid: str, ended: set[str]) -> bool:
     """Whether the scheduler took the request's sampled tokens in this step: sampled, not aborted
     while in flight, not dropped by a prefix-cache reset, not finished in an earlier step
